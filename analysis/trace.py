@@ -1,0 +1,352 @@
+"""The step-level trace: psdlab's one format, written by the runtime and the simulator alike.
+
+A trace is JSONL, one record per line, flushed as it is written:
+
+- ``run`` (first line): schema version, mode, k, batch size m, devices, models, workload,
+  seed, software versions, source ("runtime", "sim" or an imported engine), free-form extra.
+- ``step``: one engine step.  ``phases`` lists what ran (draft / verify / prefill) on which
+  device with start and end times (seconds on one monotonic clock, 0 = start of the run), the
+  number of sequences and tokens; ``verified`` lists, per verified sequence, the request id,
+  the draft tokens proposed, accepted, and the tokens emitted (bonus included); ``overlapped``
+  says whether drafting ran concurrently with verification.
+- ``request``: id, arrival, admitted, first token, finish, prompt length, output length, batch
+  (0/1 for PSD, None otherwise), preemptions.
+
+Readers validate each record and reject a malformed one with the line number and the field.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from typing import IO, Any, Iterable, Iterator
+
+SCHEMA_VERSION = 1
+#: schema versions this reader understands (older ones are upgraded on read)
+READABLE_VERSIONS = (1,)
+MODES = ("ar", "sd", "sd-sep", "psd")
+PHASE_KINDS = ("draft", "verify", "prefill")
+
+
+class TraceFormatError(ValueError):
+    """A trace line that does not follow the schema; the message names line and field."""
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    mode: str
+    k: int
+    m: int
+    source: str
+    devices: dict[str, str] = field(default_factory=dict)
+    models: dict[str, str] = field(default_factory=dict)
+    workload: dict[str, Any] = field(default_factory=dict)
+    seed: int | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+    schema: int = SCHEMA_VERSION
+
+
+@dataclass(frozen=True)
+class Phase:
+    kind: str          # "draft" | "verify" | "prefill"
+    device: str        # e.g. "cpu:0", "cuda:0", "sim:target"
+    start: float       # seconds since the run started
+    end: float
+    seqs: int          # sequences processed
+    tokens: int        # tokens processed (drafted, verified or prefilled)
+
+
+@dataclass(frozen=True)
+class Verified:
+    req: int | str     # request id
+    proposed: int      # draft tokens verified for this sequence this step
+    accepted: int      # of those, accepted
+    emitted: int       # tokens appended to the output this step (accepted + bonus, capped)
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    index: int
+    start: float
+    end: float
+    phases: tuple[Phase, ...] = ()
+    verified: tuple[Verified, ...] = ()
+    verify_batch: int | None = None   # PSD: batch verified this step (0/1)
+    draft_batch: int | None = None    # PSD: batch drafted this step (0/1)
+    overlapped: bool = False          # drafting ran concurrently with verification
+    preempted: tuple[int | str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    id: int | str
+    arrival: float
+    admitted: float
+    first_token: float
+    finish: float
+    prompt_len: int
+    output_len: int
+    batch: int | None = None
+    preemptions: int = 0
+
+
+@dataclass
+class Trace:
+    """A whole trace in memory."""
+    run: RunInfo
+    steps: list[StepRecord] = field(default_factory=list)
+    requests: list[RequestRecord] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------- encoding
+
+def _step_to_dict(step: StepRecord) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "type": "step", "index": step.index, "start": step.start, "end": step.end,
+        "phases": [asdict(p) for p in step.phases],
+        "verified": [[v.req, v.proposed, v.accepted, v.emitted] for v in step.verified],
+        "verify_batch": step.verify_batch, "draft_batch": step.draft_batch,
+        "overlapped": step.overlapped,
+    }
+    if step.preempted:
+        out["preempted"] = list(step.preempted)
+    return out
+
+
+def record_to_dict(record: RunInfo | StepRecord | RequestRecord) -> dict[str, Any]:
+    """The JSON object written for a record (``verified`` rows are [req, proposed, accepted,
+    emitted] lists to keep step lines short)."""
+    if isinstance(record, StepRecord):
+        return _step_to_dict(record)
+    if isinstance(record, RunInfo):
+        return {"type": "run", **asdict(record)}
+    if isinstance(record, RequestRecord):
+        return {"type": "request", **asdict(record)}
+    raise TypeError(f"not a trace record: {type(record).__name__}")
+
+
+def dumps(record: RunInfo | StepRecord | RequestRecord) -> str:
+    return json.dumps(record_to_dict(record), separators=(",", ":"), allow_nan=False)
+
+
+class TraceWriter:
+    """Writes a trace file record by record, flushing each line so that a crash or Ctrl-C
+    leaves every record written so far readable.  Use as a context manager."""
+
+    def __init__(self, path: str | os.PathLike | None, run: RunInfo, *, fsync: bool = False):
+        self.path = path
+        self._fsync = fsync
+        self._file: IO[str] | None = open(path, "w", encoding="utf-8") if path else None
+        self.steps_written = 0
+        self.requests_written = 0
+        self._write(run)
+
+    def _write(self, record) -> None:
+        if self._file is None:
+            return
+        self._file.write(dumps(record) + "\n")
+        self._file.flush()
+        if self._fsync:
+            os.fsync(self._file.fileno())
+
+    def step(self, record: StepRecord) -> None:
+        self._write(record)
+        self.steps_written += 1
+
+    def request(self, record: RequestRecord) -> None:
+        self._write(record)
+        self.requests_written += 1
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __enter__(self) -> "TraceWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def write_trace(path: str | os.PathLike, trace: Trace) -> None:
+    """Write a whole in-memory trace (steps first, then requests)."""
+    with TraceWriter(path, trace.run) as writer:
+        for s in trace.steps:
+            writer.step(s)
+        for r in trace.requests:
+            writer.request(r)
+
+
+# ---------------------------------------------------------------------------- decoding
+
+class _Fields:
+    """Typed field access that raises TraceFormatError naming line and field."""
+
+    def __init__(self, obj: dict[str, Any], where: str):
+        self.obj, self.where = obj, where
+
+    def fail(self, name: str, what: str) -> TraceFormatError:
+        return TraceFormatError(f"{self.where}: field '{name}': {what}")
+
+    def get(self, name: str, kind: str, *, optional: bool = False, default: Any = None) -> Any:
+        if name not in self.obj or self.obj[name] is None:
+            if optional:
+                return default
+            raise self.fail(name, "missing")
+        value = self.obj[name]
+        if kind == "int":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise self.fail(name, f"expected an integer, got {value!r}")
+        elif kind == "num":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise self.fail(name, f"expected a finite number, got {value!r}")
+            value = float(value)
+        elif kind == "str":
+            if not isinstance(value, str):
+                raise self.fail(name, f"expected a string, got {value!r}")
+        elif kind == "bool":
+            if not isinstance(value, bool):
+                raise self.fail(name, f"expected true/false, got {value!r}")
+        elif kind == "dict":
+            if not isinstance(value, dict):
+                raise self.fail(name, f"expected an object, got {value!r}")
+        elif kind == "list":
+            if not isinstance(value, list):
+                raise self.fail(name, f"expected a list, got {value!r}")
+        elif kind == "id":
+            if isinstance(value, bool) or not isinstance(value, (int, str)):
+                raise self.fail(name, f"expected an integer or string id, got {value!r}")
+        return value
+
+    def nonneg_int(self, name: str, **kw) -> Any:
+        value = self.get(name, "int", **kw)
+        if value is not None and value < 0:
+            raise self.fail(name, f"must be >= 0, got {value}")
+        return value
+
+
+def _parse_run(f: _Fields) -> RunInfo:
+    schema = f.get("schema", "int")
+    if schema not in READABLE_VERSIONS:
+        raise f.fail("schema", f"trace schema version {schema} is not supported by this psdlab "
+                               f"(reads {', '.join(map(str, READABLE_VERSIONS))})")
+    return RunInfo(
+        mode=f.get("mode", "str"), k=f.nonneg_int("k"), m=f.nonneg_int("m"),
+        source=f.get("source", "str"), devices=f.get("devices", "dict", optional=True, default={}),
+        models=f.get("models", "dict", optional=True, default={}),
+        workload=f.get("workload", "dict", optional=True, default={}),
+        seed=f.get("seed", "int", optional=True),
+        versions=f.get("versions", "dict", optional=True, default={}),
+        extra=f.get("extra", "dict", optional=True, default={}), schema=schema)
+
+
+def _parse_phase(obj: Any, where: str) -> Phase:
+    if not isinstance(obj, dict):
+        raise TraceFormatError(f"{where}: expected an object, got {obj!r}")
+    f = _Fields(obj, where)
+    kind = f.get("kind", "str")
+    if kind not in PHASE_KINDS:
+        raise f.fail("kind", f"must be one of {', '.join(PHASE_KINDS)}, got {kind!r}")
+    start, end = f.get("start", "num"), f.get("end", "num")
+    if end < start:
+        raise f.fail("end", f"ends before it starts ({end} < {start})")
+    return Phase(kind=kind, device=f.get("device", "str"), start=start, end=end,
+                 seqs=f.nonneg_int("seqs"), tokens=f.nonneg_int("tokens"))
+
+
+def _parse_verified(row: Any, where: str) -> Verified:
+    if (not isinstance(row, list) or len(row) != 4 or isinstance(row[0], bool)
+            or not isinstance(row[0], (int, str))
+            or any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in row[1:])):
+        raise TraceFormatError(f"{where}: expected [req, proposed, accepted, emitted] with "
+                               f"non-negative integer counts, got {row!r}")
+    req, proposed, accepted, emitted = row
+    if accepted > proposed:
+        raise TraceFormatError(f"{where}: accepted {accepted} > proposed {proposed}")
+    return Verified(req=req, proposed=proposed, accepted=accepted, emitted=emitted)
+
+
+def _parse_batch(f: _Fields, name: str) -> int | None:
+    value = f.get(name, "int", optional=True)
+    if value is not None and value not in (0, 1):
+        raise f.fail(name, f"must be 0, 1 or null, got {value}")
+    return value
+
+
+def _parse_step(f: _Fields) -> StepRecord:
+    start, end = f.get("start", "num"), f.get("end", "num")
+    if end < start:
+        raise f.fail("end", f"step ends before it starts ({end} < {start})")
+    phases = tuple(_parse_phase(p, f"{f.where}: phases[{i}]")
+                   for i, p in enumerate(f.get("phases", "list")))
+    verified = tuple(_parse_verified(v, f"{f.where}: verified[{i}]")
+                     for i, v in enumerate(f.get("verified", "list")))
+    preempted = f.get("preempted", "list", optional=True, default=[])
+    return StepRecord(index=f.nonneg_int("index"), start=start, end=end, phases=phases,
+                      verified=verified, verify_batch=_parse_batch(f, "verify_batch"),
+                      draft_batch=_parse_batch(f, "draft_batch"),
+                      overlapped=f.get("overlapped", "bool", optional=True, default=False),
+                      preempted=tuple(preempted))
+
+
+def _parse_request(f: _Fields) -> RequestRecord:
+    rec = RequestRecord(
+        id=f.get("id", "id"), arrival=f.get("arrival", "num"), admitted=f.get("admitted", "num"),
+        first_token=f.get("first_token", "num"), finish=f.get("finish", "num"),
+        prompt_len=f.nonneg_int("prompt_len"), output_len=f.nonneg_int("output_len"),
+        batch=_parse_batch(f, "batch"), preemptions=f.nonneg_int("preemptions", optional=True,
+                                                                 default=0))
+    if not rec.arrival <= rec.admitted <= rec.first_token <= rec.finish:
+        raise TraceFormatError(f"{f.where}: times must satisfy arrival <= admitted <= "
+                               f"first_token <= finish, got {rec.arrival}, {rec.admitted}, "
+                               f"{rec.first_token}, {rec.finish}")
+    return rec
+
+
+def iter_records(lines: Iterable[str], name: str = "<trace>") -> Iterator[Any]:
+    """Parse and validate records one by one; raises TraceFormatError('name:LINE: ...')."""
+    seen_run = False
+    for lineno, line in enumerate(lines, start=1):
+        where = f"{name}:{lineno}"
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise TraceFormatError(f"{where}: not valid JSON ({exc.msg}); the file may be "
+                                   f"truncated or corrupt") from None
+        if not isinstance(obj, dict):
+            raise TraceFormatError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        kind = obj.get("type")
+        f = _Fields(obj, where)
+        if kind == "run":
+            if seen_run:
+                raise TraceFormatError(f"{where}: field 'type': a second 'run' record")
+            seen_run = True
+            yield _parse_run(f)
+        elif not seen_run:
+            raise TraceFormatError(f"{where}: field 'type': the first record must be 'run', "
+                                   f"got {kind!r}")
+        elif kind == "step":
+            yield _parse_step(f)
+        elif kind == "request":
+            yield _parse_request(f)
+        else:
+            raise f.fail("type", f"must be 'run', 'step' or 'request', got {kind!r}")
+    if not seen_run:
+        raise TraceFormatError(f"{name}: empty trace (no 'run' record)")
+
+
+def read_trace(path: str | os.PathLike) -> Trace:
+    """Read and validate a whole trace file."""
+    name = os.fspath(path)
+    with open(path, encoding="utf-8") as fh:
+        records = iter_records(fh, name)
+        run = next(records)
+        trace = Trace(run=run)
+        for rec in records:
+            (trace.steps if isinstance(rec, StepRecord) else trace.requests).append(rec)
+    return trace

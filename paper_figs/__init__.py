@@ -1,0 +1,1 @@
+"""Figures regenerated from code: PNG plus the CSV behind each."""

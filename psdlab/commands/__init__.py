@@ -1,0 +1,6 @@
+"""One module per `psdlab` subcommand.  Each module defines `register(subparsers)`, which adds
+its parser and sets `func` (a callable taking the parsed args and returning an exit code).
+Add a new command by adding its module name to COMMANDS."""
+
+COMMANDS: list[str] = [
+]

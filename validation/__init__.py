@@ -1,0 +1,1 @@
+"""Calibrate the simulator from real traces and check predictions against measurements."""
