@@ -6,9 +6,10 @@ A trace is JSONL, one record per line, flushed as it is written:
   seed, software versions, source ("runtime", "sim" or an imported engine), free-form extra.
 - ``step``: one engine step.  ``phases`` lists what ran (draft / verify / prefill) on which
   device with start and end times (seconds on one monotonic clock, 0 = start of the run), the
-  number of sequences and tokens; ``verified`` lists, per verified sequence, the request id,
-  the draft tokens proposed, accepted, and the tokens emitted (bonus included); ``overlapped``
-  says whether drafting ran concurrently with verification.
+  number of sequences and tokens and, optionally, ``context`` (tokens already in the KV cache
+  of its sequences when it starts; 0 = not recorded); ``verified`` lists, per verified
+  sequence, the request id, the draft tokens proposed, accepted, and the tokens emitted
+  (bonus included); ``overlapped`` says whether drafting ran concurrently with verification.
 - ``request``: id, arrival, admitted, first token, finish, prompt length, output length, batch
   (0/1 for PSD, None otherwise), preemptions.
 
@@ -56,6 +57,8 @@ class Phase:
     end: float
     seqs: int          # sequences processed
     tokens: int        # tokens processed (drafted, verified or prefilled)
+    context: int = 0   # context tokens: sum over the sequences of tokens already in the KV
+                       # cache when the phase starts (optional; 0 = not recorded)
 
 
 @dataclass(frozen=True)
@@ -133,33 +136,62 @@ def dumps(record: RunInfo | StepRecord | RequestRecord) -> str:
 
 class TraceWriter:
     """Writes a trace file record by record, flushing each line so that a crash or Ctrl-C
-    leaves every record written so far readable.  Use as a context manager."""
+    leaves every record written so far readable.  Use as a context manager.
 
-    def __init__(self, path: str | os.PathLike | None, run: RunInfo, *, fsync: bool = False):
+    Each record is checked by the reader's own validation before it is written (``validate``,
+    on by default), so a writer cannot produce a file its reader rejects; the error names the
+    line it would have had.  ``path=None`` gives a writer that does nothing (no file, no
+    checks), so callers can trace optionally at no cost."""
+
+    def __init__(self, path: str | os.PathLike | None, run: RunInfo, *, fsync: bool = False,
+                 validate: bool = True):
         self.path = path
         self._fsync = fsync
-        self._file: IO[str] | None = open(path, "w", encoding="utf-8") if path else None
+        self._validate = validate
+        self._name = os.fspath(path) if path else "<trace>"
+        self._lines = 0
+        self._closed = False
         self.steps_written = 0
         self.requests_written = 0
-        self._write(run)
+        if not isinstance(run, RunInfo):
+            raise TypeError(f"the first record must be a RunInfo, got {type(run).__name__}")
+        self._file: IO[str] | None = open(path, "w", encoding="utf-8") if path else None
+        try:
+            self._write(run)
+        except BaseException:
+            self.close()
+            raise
 
-    def _write(self, record) -> None:
+    def _write(self, record: RunInfo | StepRecord | RequestRecord) -> None:
+        if self._closed:
+            raise ValueError(f"{self._name}: trace writer is closed")
         if self._file is None:
             return
-        self._file.write(dumps(record) + "\n")
+        obj = record_to_dict(record)
+        where = f"{self._name}:{self._lines + 1}"
+        if self._validate:
+            parse_record(obj, where, after_run=self._lines > 0)
+        line = json.dumps(obj, separators=(",", ":"), allow_nan=False)
+        self._lines += 1
+        self._file.write(line + "\n")
         self._file.flush()
         if self._fsync:
             os.fsync(self._file.fileno())
 
     def step(self, record: StepRecord) -> None:
+        if not isinstance(record, StepRecord):
+            raise TypeError(f"step() takes a StepRecord, got {type(record).__name__}")
         self._write(record)
         self.steps_written += 1
 
     def request(self, record: RequestRecord) -> None:
+        if not isinstance(record, RequestRecord):
+            raise TypeError(f"request() takes a RequestRecord, got {type(record).__name__}")
         self._write(record)
         self.requests_written += 1
 
     def close(self) -> None:
+        self._closed = True
         if self._file is not None:
             self._file.close()
             self._file = None
@@ -182,14 +214,23 @@ def write_trace(path: str | os.PathLike, trace: Trace) -> None:
 
 # ---------------------------------------------------------------------------- decoding
 
+def _is_finite_number(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:       # an integer too large for a float
+        return False
+
+
 class _Fields:
     """Typed field access that raises TraceFormatError naming line and field."""
 
-    def __init__(self, obj: dict[str, Any], where: str):
-        self.obj, self.where = obj, where
+    def __init__(self, obj: dict[str, Any], where: str, prefix: str = ""):
+        self.obj, self.where, self.prefix = obj, where, prefix
 
     def fail(self, name: str, what: str) -> TraceFormatError:
-        return TraceFormatError(f"{self.where}: field '{name}': {what}")
+        return TraceFormatError(f"{self.where}: field '{self.prefix}{name}': {what}")
 
     def get(self, name: str, kind: str, *, optional: bool = False, default: Any = None) -> Any:
         if name not in self.obj or self.obj[name] is None:
@@ -201,7 +242,7 @@ class _Fields:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise self.fail(name, f"expected an integer, got {value!r}")
         elif kind == "num":
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            if not _is_finite_number(value):
                 raise self.fail(name, f"expected a finite number, got {value!r}")
             value = float(value)
         elif kind == "str":
@@ -243,10 +284,10 @@ def _parse_run(f: _Fields) -> RunInfo:
         extra=f.get("extra", "dict", optional=True, default={}), schema=schema)
 
 
-def _parse_phase(obj: Any, where: str) -> Phase:
+def _parse_phase(obj: Any, where: str, name: str) -> Phase:
     if not isinstance(obj, dict):
-        raise TraceFormatError(f"{where}: expected an object, got {obj!r}")
-    f = _Fields(obj, where)
+        raise TraceFormatError(f"{where}: field '{name}': expected an object, got {obj!r}")
+    f = _Fields(obj, where, prefix=f"{name}.")
     kind = f.get("kind", "str")
     if kind not in PHASE_KINDS:
         raise f.fail("kind", f"must be one of {', '.join(PHASE_KINDS)}, got {kind!r}")
@@ -254,18 +295,32 @@ def _parse_phase(obj: Any, where: str) -> Phase:
     if end < start:
         raise f.fail("end", f"ends before it starts ({end} < {start})")
     return Phase(kind=kind, device=f.get("device", "str"), start=start, end=end,
-                 seqs=f.nonneg_int("seqs"), tokens=f.nonneg_int("tokens"))
+                 seqs=f.nonneg_int("seqs"), tokens=f.nonneg_int("tokens"),
+                 context=f.nonneg_int("context", optional=True, default=0))
 
 
-def _parse_verified(row: Any, where: str) -> Verified:
-    if (not isinstance(row, list) or len(row) != 4 or isinstance(row[0], bool)
-            or not isinstance(row[0], (int, str))
-            or any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in row[1:])):
-        raise TraceFormatError(f"{where}: expected [req, proposed, accepted, emitted] with "
-                               f"non-negative integer counts, got {row!r}")
+_VERIFIED_FIELDS = ("req", "proposed", "accepted", "emitted")
+
+
+def _parse_verified(row: Any, where: str, name: str) -> Verified:
+    """One ``[req, proposed, accepted, emitted]`` row; errors name the row and the sub-field,
+    e.g. ``field 'verified[2].accepted'``."""
+    def fail(sub: str, what: str) -> TraceFormatError:
+        return TraceFormatError(f"{where}: field '{name}{sub}': {what}")
+
+    if not isinstance(row, list) or len(row) != 4:
+        raise fail("", f"expected [req, proposed, accepted, emitted], got {row!r}")
+    if isinstance(row[0], bool) or not isinstance(row[0], (int, str)):
+        raise fail(".req", f"expected an integer or string id, got {row[0]!r}")
+    for sub, x in zip(_VERIFIED_FIELDS[1:], row[1:]):
+        if isinstance(x, bool) or not isinstance(x, int) or x < 0:
+            raise fail(f".{sub}", f"expected a non-negative integer, got {x!r}")
     req, proposed, accepted, emitted = row
     if accepted > proposed:
-        raise TraceFormatError(f"{where}: accepted {accepted} > proposed {proposed}")
+        raise fail(".accepted", f"accepted {accepted} > proposed {proposed}")
+    if emitted > accepted + 1:
+        raise fail(".emitted", f"emitted {emitted} > accepted {accepted} + 1 (at most one "
+                               f"bonus or correction token per step)")
     return Verified(req=req, proposed=proposed, accepted=accepted, emitted=emitted)
 
 
@@ -280,11 +335,14 @@ def _parse_step(f: _Fields) -> StepRecord:
     start, end = f.get("start", "num"), f.get("end", "num")
     if end < start:
         raise f.fail("end", f"step ends before it starts ({end} < {start})")
-    phases = tuple(_parse_phase(p, f"{f.where}: phases[{i}]")
+    phases = tuple(_parse_phase(p, f.where, f"phases[{i}]")
                    for i, p in enumerate(f.get("phases", "list")))
-    verified = tuple(_parse_verified(v, f"{f.where}: verified[{i}]")
+    verified = tuple(_parse_verified(v, f.where, f"verified[{i}]")
                      for i, v in enumerate(f.get("verified", "list")))
     preempted = f.get("preempted", "list", optional=True, default=[])
+    for i, req in enumerate(preempted):
+        if isinstance(req, bool) or not isinstance(req, (int, str)):
+            raise f.fail(f"preempted[{i}]", f"expected an integer or string id, got {req!r}")
     return StepRecord(index=f.nonneg_int("index"), start=start, end=end, phases=phases,
                       verified=verified, verify_batch=_parse_batch(f, "verify_batch"),
                       draft_batch=_parse_batch(f, "draft_batch"),
@@ -299,43 +357,57 @@ def _parse_request(f: _Fields) -> RequestRecord:
         prompt_len=f.nonneg_int("prompt_len"), output_len=f.nonneg_int("output_len"),
         batch=_parse_batch(f, "batch"), preemptions=f.nonneg_int("preemptions", optional=True,
                                                                  default=0))
-    if not rec.arrival <= rec.admitted <= rec.first_token <= rec.finish:
-        raise TraceFormatError(f"{f.where}: times must satisfy arrival <= admitted <= "
-                               f"first_token <= finish, got {rec.arrival}, {rec.admitted}, "
-                               f"{rec.first_token}, {rec.finish}")
+    order = (("arrival", rec.arrival), ("admitted", rec.admitted),
+             ("first_token", rec.first_token), ("finish", rec.finish))
+    for (before, t0), (name, t1) in zip(order, order[1:]):
+        if t1 < t0:
+            raise f.fail(name, f"must be >= {before} (arrival <= admitted <= first_token <= "
+                               f"finish), got {t1} < {t0}")
     return rec
 
 
-def iter_records(lines: Iterable[str], name: str = "<trace>") -> Iterator[Any]:
-    """Parse and validate records one by one; raises TraceFormatError('name:LINE: ...')."""
+def parse_record(obj: Any, where: str, *, after_run: bool) -> RunInfo | StepRecord | RequestRecord:
+    """Validate one decoded JSON object; ``after_run`` says whether a 'run' record came first."""
+    if not isinstance(obj, dict):
+        raise TraceFormatError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    kind = obj.get("type")
+    f = _Fields(obj, where)
+    if kind == "run":
+        if after_run:
+            raise f.fail("type", "a second 'run' record")
+        return _parse_run(f)
+    if not after_run:
+        raise f.fail("type", f"the first record must be 'run', got {kind!r}")
+    if kind == "step":
+        return _parse_step(f)
+    if kind == "request":
+        return _parse_request(f)
+    raise f.fail("type", f"must be 'run', 'step' or 'request', got {kind!r}")
+
+
+def iter_records(lines: Iterable[str | bytes], name: str = "<trace>") -> Iterator[Any]:
+    """Parse and validate records one by one; raises TraceFormatError('name:LINE: ...').
+    Lines may be str or UTF-8 bytes."""
     seen_run = False
     for lineno, line in enumerate(lines, start=1):
         where = f"{name}:{lineno}"
+        if isinstance(line, bytes):
+            try:
+                line = line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise TraceFormatError(f"{where}: not valid UTF-8 ({exc.reason} at byte "
+                                       f"{exc.start}); the file may be corrupt") from None
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise TraceFormatError(f"{where}: not valid JSON ({exc.msg}); the file may be "
+        except (json.JSONDecodeError, RecursionError) as exc:
+            why = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+            raise TraceFormatError(f"{where}: not valid JSON ({why}); the file may be "
                                    f"truncated or corrupt") from None
-        if not isinstance(obj, dict):
-            raise TraceFormatError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-        kind = obj.get("type")
-        f = _Fields(obj, where)
-        if kind == "run":
-            if seen_run:
-                raise TraceFormatError(f"{where}: field 'type': a second 'run' record")
-            seen_run = True
-            yield _parse_run(f)
-        elif not seen_run:
-            raise TraceFormatError(f"{where}: field 'type': the first record must be 'run', "
-                                   f"got {kind!r}")
-        elif kind == "step":
-            yield _parse_step(f)
-        elif kind == "request":
-            yield _parse_request(f)
-        else:
-            raise f.fail("type", f"must be 'run', 'step' or 'request', got {kind!r}")
+        record = parse_record(obj, where, after_run=seen_run)
+        seen_run = True
+        yield record
     if not seen_run:
         raise TraceFormatError(f"{name}: empty trace (no 'run' record)")
 
@@ -343,7 +415,7 @@ def iter_records(lines: Iterable[str], name: str = "<trace>") -> Iterator[Any]:
 def read_trace(path: str | os.PathLike) -> Trace:
     """Read and validate a whole trace file."""
     name = os.fspath(path)
-    with open(path, encoding="utf-8") as fh:
+    with open(path, "rb") as fh:
         records = iter_records(fh, name)
         run = next(records)
         trace = Trace(run=run)

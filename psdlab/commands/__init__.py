@@ -3,4 +3,7 @@ its parser and sets `func` (a callable taking the parsed args and returning an e
 Add a new command by adding its module name to COMMANDS."""
 
 COMMANDS: list[str] = [
+    "metrics",
+    "timeline",
+    "theory",
 ]

@@ -1,0 +1,65 @@
+"""Constant and affine cost models.
+
+- ``{"name": "constant", "time": 0.02}``: every pass takes the same time (the closed form's V
+  and t; used to check the simulator against analysis/).
+- ``{"name": "affine", "base": s, "per_seq": s, "per_token": s, "per_context": s}``:
+  time = base + per_seq * seqs + per_token * new_tokens + per_context * context_tokens.
+  Omitted coefficients are 0; all must be >= 0 and at least one > 0.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from analysis.checks import check_nonnegative, check_positive
+
+from .base import CostModel, check_fields, register_cost_model
+
+AFFINE_TERMS = ("base", "per_seq", "per_token", "per_context")
+
+
+@dataclass(frozen=True)
+class ConstantCost(CostModel):
+    time: float
+    kind = "constant"
+
+    def _time(self, s, t, c):
+        return self.time + 0.0 * s
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.kind, "time": self.time}
+
+
+@dataclass(frozen=True)
+class AffineCost(CostModel):
+    base: float = 0.0
+    per_seq: float = 0.0
+    per_token: float = 0.0
+    per_context: float = 0.0
+    kind = "affine"
+
+    def _time(self, s, t, c):
+        return self.base + self.per_seq * s + self.per_token * t + self.per_context * c
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.kind, **{k: getattr(self, k) for k in AFFINE_TERMS}}
+
+
+@register_cost_model("constant")
+def _make_constant(spec: Mapping[str, Any], where: str) -> ConstantCost:
+    check_fields(spec, where, required=("time",))
+    return ConstantCost(time=check_positive(f"{where}.time", spec["time"]))
+
+
+def affine_from_coefficients(coef: Mapping[str, Any], where: str) -> AffineCost:
+    """Validate {base, per_seq, per_token, per_context} (missing = 0) into an AffineCost."""
+    values = {k: check_nonnegative(f"{where}.{k}", coef.get(k, 0.0)) for k in AFFINE_TERMS}
+    if not any(values.values()):
+        raise ValueError(f"{where}: at least one of {', '.join(AFFINE_TERMS)} must be > 0")
+    return AffineCost(**values)
+
+
+@register_cost_model("affine")
+def _make_affine(spec: Mapping[str, Any], where: str) -> AffineCost:
+    check_fields(spec, where, optional=AFFINE_TERMS)
+    return affine_from_coefficients(spec, where)

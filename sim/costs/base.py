@@ -1,0 +1,113 @@
+"""The cost-model interface and its registry (Vidur style: models chosen by name in the config).
+
+A cost model describes ONE model on ONE device (or one tensor-parallel group) and answers one
+question: how many seconds does one forward pass take that processes ``new_tokens`` new tokens
+in total for ``seqs`` sequences whose KV caches hold ``context_tokens`` tokens in total (before
+this pass)?  Decode, verification of k drafts and prefill are all such passes.
+
+``forward_time`` is numpy-vectorised: scalars in, a float out; arrays (broadcast together) in, an
+array out.  A pass over an empty batch (seqs = 0) costs the model's fixed part; the servers do
+not issue such passes.
+"""
+from __future__ import annotations
+
+import abc
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+_SCALARS = (int, float)
+
+
+class CostModel(abc.ABC):
+    """Seconds for one forward pass; see the module docstring."""
+
+    #: registry name of the model ("constant", "affine", "roofline", ...)
+    kind: str = ""
+
+    def forward_time(self, seqs, new_tokens, context_tokens):
+        """Seconds for one pass; floats for scalar input, an ndarray for array input."""
+        s, t, c, scalar = prepare_inputs(seqs, new_tokens, context_tokens)
+        out = self._time(s, t, c)
+        if scalar:
+            return float(out)
+        return np.asarray(out, dtype=float)
+
+    @abc.abstractmethod
+    def _time(self, s, t, c):
+        """The formula on validated floats or float arrays of one broadcast shape."""
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-able summary for the trace's run record."""
+        return {"name": self.kind}
+
+
+def prepare_inputs(seqs, new_tokens, context_tokens):
+    """Validate the three counts; returns (s, t, c, is_scalar) as floats or float arrays."""
+    if (type(seqs) in _SCALARS and type(new_tokens) in _SCALARS
+            and type(context_tokens) in _SCALARS):
+        if seqs < 0 or new_tokens < 0 or context_tokens < 0:
+            raise ValueError(_negative_message(seqs, new_tokens, context_tokens))
+        return float(seqs), float(new_tokens), float(context_tokens), True
+    s, t, c = np.broadcast_arrays(np.asarray(seqs, dtype=float), np.asarray(new_tokens, dtype=float),
+                                  np.asarray(context_tokens, dtype=float))
+    if s.ndim == 0:
+        return prepare_inputs(float(s), float(t), float(c))
+    if (s < 0).any() or (t < 0).any() or (c < 0).any() or not (
+            np.isfinite(s).all() and np.isfinite(t).all() and np.isfinite(c).all()):
+        raise ValueError("forward_time: seqs, new_tokens and context_tokens must be finite and "
+                         ">= 0")
+    return s, t, c, False
+
+
+def _negative_message(seqs, new_tokens, context_tokens) -> str:
+    return (f"forward_time: seqs, new_tokens and context_tokens must be >= 0, got "
+            f"{seqs!r}, {new_tokens!r}, {context_tokens!r}")
+
+
+def vmax(a, b):
+    """max for floats, np.maximum for arrays (keeps the scalar path free of numpy overhead)."""
+    if type(a) is float and type(b) is float:
+        return a if a >= b else b
+    return np.maximum(a, b)
+
+
+# ---------------------------------------------------------------------------- registry
+
+CostFactory = Callable[[Mapping[str, Any], str], CostModel]
+COST_MODELS: dict[str, CostFactory] = {}
+
+
+def register_cost_model(name: str) -> Callable[[CostFactory], CostFactory]:
+    """Decorator: make a factory ``f(spec, where) -> CostModel`` available by name."""
+    def deco(factory: CostFactory) -> CostFactory:
+        COST_MODELS[name] = factory
+        return factory
+    return deco
+
+
+def make_cost_model(spec: Mapping[str, Any], where: str = "cost") -> CostModel:
+    """Build a cost model from its spec dict, e.g. ``{"name": "constant", "time": 0.02}``.
+
+    Unknown names or fields raise a one-line ValueError that names the field, prefixed by
+    `where` (``cost.name``, ``cost.hardware``, ...)."""
+    if not isinstance(spec, Mapping):
+        raise ValueError(f"{where}: expected a table/dict with a 'name', got {spec!r}")
+    name = spec.get("name")
+    if name not in COST_MODELS:
+        raise ValueError(f"{where}.name: unknown cost model {name!r}; known: "
+                         f"{', '.join(sorted(COST_MODELS))}")
+    return COST_MODELS[name](spec, where)
+
+
+def check_fields(spec: Mapping[str, Any], where: str, required: tuple[str, ...] = (),
+                 optional: tuple[str, ...] = ()) -> None:
+    """Reject unknown fields and report missing required ones (``name`` is always allowed)."""
+    allowed = set(required) | set(optional) | {"name"}
+    for key in spec:
+        if key not in allowed:
+            raise ValueError(f"{where}.{key}: unknown field for {spec.get('name')!r}; allowed: "
+                             f"{', '.join(sorted(allowed - {'name'}))}")
+    for key in required:
+        if key not in spec:
+            raise ValueError(f"{where}.{key}: missing (required by {spec.get('name')!r})")

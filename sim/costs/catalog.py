@@ -1,0 +1,231 @@
+"""Hardware and model catalogs for the roofline cost model.
+
+The numbers live in ``hardware.toml`` and ``models.toml`` next to this file, each entry with a
+``source`` naming the public datasheet or config it was read from.  This module loads them into
+frozen dataclasses, checks them, and derives what the roofline needs (parameter counts, bytes
+of KV cache per token).  A spec may also give a hardware or model inline as a dict with the same
+fields, for what-if parts that are not in the catalog.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import MISSING, dataclass, fields
+from typing import Any, Mapping
+
+from analysis.checks import check_int, check_positive
+
+try:  # Python 3.11+
+    import tomllib as _toml
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as _toml  # type: ignore[no-redef]
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+HARDWARE_TOML = os.path.join(_HERE, "hardware.toml")
+MODELS_TOML = os.path.join(_HERE, "models.toml")
+
+#: dtype name -> (TOML key of the peak, bytes per weight)
+DTYPES: dict[str, tuple[str, float]] = {
+    "bf16": ("peak_tflops_bf16", 2.0),
+    "fp16": ("peak_tflops_fp16", 2.0),
+    "fp8": ("peak_tflops_fp8", 1.0),
+    "int8": ("peak_tflops_int8", 1.0),
+    # weight-only 4-bit (AWQ / GPTQ): weights read at 0.5 B/param, math in fp16 tensor cores
+    "w4a16": ("peak_tflops_fp16", 0.5),
+}
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    """One accelerator: dense tensor peaks, memory and interconnect (see hardware.toml)."""
+    name: str
+    memory_gb: float
+    memory_bw_gbs: float
+    interconnect_bw_gbs: float          # bidirectional, per GPU, as on the datasheet
+    peak_tflops_bf16: float
+    peak_tflops_fp16: float
+    peak_tflops_fp8: float | None = None
+    peak_tflops_int8: float | None = None
+    interconnect: str = "nvlink"
+    description: str = ""
+    source: str = ""
+
+    def peak_flops(self, dtype: str, where: str = "cost") -> float:
+        """Dense peak in FLOP/s for the tensor-core mode that `dtype` uses."""
+        key = DTYPES[dtype][0]
+        value = getattr(self, key)
+        if value is None:
+            have = [d for d, (k, _) in DTYPES.items() if getattr(self, k) is not None]
+            raise ValueError(f"{where}.dtype: {self.name} has no {dtype} tensor cores; "
+                             f"supported: {', '.join(have)}")
+        return float(value) * 1e12
+
+    @property
+    def memory_bytes(self) -> float:
+        return float(self.memory_gb) * 1e9
+
+    @property
+    def memory_bw(self) -> float:
+        """Bytes per second."""
+        return float(self.memory_bw_gbs) * 1e9
+
+    @property
+    def link_bw(self) -> float:
+        """Bytes per second per direction (half the datasheet's bidirectional figure)."""
+        return float(self.interconnect_bw_gbs) * 1e9 / 2.0
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One decoder-only transformer (SwiGLU MLP, GQA attention); see models.toml."""
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    tied_embeddings: bool = False
+    experts: int = 0                    # 0 = dense
+    experts_active: int = 0
+    expert_intermediate: int = 0
+    params_b: float | None = None       # advertised size (billions), for cross-checks only
+    active_params_b: float | None = None
+    hf_id: str = ""
+    source: str = ""
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 0
+
+    @property
+    def attn_params_per_layer(self) -> int:
+        q = self.heads * self.head_dim
+        kv = self.kv_heads * self.head_dim
+        return self.hidden * (2 * q + 2 * kv)          # q, k, v and o projections
+
+    @property
+    def expert_params(self) -> int:
+        """Parameters of one MoE expert (gate, up, down)."""
+        return 3 * self.hidden * self.expert_intermediate
+
+    def mlp_params_per_layer(self, active_only: bool = False) -> int:
+        if not self.is_moe:
+            return 3 * self.hidden * self.intermediate
+        n = self.experts_active if active_only else self.experts
+        return n * self.expert_params + self.hidden * self.experts   # + router
+
+    @property
+    def norm_params_per_layer(self) -> int:
+        return 2 * self.hidden + 2 * self.head_dim      # two RMSNorms (+ q/k norms in Qwen3)
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab * self.hidden
+
+    @property
+    def lm_head_params(self) -> int:
+        return self.vocab * self.hidden
+
+    def layer_params(self, active_only: bool = False) -> int:
+        return (self.attn_params_per_layer + self.mlp_params_per_layer(active_only)
+                + self.norm_params_per_layer)
+
+    def total_params(self) -> int:
+        """All stored parameters (embedding counted once when tied)."""
+        emb = self.embedding_params + (0 if self.tied_embeddings else self.lm_head_params)
+        return self.layers * self.layer_params() + emb + self.hidden
+
+    def active_params(self) -> int:
+        """Parameters one token touches (MoE: top-k experts only)."""
+        emb = self.embedding_params + (0 if self.tied_embeddings else self.lm_head_params)
+        return self.layers * self.layer_params(active_only=True) + emb + self.hidden
+
+    def kv_bytes_per_token(self, kv_bytes: float) -> float:
+        """Bytes of K and V cache one token occupies over all layers (whole model, no TP)."""
+        return 2.0 * self.layers * self.kv_heads * self.head_dim * kv_bytes
+
+
+# ---------------------------------------------------------------------------- loading
+
+def _read_toml(path: str) -> dict[str, Any]:
+    with open(path, "rb") as fh:
+        return _toml.load(fh)
+
+
+def _build(cls, name: str, raw: Mapping[str, Any], where: str):
+    allowed = {f.name for f in fields(cls)} - {"name"}
+    for key in raw:
+        if key not in allowed:
+            raise ValueError(f"{where}.{key}: unknown field; allowed: {', '.join(sorted(allowed))}")
+    required = [f.name for f in fields(cls) if f.name != "name"
+                and f.default is MISSING and f.default_factory is MISSING]
+    for key in required:
+        if key not in raw:
+            raise ValueError(f"{where}.{key}: missing")
+    return cls(name=name, **dict(raw))
+
+
+def _check_hardware(hw: HardwareSpec, where: str) -> HardwareSpec:
+    for key in ("memory_gb", "memory_bw_gbs", "interconnect_bw_gbs", "peak_tflops_bf16",
+                "peak_tflops_fp16"):
+        check_positive(f"{where}.{key}", getattr(hw, key))
+    for key in ("peak_tflops_fp8", "peak_tflops_int8"):
+        if getattr(hw, key) is not None:
+            check_positive(f"{where}.{key}", getattr(hw, key))
+    return hw
+
+
+def _check_model(m: ModelSpec, where: str) -> ModelSpec:
+    for key in ("layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "vocab"):
+        check_int(f"{where}.{key}", getattr(m, key), minimum=1)
+    if m.heads % m.kv_heads:
+        raise ValueError(f"{where}.kv_heads: must divide heads={m.heads}, got {m.kv_heads}")
+    if m.experts:
+        check_int(f"{where}.experts_active", m.experts_active, 1, m.experts)
+        check_int(f"{where}.expert_intermediate", m.expert_intermediate, minimum=1)
+    return m
+
+
+@functools.lru_cache(maxsize=None)
+def hardware_catalog() -> dict[str, HardwareSpec]:
+    raw = _read_toml(HARDWARE_TOML)
+    return {k: _check_hardware(_build(HardwareSpec, k, v, f"hardware.toml[{k}]"),
+                               f"hardware.toml[{k}]") for k, v in raw.items()}
+
+
+@functools.lru_cache(maxsize=None)
+def model_catalog() -> dict[str, ModelSpec]:
+    raw = _read_toml(MODELS_TOML)
+    return {k: _check_model(_build(ModelSpec, k, v, f"models.toml[{k}]"), f"models.toml[{k}]")
+            for k, v in raw.items()}
+
+
+def get_hardware(value: str | Mapping[str, Any], where: str = "cost.hardware") -> HardwareSpec:
+    """A catalog entry by name (case-insensitive), or an inline dict with the TOML fields."""
+    if isinstance(value, Mapping):
+        name = str(value.get("name", "custom"))
+        body = {k: v for k, v in value.items() if k != "name"}
+        return _check_hardware(_build(HardwareSpec, name, body, where), where)
+    cat = hardware_catalog()
+    key = str(value).lower()
+    if key not in cat:
+        raise ValueError(f"{where}: unknown {value!r}; known: {', '.join(sorted(cat))}")
+    return cat[key]
+
+
+def get_model(value: str | Mapping[str, Any], where: str = "cost.model") -> ModelSpec:
+    """A catalog entry by name or Hugging Face id (case-insensitive), or an inline dict."""
+    if isinstance(value, Mapping):
+        name = str(value.get("name", "custom"))
+        body = {k: v for k, v in value.items() if k != "name"}
+        return _check_model(_build(ModelSpec, name, body, where), where)
+    cat = model_catalog()
+    key = str(value).lower()
+    if key in cat:
+        return cat[key]
+    for spec in cat.values():
+        if spec.hf_id.lower() == key:
+            return spec
+    raise ValueError(f"{where}: unknown {value!r}; known: {', '.join(sorted(cat))}")

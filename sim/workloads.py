@@ -1,0 +1,229 @@
+"""Workloads: when requests arrive and how long their prompts and outputs are.
+
+Specs (``make_workload(spec)``; LEN is a length spec of sim/lengths.py, default fixed 256):
+
+- ``{"name": "offline", "prompt": LEN, "output": LEN}``: all requests arrive at t = 0 (the
+  paper's setup).
+- ``{"name": "poisson", "rate": r, "prompt": LEN, "output": LEN, "start": 0.0}``: exponential
+  inter-arrival times with mean 1/r (requests per second); the first arrives one gap after start.
+- ``{"name": "gamma", "rate": r, "cv": c, "prompt": LEN, "output": LEN, "start": 0.0}``: gamma
+  inter-arrivals with mean 1/r and coefficient of variation c (shape 1/c^2; c = 1 is Poisson,
+  c > 1 bursty, c < 1 smoother).
+- ``{"name": "replay", "path": "w.csv" | "w.jsonl"}``: rows with arrival (s), prompt_len,
+  output_len.  CSV needs a header naming those columns (others are ignored); JSONL needs one
+  object per line with those keys.  Rows are sorted by arrival (stable); ``generate(rng, n)``
+  takes the first n after sorting, all of them for n = None.  A malformed line raises
+  ValueError "FILE:LINE: field 'x': ...".
+
+``Workload.generate(rng, n) -> RequestSet`` draws from the generator it is given (arrivals
+first, then prompt lengths, then output lengths), so the same seed gives the same requests.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from analysis.checks import check_int, check_nonnegative, check_range
+
+from .lengths import LengthDist, make_length, sharegpt_like_lengths
+
+__all__ = ["RequestSet", "Workload", "make_workload", "read_requests", "sharegpt_like_lengths"]
+
+DEFAULT_LEN = {"name": "fixed", "value": 256}
+FIELDS = ("arrival", "prompt_len", "output_len")
+
+
+@dataclass(frozen=True, eq=False)
+class RequestSet:
+    """n requests: sorted arrival times (s) and integer prompt/output lengths >= 1 (read-only)."""
+    arrival: np.ndarray
+    prompt_len: np.ndarray
+    output_len: np.ndarray
+
+    def __post_init__(self) -> None:
+        arrays = {}
+        for name in FIELDS:
+            value = np.asarray(getattr(self, name))
+            if name != "arrival" and value.dtype.kind == "f" and (
+                    not np.isfinite(value).all() or (value != np.floor(value)).any()):
+                raise ValueError(f"RequestSet.{name}: lengths must be integers")
+            arr = np.array(value, dtype=float if name == "arrival" else np.int64, copy=True)
+            if arr.ndim != 1:
+                raise ValueError(f"RequestSet.{name}: expected a 1-D array")
+            arr.setflags(write=False)
+            arrays[name] = arr
+            object.__setattr__(self, name, arr)
+        n = arrays["arrival"].size
+        for name in FIELDS[1:]:
+            if arrays[name].size != n:
+                raise ValueError(f"RequestSet.{name}: length {arrays[name].size} != {n} arrivals")
+            if n and arrays[name].min() < 1:
+                raise ValueError(f"RequestSet.{name}: every length must be >= 1")
+        arr = arrays["arrival"]
+        if n and (not np.isfinite(arr).all() or arr.min() < 0 or (np.diff(arr) < 0).any()):
+            raise ValueError("RequestSet.arrival: must be finite, >= 0 and sorted")
+
+    def __len__(self) -> int:
+        return int(self.arrival.size)
+
+    @property
+    def total_output_tokens(self) -> int:
+        return int(self.output_len.sum())
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A request generator: an arrival process plus prompt and output length distributions."""
+    kind: str
+    prompt: LengthDist | None = None
+    output: LengthDist | None = None
+    rate: float = 0.0
+    cv: float = 1.0
+    start: float = 0.0
+    rows: RequestSet | None = field(default=None, repr=False)
+    spec: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def arrivals(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        if self.kind == "offline":
+            return np.zeros(n)
+        if self.kind == "poisson":
+            gaps = rng.exponential(1.0 / self.rate, n)
+        else:
+            shape = 1.0 / (self.cv * self.cv)
+            gaps = rng.gamma(shape, 1.0 / (shape * self.rate), n)
+        return self.start + np.cumsum(gaps)
+
+    def generate(self, rng: np.random.Generator, n: int | None) -> RequestSet:
+        """n requests (n = None: all rows of a replay; required otherwise)."""
+        if self.rows is not None:
+            total = len(self.rows)
+            m = total if n is None else check_int("n", n, 0, total)
+            return RequestSet(self.rows.arrival[:m], self.rows.prompt_len[:m],
+                              self.rows.output_len[:m])
+        if n is None:
+            raise ValueError(f"n: required for a {self.kind!r} workload (only replay has a size)")
+        n = check_int("n", n, 0)
+        arrival = self.arrivals(rng, n)
+        return RequestSet(arrival, self.prompt.sample(rng, n), self.output.sample(rng, n))
+
+    def describe(self) -> dict[str, Any]:
+        return dict(self.spec)
+
+
+def _fields(spec: Mapping[str, Any], where: str, allowed: tuple[str, ...]) -> None:
+    for key in spec:
+        if key != "name" and key not in allowed:
+            raise ValueError(f"{where}.{key}: unknown field for {spec.get('name')!r}; allowed: "
+                             f"{', '.join(allowed)}")
+
+
+def _lengths(spec: Mapping[str, Any], where: str) -> tuple[LengthDist, LengthDist]:
+    return (make_length(spec.get("prompt", DEFAULT_LEN), f"{where}.prompt"),
+            make_length(spec.get("output", DEFAULT_LEN), f"{where}.output"))
+
+
+def make_workload(spec: Mapping[str, Any], where: str = "workload") -> Workload:
+    """Build a workload from its spec (see the module docstring)."""
+    if not isinstance(spec, Mapping):
+        raise ValueError(f"{where}: expected a table with a 'name', got {spec!r}")
+    name = spec.get("name")
+    if name == "offline":
+        _fields(spec, where, ("prompt", "output"))
+        prompt, output = _lengths(spec, where)
+        return Workload("offline", prompt, output, spec=dict(spec))
+    if name in ("poisson", "gamma"):
+        _fields(spec, where, ("rate", "prompt", "output", "start") + (("cv",) if name == "gamma"
+                                                                      else ()))
+        if "rate" not in spec:
+            raise ValueError(f"{where}.rate: missing (requests per second)")
+        rate = check_range(f"{where}.rate", spec["rate"], 0.0, 1e9, lo_open=True)
+        cv = 1.0
+        if name == "gamma":
+            if "cv" not in spec:
+                raise ValueError(f"{where}.cv: missing (coefficient of variation of the gaps)")
+            cv = check_range(f"{where}.cv", spec["cv"], 0.0, 100.0, lo_open=True)
+        prompt, output = _lengths(spec, where)
+        start = check_nonnegative(f"{where}.start", spec.get("start", 0.0))
+        return Workload(name, prompt, output, rate=rate, cv=cv, start=start, spec=dict(spec))
+    if name == "replay":
+        _fields(spec, where, ("path",))
+        if "path" not in spec:
+            raise ValueError(f"{where}.path: missing (a .csv or .jsonl file)")
+        return Workload("replay", rows=read_requests(spec["path"]), spec=dict(spec))
+    raise ValueError(f"{where}.name: unknown workload {name!r}; known: offline, poisson, gamma, "
+                     f"replay")
+
+
+# ---------------------------------------------------------------------------- replay files
+
+def _parse_row(row: Mapping[str, Any], where: str) -> tuple[float, int, int]:
+    out: list[Any] = []
+    for key in FIELDS:
+        if key not in row or row[key] in (None, ""):
+            raise ValueError(f"{where}: field '{key}': missing")
+        raw = row[key]
+        try:
+            if isinstance(raw, bool):
+                raise ValueError
+            value = float(raw)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: field '{key}': expected a number, got {raw!r}") from None
+        if not math.isfinite(value):
+            raise ValueError(f"{where}: field '{key}': must be finite, got {raw!r}")
+        if key == "arrival":
+            if value < 0:
+                raise ValueError(f"{where}: field 'arrival': must be >= 0, got {raw!r}")
+            out.append(value)
+        else:
+            if not value.is_integer() or value < 1:
+                raise ValueError(f"{where}: field '{key}': expected an integer >= 1, got {raw!r}")
+            out.append(int(value))
+    return out[0], out[1], out[2]
+
+
+def _rows_csv(fh, name: str):
+    reader = csv.DictReader(fh)
+    missing = [k for k in FIELDS if k not in (reader.fieldnames or [])]
+    if missing:
+        raise ValueError(f"{name}:1: header: field '{missing[0]}': missing (the header must name "
+                         f"{', '.join(FIELDS)})")
+    for row in reader:
+        if None in row:
+            raise ValueError(f"{name}:{reader.line_num}: more values than header columns")
+        yield _parse_row(row, f"{name}:{reader.line_num}")
+
+
+def _rows_jsonl(fh, name: str):
+    for lineno, line in enumerate(fh, start=1):
+        if not line.strip():
+            continue
+        where = f"{name}:{lineno}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{where}: not valid JSON ({exc.msg})") from None
+        if not isinstance(obj, dict):
+            raise ValueError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        yield _parse_row(obj, where)
+
+
+def read_requests(path: str | os.PathLike) -> RequestSet:
+    """Read a .csv or .jsonl workload file into a RequestSet sorted by arrival (stable)."""
+    name = os.fspath(path)
+    ext = os.path.splitext(name)[1].lower()
+    if ext not in (".csv", ".jsonl", ".json"):
+        raise ValueError(f"workload.path: {name}: expected a .csv or .jsonl file")
+    with open(path, encoding="utf-8", newline="") as fh:
+        rows = list(_rows_csv(fh, name) if ext == ".csv" else _rows_jsonl(fh, name))
+    if not rows:
+        raise ValueError(f"workload.path: {name}: no requests")
+    arr = np.asarray(rows, dtype=float)
+    order = np.argsort(arr[:, 0], kind="stable")
+    arr = arr[order]
+    return RequestSet(arr[:, 0], arr[:, 1].astype(np.int64), arr[:, 2].astype(np.int64))
