@@ -1,1 +1,27 @@
-"""SimPy discrete-event simulator of AR / SD / PSD serving (imports analysis/ only, never torch)."""
+"""SimPy discrete-event simulator of AR / SD / PSD serving (imports analysis/ only, never torch).
+
+Entry points: ``sim.config.load_config(path) -> SimConfig`` and
+``sim.engine.simulate(config, path="fast"|"simpy") -> SimResult`` (trace + metrics from
+``analysis.metrics``); ``sim.plan`` (capacity planning), ``sim.bench`` (speed benchmark),
+``sim.closed_form`` (exact finite-run makespans for constant step times).
+
+Layout: ``config`` (TOML -> frozen dataclasses), ``trajectories`` (per-request accepted counts,
+pre-sampled), ``batching`` (batch manager policies), ``kv`` (KV blocks, preemption),
+``planner`` (step structure of each server, vectorised), ``core`` (the state machine),
+``servers`` (SimPy processes; one step at a time), ``fast`` + ``lanes`` + ``lanes_build`` (the
+vectorised multi-step / multi-event path), ``records`` (trace records), ``engine``.
+Models by name: ``costs`` (cost models), ``acceptance``, ``workloads`` / ``lengths``.
+"""
+from __future__ import annotations
+
+__all__ = ["load_config", "simulate"]
+
+
+def __getattr__(name: str):
+    if name == "load_config":
+        from sim.config import load_config
+        return load_config
+    if name == "simulate":
+        from sim.engine import simulate
+        return simulate
+    raise AttributeError(f"module 'sim' has no attribute {name!r}")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from analysis.theory import (EmpiricalFrontier, ExponentialFrontier, LeviathanFrontier,
@@ -108,6 +108,7 @@ def test_empirical_fit_exact_on_concave_data():
 
 
 @settings(deadline=None, max_examples=25)
+@example(data=[(1.0, 1.0), (0.010000000000000002, 0.0), (0.01, 1.0)], origin=False)
 @given(data=st.lists(st.tuples(st.floats(0.01, 5.0), st.floats(0.0, 1.0)), min_size=3,
                      max_size=15),
        origin=st.booleans())

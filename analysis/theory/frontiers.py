@@ -147,9 +147,12 @@ class EmpiricalFrontier:
         origin=True pins f(0) = 0 (no drafting, no accepted tokens)."""
         t_arr, y_arr = _points(t, y)
         knots = np.unique(np.append(t_arr, 0.0) if origin else t_arr)
+        # merge knots closer than float noise: a slope over a 1e-18 gap is meaningless
+        gap_ok = np.diff(knots) > 1e-9 * np.maximum(1.0, np.abs(knots[1:]))
+        knots = knots[np.concatenate([[True], gap_ok])]
         if knots.size < 2:
             raise ValueError("t: need at least two distinct drafting times (or origin=True)")
-        idx = np.searchsorted(knots, t_arr)
+        idx = np.searchsorted(knots, t_arr, side="right") - 1
         rel = knots - knots[0]
         # value at knot j = v0 + sum_i d_i * rel[min(j, i+1)], slopes sum_{i>=l} d_i, d_i >= 0
         n_seg = knots.size - 1

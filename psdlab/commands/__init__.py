@@ -5,5 +5,10 @@ Add a new command by adding its module name to COMMANDS."""
 COMMANDS: list[str] = [
     "metrics",
     "timeline",
+    "calibrate",
     "theory",
+    "simulate",
+    "bench-sim",
+    "plan",
+    "figs",
 ]

@@ -1,0 +1,104 @@
+"""`psdlab calibrate TRACE... -o MODEL.json`: fit the simulator's cost and acceptance models to
+psdlab traces and MineDraft trace files (told apart by content), print the coefficients with
+95% confidence intervals and held-out errors, and write the model file the simulator loads
+(``{"name": "fitted", "path": MODEL.json, "role": ...}``)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "calibrate", help="fit simulator cost/acceptance models to traces",
+        description="Fit the simulator's cost models (verify, draft, prefill time) and "
+                    "acceptance models (per-position rates, per-request Beta spread) to "
+                    "psdlab traces or MineDraft trace files, with 95% confidence intervals "
+                    "and held-out errors; warn when a held-out error is above 10%.")
+    p.add_argument("traces", nargs="+", metavar="TRACE",
+                   help="psdlab trace (.jsonl) or MineDraft trace file; format detected by "
+                        "content")
+    p.add_argument("-o", "--output", required=True, metavar="MODEL.json",
+                   help="where to write the calibrated model")
+    p.add_argument("--holdout", type=float, default=0.2, metavar="F",
+                   help="fraction of phases held out to measure the fit error, in [0, 0.9] "
+                        "(default 0.2; 0 = no held-out error)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the held-out split and "
+                                                       "bootstraps (default 0)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the "
+                                                       "table")
+    p.set_defaults(func=run)
+
+
+def _ms(x: float | None) -> str:
+    return "inf" if x is None or x == float("inf") else f"{1e3 * x:.4g}"
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+_UNITS = {"base": "ms", "per_seq": "ms/seq", "per_token": "ms/token",
+          "per_context": "ms/ctx token"}
+
+
+def _cost_lines(fits: dict) -> list[str]:
+    from validation.calibrate import FITS
+    lines = [f"{'fit':<16}{'role':<9}{'term':<13}{'estimate':>12}  {'95% CI':<24}unit"]
+    for name, fit in fits.items():
+        for term in ("base", "per_seq", "per_token", "per_context"):
+            lo, hi = fit["ci95"][term]
+            est = _ms(fit["coef"][term]) if fit["identified"][term] else "-"
+            ci = f"[{_ms(lo)}, {_ms(hi)}]" if fit["identified"][term] else "(not identified)"
+            lines.append(f"{name:<16}{FITS[name][0]:<9}{term:<13}{est:>12}  {ci:<24}"
+                         f"{_UNITS[term]}")
+        lines.append(f"{'':<16}held-out error {_pct(fit['heldout_error'])} per phase, "
+                     f"{_pct(fit['heldout_total_error'])} on the total "
+                     f"({fit['n_heldout']} of {fit['n']} phases held out)")
+    return lines
+
+
+def _acceptance_lines(acc: dict | None) -> list[str]:
+    if acc is None:
+        return ["acceptance: no verified draft tokens in the traces"]
+    lines = [f"acceptance ({acc['method']}, {acc['n_rows']} verified sequences, "
+             f"{acc['n_requests']} requests): VSR {acc['vsr']:.3f}"]
+    for j, (rate, (lo, hi)) in enumerate(zip(acc["rates"], acc["rates_ci95"]), start=1):
+        lines.append(f"  position {j}: {rate:.3f} [{lo:.3f}, {hi:.3f}]")
+    lo, hi = acc["mean_ci95"]
+    beta = f"  per-request Beta: mean {acc['mean']:.3f} [{lo:.3f}, {hi:.3f}]"
+    if acc["concentration"] is not None:
+        clo, chi = acc["concentration_ci95"]
+        beta += f", concentration {acc['concentration']:.3g} [{clo:.3g}, {chi:.3g}]"
+    else:
+        beta += ", concentration not identified"
+    return lines + [beta]
+
+
+def run(args: argparse.Namespace) -> int:
+    from analysis.checks import check_range
+    from validation.calibrate import calibrate
+    from validation.importers import load_traces
+    from validation.model_file import write_model
+
+    holdout = check_range("--holdout", args.holdout, 0.0, 0.9)
+    traces = [t for path in args.traces for t in load_traces(path)]
+    cal = calibrate(traces, holdout=holdout, seed=args.seed)
+    model = write_model(args.output, cal, traces=list(args.traces), holdout=holdout,
+                        seed=args.seed)
+    if args.json:
+        print(json.dumps({"output": args.output, "n_traces": len(traces), **model},
+                         allow_nan=False))
+        return 0
+    meta = model["meta"]
+    info = meta["calibration"]
+    print(f"calibrated on {len(traces)} trace(s) (sources: {', '.join(info['sources'])}; "
+          f"k: {', '.join(map(str, info['k']))}; m: {', '.join(map(str, info['m']))})")
+    print("\n".join(_cost_lines(meta["fits"]) + _acceptance_lines(meta["acceptance_fit"])))
+    for note in info["notes"]:
+        print(f"note: {note}")
+    for warning in info["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"wrote {args.output}")
+    return 0

@@ -1,0 +1,170 @@
+"""Vectorised construction and commit of a lanes plan (see ``sim.lanes``)."""
+from __future__ import annotations
+
+import numpy as np
+
+from sim.planner import PhaseArr, Plan, cost_time
+
+
+def _matrices(c, lay, nb: int, period: int):
+    """Per batch: request ids, flat trajectory indices and occupancy, rows q = 0..Q (Q = its
+    verifications within the plan; row Q is the one drafted in the last step)."""
+    traj = c.traj
+    out = []
+    for bi in range(nb):
+        Q = -(-(lay.S - bi) // period)
+        sel = lay.b == bi
+        lane, q0, r = lay.l[sel], lay.q[sel], lay.r[sel]
+        rem = traj.nsteps[r] - c.v[r]
+        lens = np.maximum(np.minimum(q0 + rem, Q + 1) - q0, 0)
+        rep = np.repeat(np.arange(lane.size), lens)
+        within = np.arange(rep.size) - np.repeat(np.cumsum(lens) - lens, lens)
+        rows, cols = q0[rep] + within, lane[rep]
+        idx = np.zeros((Q + 1, c.m), np.int64)
+        ids = np.full((Q + 1, c.m), -1, np.int64)
+        idx[rows, cols] = (traj.off[r] + c.v[r])[rep] + within
+        ids[rows, cols] = r[rep]
+        mask = ids >= 0
+        ctxm = np.where(mask, traj.ctx[idx], 0)
+        kmat = np.where(mask, c.karr[ids], 0)
+        out.append(_row_work(c, ids, idx, mask, ctxm, kmat))
+    return out
+
+
+def _row_work(c, ids, idx, mask, ctxm, kmat) -> dict:
+    """Per row: sequences, context, verify/draft tokens, and per drafter pass j the
+    sequences with k_i > j and their contexts (the same integers as ``Planner.set_work``)."""
+    n = mask.sum(axis=1)
+    C = ctxm.sum(axis=1)
+    j = np.arange(c.k)[:, None]
+    if c.uniform_k:
+        npass = np.broadcast_to(n[None, :], (c.k, n.size))
+        cpass = C[None, :] + j * n[None, :]
+    else:
+        sel = kmat[None, :, :] > j[:, :, None]                      # [K, Q, m]
+        npass = sel.sum(axis=2)
+        cpass = (ctxm[None, :, :] * sel).sum(axis=2) + j * npass
+    return {"ids": ids, "idx": idx, "mask": mask, "n": n, "C": C,
+            "vtok": (kmat + mask).sum(axis=1), "dtok": kmat.sum(axis=1),
+            "npass": npass, "cpass": cpass}
+
+
+def _prefill(c, lay, S: int, seg_d: int) -> list[PhaseArr]:
+    """The requests admitted at boundary b are prefilled in step b (pending ones in step 0)."""
+    n = np.zeros(S, np.int64)
+    tok = np.zeros(S, np.int64)
+    new = lay.adm > 0
+    np.add.at(n, lay.adm[new], 1)
+    np.add.at(tok, lay.adm[new], c.prefill_tokens(lay.r[new]))
+    if c.pending:
+        pend = np.asarray(c.pending, np.int64)
+        n[0] += pend.size
+        tok[0] += int(c.prefill_tokens(pend).sum())
+    steps = np.flatnonzero(n > 0)
+    out = []
+    for dev, model, seg, key in ((c.target_dev, c.target, 0, "prefill_t"),
+                                 (c.drafter_dev, c.drafter, seg_d, "prefill_d")):
+        if model is None:
+            continue
+        dur = np.zeros(S)
+        if steps.size:
+            jit = c.jitter_at(key, c.step, S)[steps]
+            dur[steps] = cost_time(model, n[steps], tok[steps], np.zeros(steps.size)) * jit
+        out.append(PhaseArr("prefill", dev, seg, dur, n.copy(), tok.copy(), np.zeros(S, np.int64)))
+    return out
+
+
+def build_plan(c, order: list[int], period: int, lay) -> Plan:
+    pl, S, nb = c.planner, lay.S, len(order)
+    mats = _matrices(c, lay, nb, period)
+    j = np.arange(S)
+    if nb == 2:
+        even = (j % 2) == 0
+        a, b = mats
+        qv, qd = j // 2, np.where(even, j // 2, (j + 1) // 2)
+
+        def pick(key, q, first, second):
+            return np.where(even, first[key][..., q], second[key][..., q])
+        v_ctx, v_n, v_tok = (pick(key, qv, a, b) for key in ("C", "n", "vtok"))
+        d_ctx, d_n, d_tok = (pick(key, qd, b, a) for key in ("C", "n", "dtok"))
+        npass, cpass = pick("npass", qd, b, a), pick("cpass", qd, b, a)
+        vb, db = np.where(even, order[0], order[1]), np.where(even, order[1], order[0])
+        seg_pf_d, seg_d, seg_v = 0, 1, 1
+    else:
+        w = mats[0]
+        v_ctx = d_ctx = w["C"][:S]
+        v_n = d_n = w["n"][:S]
+        v_tok, d_tok = w["vtok"][:S], w["dtok"][:S]
+        npass, cpass = w["npass"][:, :S], w["cpass"][:, :S]
+        vb = db = None
+        seg_pf_d = 1 if c.mode == "sd" else 0
+        seg_d = seg_pf_d + 1
+        seg_v = seg_d + (0 if c.mode == "ar" else 1)
+    phases = _prefill(c, lay, S, seg_pf_d)
+    work = []
+    if c.mode != "ar":
+        work.append(PhaseArr("draft", c.drafter_dev, seg_d,
+                             pl.draft_time(npass, cpass) * c.jitter_at("draft", c.step, S),
+                             d_n, d_tok, d_ctx))
+    work.append(PhaseArr("verify", c.target_dev, seg_v,
+                         pl.verify_time(v_n, v_tok, v_ctx) * c.jitter_at("verify", c.step, S),
+                         v_n, v_tok, v_ctx))
+    phases += work[::-1] if nb == 2 else work      # same phase order as sim.planner
+    p = Plan("lanes", S, seg_v + 1, phases, [], np.zeros(S, np.int64), np.zeros(S, np.int64),
+             verify_batch=vb, draft_batch=db, overlapped=nb == 2)
+    p.lanes = {"order": order, "period": period, "mats": mats, "layout": lay}
+    p.rows = lambda jj: _rows(p, jj)
+    c._clock(p)
+    return p
+
+
+def _rows(p: Plan, j: int):
+    period = p.lanes["period"]
+    bi = j % period
+    w = p.lanes["mats"][bi]
+    q = (j - bi) // period
+    mask = w["mask"][q]
+    return w["ids"][q][mask], w["idx"][q][mask]
+
+
+def commit_lanes(c, p: Plan) -> None:
+    """Apply a lanes plan: verification counts, admissions, completions, batches, queue."""
+    S, period, order, lay = p.S, p.lanes["period"], p.lanes["order"], p.lanes["layout"]
+    traj = c.traj
+    valid = lay.adm < S
+    b, r, q0, adm = lay.b[valid], lay.r[valid], lay.q[valid], lay.adm[valid]
+    Qv = np.array([-(-(S - bi) // period) for bi in range(len(order))])
+    q_end = q0 + (traj.nsteps[r] - c.v[r]) - 1
+    nver = np.maximum(np.minimum(q_end, Qv[b] - 1) - q0 + 1, 0)
+    pend = np.asarray(c.pending, np.int64)
+    if pend.size:
+        fresh = pend[np.isnan(c.first_t[pend])]
+        c.first_t[fresh] = p.starts[0, 0] + p.phases[0].dur[0]
+    new = np.flatnonzero(adm > 0)
+    if new.size:   # admitted inside the plan, in admission order
+        new = new[np.argsort(adm[new], kind="stable")]
+        rn, bn = r[new], adm[new]
+        c.admitted_t[rn] = p.starts[bn, 0]
+        c.first_t[rn] = p.starts[bn, 0] + p.phases[0].dur[bn]
+        c.admit_seq[rn] = c.admitted + np.arange(rn.size)
+        c.admitted += rn.size
+        c.last_batch[rn] = np.asarray(order)[b[new]]
+        from_wait = min(rn.size, len(c.waiting))
+        for _ in range(from_wait):
+            c.waiting.popleft()
+        c.arr_ptr += rn.size - from_wait
+        c.counters["arrivals"] += rn.size - from_wait
+    c.v[r] += nver
+    done = c.v[r] >= traj.nsteps[r]
+    fin_r, fin_step = r[done], period * q_end[done] + b[done]
+    c.finish_t[fin_r] = p.ends[fin_step, -1]
+    c.finished_steps = [(int(s), sorted(fin_r[fin_step == s].tolist()))
+                        for s in np.unique(fin_step)]
+    c.counters["completions"] += int(fin_r.size)
+    for bi, B in enumerate(order):
+        members = r[~done & (b == bi)]
+        c.bm.batches[B] = sorted(members.tolist(), key=lambda x: c.admit_seq[x])
+    c.ready[r] = False
+    if len(order) == 2:
+        c.ready[c.bm.batches[int(p.draft_batch[S - 1])]] = True
+        c.bm.next_draft = int(p.verify_batch[S - 1])

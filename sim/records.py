@@ -1,0 +1,118 @@
+"""Trace records from plans: step records (one per simulated step) and request records."""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from analysis.trace import Phase, RequestRecord, StepRecord, Verified
+
+
+def step_records(core, p) -> list[StepRecord]:
+    """The S step records of plan ``p`` (call before ``core.commit(p)``)."""
+    out = []
+    acc, emit = core.traj.acc, core.traj.emit
+    karr = core.karr
+    for j in range(p.S):
+        phases = []
+        for ph in p.phases:
+            if ph.seqs[j] <= 0:
+                continue
+            start = float(p.starts[j, ph.seg])
+            phases.append(Phase(kind=ph.kind, device=ph.device, start=start,
+                                end=start + float(ph.dur[j]), seqs=int(ph.seqs[j]),
+                                tokens=int(ph.tokens[j]), context=int(ph.ctx[j])))
+        verified: tuple = ()
+        rows = _verified_rows(p, j)
+        if rows is not None:
+            ids, idx = rows
+            order = np.argsort(ids, kind="stable")
+            ids, idx = ids[order], idx[order]
+            verified = tuple(Verified(req=r, proposed=kk, accepted=a, emitted=e)
+                             for r, kk, a, e in zip(ids.tolist(), karr[ids].tolist(),
+                                                    acc[idx].tolist(), emit[idx].tolist()))
+        vb = db = None
+        if p.verify_batch is not None:
+            vb = int(p.verify_batch[j]) if p.verify_batch[j] >= 0 else None
+            db = int(p.draft_batch[j]) if p.draft_batch[j] >= 0 else None
+        out.append(StepRecord(index=core.step + j, start=float(p.starts[j, 0]),
+                              end=p.step_end(j), phases=tuple(phases), verified=verified,
+                              verify_batch=vb, draft_batch=db,
+                              overlapped=bool(p.overlapped and rows is not None
+                                              and db is not None),
+                              preempted=tuple(core.preempted_now) if j == 0 else ()))
+    return out
+
+
+def _verified_rows(p, j: int):
+    """(request ids, flat trajectory indices) verified in step j of plan p, or None."""
+    if p.rows is not None:
+        return p.rows(j)
+    si = int(p.vset_of_step[j])
+    if si < 0:
+        return None
+    vs = p.vsets[si]
+    return vs.ids, vs.flat + int(p.q_of_step[j])
+
+
+def request_record(core, r: int) -> RequestRecord:
+    b = int(core.last_batch[r])
+    return RequestRecord(id=int(r), arrival=float(core.arrival[r]),
+                         admitted=float(core.admitted_t[r]), first_token=float(core.first_t[r]),
+                         finish=float(core.finish_t[r]), prompt_len=int(core.prompt[r]),
+                         output_len=int(core.output[r]),
+                         batch=b if core.mode == "psd" and b >= 0 else None,
+                         preemptions=int(core.preempts[r]))
+
+
+class Sink:
+    """Collects records in memory (for the metrics) and writes them to the trace file."""
+
+    def __init__(self, writer, trace, level: str, on_finish: Callable[[int], None] | None = None):
+        self.writer, self.trace, self.level = writer, trace, level
+        self.on_finish = on_finish
+        self._done: list[int] = []
+
+    def step_records(self, core, p) -> list[StepRecord]:
+        """Build the plan's step records (before ``core.commit``); none below level step."""
+        return step_records(core, p) if self.level == "step" else []
+
+    def write(self, core, recs: list[StepRecord]) -> None:
+        """After ``core.commit``: each step record, then the requests that finished in it.
+        Below level step the request records are built in bulk by ``finalize``."""
+        if self.on_finish is not None and core.finished_steps:
+            self.on_finish(sum(len(v) for _, v in core.finished_steps))
+        if self.level != "step":
+            for _, ids in core.finished_steps:
+                self._done.extend(ids)
+            return
+        by_step = dict(core.finished_steps)
+        last = max([len(recs) - 1] + list(by_step))
+        for j in range(last + 1):
+            if j < len(recs):
+                self.trace.steps.append(recs[j])
+                if self.writer is not None:
+                    self.writer.step(recs[j])
+            for r in by_step.get(j, ()):
+                self._request(request_record(core, r))
+
+    def _request(self, rec: RequestRecord) -> None:
+        self.trace.requests.append(rec)
+        if self.writer is not None and self.level != "none":
+            self.writer.request(rec)
+
+    def finalize(self, core) -> None:
+        """Build the request records collected below level step (in completion order)."""
+        if not self._done:
+            return
+        ids = np.asarray(self._done, dtype=np.int64)
+        self._done = []
+        batch = core.last_batch[ids]
+        batch = [b if core.mode == "psd" and b >= 0 else None for b in batch.tolist()]
+        cols = zip(ids.tolist(), core.arrival[ids].tolist(), core.admitted_t[ids].tolist(),
+                   core.first_t[ids].tolist(), core.finish_t[ids].tolist(),
+                   core.prompt[ids].tolist(), core.output[ids].tolist(), batch,
+                   core.preempts[ids].tolist())
+        for r, a, ad, ft, fi, p, o, b, pr in cols:
+            self._request(RequestRecord(id=r, arrival=a, admitted=ad, first_token=ft, finish=fi,
+                                        prompt_len=p, output_len=o, batch=b, preemptions=pr))

@@ -1,0 +1,81 @@
+"""Per-request token trajectories, sampled once before the run.
+
+Why: acceptance depends only on the request (its parameter, its k) and not on which step or
+batch verifies it, so the accepted counts of a request's 1st, 2nd, ... verification can be drawn
+up front.  Both execution paths -- the step-by-step SimPy processes and the vectorised fast path
+(``sim.fast``) -- then read the same numbers, which makes them give *identical* traces for the
+same seed, however many steps the fast path advances at once.
+
+Layout (request-major flat arrays): request i owns entries ``off[i] .. off[i] + nsteps[i]``
+(``nsteps[i] + 1`` entries).  Entry ``off[i] + j`` holds, for its (j+1)-th verification,
+``acc`` (accepted draft tokens) and ``emit`` (tokens appended = min(acc + 1, remaining)), and
+``ctx`` = the tokens in its KV cache before that verification = prompt + 1 + tokens emitted by
+the j earlier verifications (the 1 is the first token, which the prefill produces).  The last
+entry (j = nsteps) has acc = emit = 0 and ctx = prompt + output_len.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Trajectories:
+    off: np.ndarray      # int64 [N]
+    nsteps: np.ndarray   # int64 [N]: verifications needed (output_len - 1 tokens)
+    acc: np.ndarray      # int8/int16 [total]
+    emit: np.ndarray     # int8/int16 [total]
+    ctx: np.ndarray      # int64 [total]
+
+
+def sample_trajectories(rng: np.random.Generator, acceptance, params: np.ndarray,
+                        k: np.ndarray, prompt: np.ndarray, output: np.ndarray) -> Trajectories:
+    """Draw every request's accepted counts, round by round (round r = every request's
+    (r+1)-th verification, vectorised over the requests still generating).
+
+    ``acceptance`` is None for AR (k = 0: one token per step, nothing drawn)."""
+    n = output.size
+    remaining = output.astype(np.int64) - 1
+    if (remaining < 0).any():
+        bad = int(np.flatnonzero(remaining < 0)[0])
+        raise ValueError(f"workload: output_len must be >= 1, got {output[bad]} for request {bad}")
+    if acceptance is None or not k.any():
+        nsteps = remaining.copy()
+        rounds: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        return _assemble(n, nsteps, prompt, rounds, ar=True)
+    nsteps = np.zeros(n, dtype=np.int64)
+    rounds = []
+    active = np.flatnonzero(remaining > 0)
+    while active.size:
+        acc = np.asarray(acceptance.sample(rng, params[active], k[active]), dtype=np.int64)
+        emit = np.minimum(acc + 1, remaining[active])
+        rounds.append((active, acc, emit))
+        nsteps[active] += 1
+        remaining[active] -= emit
+        active = active[remaining[active] > 0]
+    return _assemble(n, nsteps, prompt, rounds, ar=False)
+
+
+def _assemble(n: int, nsteps: np.ndarray, prompt: np.ndarray, rounds, *, ar: bool) -> Trajectories:
+    sizes = nsteps + 1
+    off = np.zeros(n, dtype=np.int64)
+    if n:
+        np.cumsum(sizes[:-1], out=off[1:])
+    total = int(sizes.sum())
+    acc = np.zeros(total, dtype=np.int16)
+    emit = np.zeros(total, dtype=np.int16)
+    if ar:
+        emit[:] = 1
+        emit[off + nsteps] = 0
+    else:
+        for r, (ids, a, e) in enumerate(rounds):
+            pos = off[ids] + r
+            acc[pos] = a
+            emit[pos] = e
+    # exclusive cumulative sum of emitted tokens, restarted at each request
+    cs = np.zeros(total, dtype=np.int64)
+    if total:
+        np.cumsum(emit[:-1], out=cs[1:])
+    ctx = cs + np.repeat(prompt.astype(np.int64) + 1 - cs[off], sizes)
+    return Trajectories(off=off, nsteps=nsteps, acc=acc, emit=emit, ctx=ctx)

@@ -1,0 +1,125 @@
+"""The calibrated model file: what ``psdlab calibrate -o MODEL.json`` writes and the simulator
+loads by name -- ``sim.costs.make_cost_model({"name": "fitted", "path": "MODEL.json", "role":
+"target" | "drafter"})`` for costs and ``make_acceptance(acceptance_spec(read_model(path)))``
+for acceptance.
+
+The file is the fit file of ``sim/costs/fitted.py`` (format ``psdlab.cost-fit``, version 1;
+written with its ``write_fit``, which checks every role builds), times in seconds::
+
+    {"format": "psdlab.cost-fit", "version": 1,
+     "roles": {
+       "target":          {"kind": "affine", "coef": {"base", "per_seq", "per_token",
+                                                      "per_context"},
+                           "ci95": {term: [lo, hi]}, "residual_cv": cv, "n": phases},
+       "drafter":         {...same: ONE one-token drafting forward; a draft phase of k
+                           tokens is k of them, the j-th with context + j * seqs},
+       "target:prefill":  {...fitted on the target's prefill phases alone},
+       "drafter:prefill": {...only when the drafter prefilled on its own device}},
+     "meta": {
+       "acceptance": {"default": name, "positional": {"name": "positional", "rates": [...]},
+                      "beta": {"name": "beta", "mean": m, "concentration": c},
+                      "geometric": {"name": "geometric", "alpha": a}},   # those identified
+       "acceptance_fit": {rates with 95% CIs, trials, Beta with CIs, VSR, notes},
+       "fits": {"verify" | "draft" | "prefill" | "drafter_prefill": {coef, ci95, identified,
+                n, n_heldout, heldout_error, heldout_total_error, fit_error, residual_cv}},
+       "calibration": {"traces", "sources", "k", "m", "holdout", "seed", "notes",
+                       "warnings"}}}
+
+Unbounded interval ends (too few phases) are written as null.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Sequence
+
+from sim.costs.fitted import load_fit, write_fit
+from validation.calibrate import TERMS, Calibration, forward_coefficients
+
+#: role name in the file for each fit of validation.calibrate.FITS
+ROLE_OF_FIT = {"verify": "target", "draft": "drafter", "prefill": "target:prefill",
+               "drafter_prefill": "drafter:prefill"}
+ROLES = ("target", "drafter")
+
+
+def _clean(obj: Any) -> Any:
+    """Replace non-finite floats (an unbounded CI) by None so the file is strict JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def role_docs(cal: Calibration) -> dict[str, dict[str, Any]]:
+    """The fit file's ``roles``: one affine role per fitted phase kind."""
+    roles = {}
+    for fit_name, fit in cal.costs.items():
+        roles[ROLE_OF_FIT[fit_name]] = _clean({
+            "kind": "affine", "coef": forward_coefficients(fit),
+            "ci95": {t: [lo, hi] for t, lo, hi in zip(fit.names, fit.ci_low, fit.ci_high)},
+            "residual_cv": fit.residual_cv if math.isfinite(fit.residual_cv) else None,
+            "n": fit.n})
+    return roles
+
+
+def meta_doc(cal: Calibration, *, traces: Sequence[str] = (), holdout: float = 0.2,
+             seed: int = 0) -> dict[str, Any]:
+    acceptance: dict[str, Any] = {}
+    if cal.acceptance is not None:
+        acceptance = dict(cal.acceptance.specs())
+        if acceptance:
+            acceptance["default"] = cal.acceptance.default
+    return _clean({
+        "acceptance": acceptance,
+        "acceptance_fit": None if cal.acceptance is None else cal.acceptance.to_dict(),
+        "fits": {name: fit.to_dict() for name, fit in cal.costs.items()},
+        "calibration": {"traces": list(traces), "sources": list(cal.sources),
+                        "k": list(cal.ks), "m": list(cal.ms), "holdout": holdout, "seed": seed,
+                        "notes": list(cal.notes), "warnings": list(cal.warnings)},
+    })
+
+
+def write_model(path: str | os.PathLike, cal: Calibration, **kw: Any) -> dict[str, Any]:
+    """Write the model file (module docstring); returns the object written."""
+    if not cal.costs:
+        raise ValueError("calibration: no cost model was fitted; nothing to write")
+    roles, meta = role_docs(cal), meta_doc(cal, **kw)
+    write_fit(path, roles, meta)
+    return {"format": "psdlab.cost-fit", "version": 1, "meta": meta, "roles": roles}
+
+
+def read_model(path: str | os.PathLike) -> dict[str, Any]:
+    """Read and check a model file (one-line ValueErrors naming the file and field)."""
+    return load_fit(path, "model")
+
+
+def role_coefficients(model: dict[str, Any], role: str, *, prefill: bool = False
+                      ) -> dict[str, float]:
+    """The four per-forward coefficients of a role (``prefill``: of its prefill fit, falling
+    back to the role's own fit when there is none)."""
+    roles = model["roles"]
+    if role not in roles:
+        raise ValueError(f"role: the model has no {role!r} fit (has: {', '.join(roles)})")
+    doc = roles.get(f"{role}:prefill", roles[role]) if prefill else roles[role]
+    return {t: float(doc["coef"].get(t, 0.0)) for t in TERMS}
+
+
+def cost_spec(path: str | os.PathLike, role: str) -> dict[str, Any]:
+    """The ``sim.costs.make_cost_model`` spec that loads this file for a role."""
+    if role not in ROLES and role not in ROLE_OF_FIT.values():
+        raise ValueError(f"role: must be one of {', '.join(ROLE_OF_FIT.values())}, got {role!r}")
+    return {"name": "fitted", "path": os.fspath(path), "role": role}
+
+
+def acceptance_spec(model: dict[str, Any], name: str | None = None) -> dict[str, Any]:
+    """The ``sim.acceptance.make_acceptance`` spec stored in a model (default: the file's)."""
+    acc = (model.get("meta") or {}).get("acceptance") or {}
+    name = name or acc.get("default")
+    if not name or name == "default" or name not in acc:
+        have = [k for k in acc if k != "default"]
+        raise ValueError(f"acceptance: the model has no {name!r} acceptance model "
+                         f"(has: {', '.join(have) or 'none'})")
+    return dict(acc[name])
