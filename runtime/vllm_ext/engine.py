@@ -1,0 +1,156 @@
+"""Run AR, vLLM's own draft-model SD, or PSD inside vLLM v1, and write a psdlab trace.
+
+`run_vllm(cfg, prompts)` builds a `vllm.LLM` whose scheduler is psdlab's (`TracingScheduler`
+for ``ar``/``sd``, `PSDScheduler` for ``psd``), generates, closes the trace and shuts the
+engine down.  The engine core runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so the
+scheduler -- and the drafter process it starts -- belong to this process; on CPU the target's
+OpenMP threads are bound to ``target_cores`` (``VLLM_CPU_OMP_THREADS_BIND``) and the drafter is
+pinned to ``drafter_core``, so the two never share a core.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from analysis.checks import check_choice, check_int, check_positive
+
+MODES = ("ar", "sd", "psd")
+
+
+@dataclass(frozen=True)
+class VllmRunConfig:
+    mode: str
+    target: str
+    draft: str | None = None
+    k: int = 4
+    batch: int = 4                  # m: requests verified per step (PSD holds 2m)
+    max_num_seqs: int | None = None
+    max_new_tokens: int = 64
+    ignore_eos: bool = False
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    max_model_len: int = 512
+    trace: str | None = None
+    device: str = "cpu"
+    target_cores: str = "1"         # CPU: VLLM_CPU_OMP_THREADS_BIND for the target
+    drafter_core: int = 0           # CPU: core of the PSD drafter process
+    drafter_device: str | None = None   # CUDA: the drafter's GPU (default: --device)
+    dtype: str = "float32"
+    kv_cache_gib: int = 1           # CPU: VLLM_CPU_KVCACHE_SPACE
+    workload: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_choice("mode", self.mode, MODES)
+        check_int("k", self.k, minimum=1, maximum=16)
+        check_int("batch", self.batch, minimum=1)
+        check_int("max_new_tokens", self.max_new_tokens, minimum=1)
+        check_int("max_model_len", self.max_model_len, minimum=16)
+        check_int("kv_cache_gib", self.kv_cache_gib, minimum=1)
+        if self.temperature < 0:
+            raise ValueError(f"temperature: must be >= 0, got {self.temperature}")
+        check_positive("top_p", self.top_p)
+        if self.mode != "ar" and not self.draft:
+            raise ValueError(f"draft: mode {self.mode} needs a draft model directory")
+
+    @property
+    def num_seqs(self) -> int:
+        return self.max_num_seqs or (2 * self.batch if self.mode == "psd" else self.batch)
+
+
+@dataclass
+class VllmResult:
+    outputs: list[list[int]]        # generated token ids per prompt, in prompt order
+    wall_s: float                   # generate() wall time
+    trace: Any                      # analysis.trace.Trace (in memory) or None
+
+
+def quiet_vllm_logs() -> None:
+    """vLLM logs to stdout at INFO by default; psdlab keeps stdout for results (``--json``).
+    Takes effect only before vllm is first imported."""
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+
+def _env(cfg: VllmRunConfig) -> None:
+    quiet_vllm_logs()
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    if cfg.device == "cpu":
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cfg.target_cores
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.kv_cache_gib)
+
+
+def llm_kwargs(cfg: VllmRunConfig) -> dict[str, Any]:
+    """The keyword arguments of `vllm.LLM` for this run."""
+    from runtime.vllm_ext.proposer import NULL_PROPOSER
+    from runtime.vllm_ext.settings import PsdSettings
+    label = f"cpu:{cfg.target_cores}" if cfg.device == "cpu" else cfg.device
+    drafter_device = "cpu" if cfg.device == "cpu" else (cfg.drafter_device or cfg.device)
+    settings = PsdSettings(
+        mode=cfg.mode, k=cfg.k, trace=cfg.trace, draft_model=cfg.draft,
+        drafter_device=drafter_device,
+        drafter_core=cfg.drafter_core if cfg.device == "cpu" else None,
+        drafter_backend="process", dtype=cfg.dtype,
+        target_label=label, batch=cfg.batch, seed=cfg.seed, workload=dict(cfg.workload),
+        models={"target": cfg.target, **({"draft": cfg.draft} if cfg.draft else {})})
+    sched = "PSDScheduler" if cfg.mode == "psd" else "TracingScheduler"
+    kw: dict[str, Any] = dict(
+        model=cfg.target, dtype=cfg.dtype, max_model_len=cfg.max_model_len,
+        max_num_seqs=cfg.num_seqs, enforce_eager=True, seed=cfg.seed,
+        scheduler_cls=f"runtime.vllm_ext.scheduler.{sched}", async_scheduling=False,
+        enable_prefix_caching=False, additional_config={"psdlab": settings.to_dict()})
+    if cfg.mode == "sd":
+        kw["speculative_config"] = {"method": "draft_model", "model": cfg.draft,
+                                    "num_speculative_tokens": cfg.k}
+    elif cfg.mode == "psd":
+        kw["speculative_config"] = {"method": "custom_class", "model": NULL_PROPOSER,
+                                    "num_speculative_tokens": cfg.k}
+    return kw
+
+
+def build_llm(cfg: VllmRunConfig) -> Any:
+    _env(cfg)
+    import vllm
+    from runtime.vllm_ext.patches import check_version
+    check_version(vllm.__version__)
+    return vllm.LLM(**llm_kwargs(cfg))
+
+
+def sampling_params(cfg: VllmRunConfig) -> Any:
+    from vllm import SamplingParams
+    return SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p,
+                          max_tokens=cfg.max_new_tokens, ignore_eos=cfg.ignore_eos,
+                          seed=cfg.seed if cfg.temperature > 0 else None)
+
+
+def close_llm(llm: Any) -> Any:
+    """Close the psdlab trace and shut the engine (and the drafter process) down; returns the
+    in-memory trace."""
+    from runtime.vllm_ext.patches import engine_scheduler
+    sched = engine_scheduler(llm)
+    trace = None
+    if sched is not None and hasattr(sched, "close_trace"):
+        sched.close_trace()
+        trace = sched.tracer.trace
+    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    if core is not None and hasattr(core, "shutdown"):
+        core.shutdown()
+    return trace
+
+
+def run_vllm(cfg: VllmRunConfig, prompts: Sequence[Sequence[int]],
+             progress: bool = False) -> VllmResult:
+    """Generate for token-id prompts with one fresh LLM; return outputs, wall time, trace."""
+    llm = build_llm(cfg)
+    try:
+        from vllm.inputs import TokensPrompt
+        inputs = [TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
+        t0 = time.perf_counter()
+        outs = llm.generate(inputs, sampling_params(cfg), use_tqdm=progress)
+        wall = time.perf_counter() - t0
+    finally:
+        trace = close_llm(llm)
+    return VllmResult(outputs=[list(o.outputs[0].token_ids) for o in outs], wall_s=wall,
+                      trace=trace)

@@ -1,0 +1,263 @@
+"""The runtime engine: batch manager, arrivals, per-sequence cache bookkeeping, the PSD schedule
+(first draft alone, alternating batches, SD fallback), controlled acceptance, and `psdlab run`."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runtime.batch_manager import BatchManager
+from runtime.requests import Request, Seq, arrival_times
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.runtime
+
+from analysis.trace import read_trace  # noqa: E402
+from runtime.controlled import ControlledProposer  # noqa: E402
+from runtime.engine import Engine, EngineConfig  # noqa: E402
+from runtime.runner import ModelSpec  # noqa: E402
+from runtime.session import Models, run_requests  # noqa: E402
+from runtime_engine_util import (needs_two_cores, prompts, shared_pair,  # noqa: E402
+                                 write_prompt_ids)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    torch.set_num_threads(1)
+    return shared_pair(tmp_path_factory)
+
+
+# ----------------------------------------------------------------------------- batch manager
+
+@settings(max_examples=60, deadline=None)
+@given(cap=st.integers(1, 5), ops=st.lists(st.tuples(st.sampled_from(["add", "rm", "bal"]),
+                                                    st.integers(0, 20)), max_size=40))
+def test_batch_manager_keeps_batches_within_capacity_and_balanced(cap, ops):
+    bm, live, nxt = BatchManager(cap), [], 0
+    for op, x in ops:
+        if op == "add" and bm.has_room():
+            sizes = (bm.size(0), bm.size(1))
+            b = bm.assign(nxt, draft_batch=x % 2)
+            assert sizes[b] <= sizes[1 - b] or sizes[1 - b] >= cap   # joined the smaller one
+            live.append(nxt)
+            nxt += 1
+        elif op == "rm" and live:
+            bm.remove(live.pop(x % len(live)))
+        elif op == "bal":
+            bm.rebalance(prefer=live[::2])
+            assert abs(bm.size(0) - bm.size(1)) <= 1
+        assert bm.size(0) <= cap and bm.size(1) <= cap
+        assert sorted(bm.members(0) + bm.members(1)) == sorted(live)
+        assert all(bm.batch_of(s) in (0, 1) for s in live)
+
+
+def test_batch_manager_moves_preferred_sequences_first():
+    bm = BatchManager(4)
+    for s in range(6):
+        bm.assign(s)
+    for s in (1, 3, 5):
+        bm.remove(s)                                   # batch 1 emptied
+    moves = bm.rebalance(prefer=[2])
+    assert moves == [(2, 0, 1)]
+    with pytest.raises(ValueError, match="already"):
+        bm.assign(0)
+
+
+# ----------------------------------------------------------------------------- requests
+
+def test_arrival_schedules():
+    assert arrival_times("offline", 3) == [0.0, 0.0, 0.0]
+    assert arrival_times("gap:0.5", 3) == [0.0, 0.5, 1.0]
+    assert arrival_times("times:0,2,1", 2) == [0.0, 2.0]
+    p = arrival_times("poisson:10", 50, seed=4)
+    assert p == arrival_times("poisson:10", 50, seed=4) and p == sorted(p)
+    assert 2.0 < p[-1] < 10.0                          # about 50 / 10 seconds
+    for bad, msg in (("poisson:0", "must be > 0"), ("burst", "must be offline"),
+                     ("times:1", "1 times given"), ("gap:x", "expected gap")):
+        with pytest.raises(ValueError, match=msg):
+            arrival_times(bad, 2)
+
+
+def test_seq_cache_validity_follows_the_committed_tokens():
+    seq = Seq(Request("a", (5, 6, 7)), slot=0, max_new=10, max_len=20, eos=None)
+    seq.append([8])                                    # first token from prefill
+    seq.state["target"] = (3, [])
+    assert seq.valid_len("target") == 3                # the last token is always fed again
+    seq.state["drafter"] = (4, [1, 2, 3])              # drafted 1,2,3 (cache holds 1,2)
+    seq.append([1, 2, 9])                              # two accepted, then a correction
+    assert seq.valid_len("drafter") == 6
+    seq.append([4])
+    assert seq.valid_len("drafter") == 6
+    assert seq.num_draft(4) == 4 and seq.num_draft(9) == 10 - 5 - 1
+    assert Seq(Request("b", (1,) * 17), 0, 10, 20, None).num_draft(8) == 2
+
+
+def test_seq_stops_at_eos_and_budget():
+    seq = Seq(Request("a", (1,)), slot=0, max_new=5, max_len=50, eos=3)
+    assert seq.append([7, 3, 9]) == 2 and seq.reason == "stop"
+    seq = Seq(Request("b", (1,)), slot=0, max_new=2, max_len=50, eos=None)
+    assert seq.append([7, 8, 9]) == 2 and seq.reason == "length"
+
+
+@pytest.mark.parametrize("kw,msg", [({"k": 0}, "k: must be in"), ({"mode": "tree"}, "mode:"),
+                                    ({"top_p": 0.0}, "top_p"), ({"batch": 0}, "batch"),
+                                    ({"controlled_alpha": 0.5, "temperature": 1.0},
+                                     "controlled_alpha: needs greedy")])
+def test_engine_config_rejects_bad_input_in_one_line(kw, msg):
+    with pytest.raises(ValueError, match=msg) as info:
+        EngineConfig(**kw)
+    assert "\n" not in str(info.value)
+
+
+# ----------------------------------------------------------------------------- PSD schedule
+
+def test_psd_schedule_first_draft_alone_then_alternating_then_sd_fallback(models):
+    rows = prompts(6, seed=5, lo=2, hi=12)
+    lengths = [24, 3, 12, 3, 12, 3]                    # batch 1 (odd ids) finishes early
+    reqs = [Request(f"r{i}", tuple(r), max_new_tokens=n)
+            for i, (r, n) in enumerate(zip(rows, lengths))]
+    cfg = EngineConfig(mode="psd", k=2, batch=3, max_new_tokens=16, backend="inline",
+                       max_len=64, ignore_eos=True)
+    with Engine(cfg, ModelSpec(str(models["target"])), ModelSpec(str(models["noisy"]))) as eng:
+        result = eng.run(reqs)
+    assert [len(o.token_ids) for o in result.outputs] == lengths
+    decode = [s for s in result.trace.steps if not any(p.kind == "prefill" for p in s.phases)]
+    first = decode[0]
+    assert [p.kind for p in first.phases] == ["draft"] and first.draft_batch == 0
+    assert not first.verified and not first.overlapped
+    parallel = [s for s in decode[1:] if s.verify_batch is not None
+                and s.draft_batch is not None and s.verify_batch != s.draft_batch]
+    assert len(parallel) >= 2
+    for a, b in zip(parallel, parallel[1:]):
+        if b.index == a.index + 1:
+            assert b.verify_batch == a.draft_batch     # verify what was drafted last step
+    fallback = [s for s in decode if s.verify_batch is not None
+                and s.verify_batch == s.draft_batch]   # one batch empty: SD steps
+    assert fallback and fallback[-1].index == decode[-1].index
+    rows_v = [v for s in parallel for v in s.verified]
+    assert sum(v.proposed > 0 for v in rows_v) >= 0.5 * len(rows_v)
+
+
+# ----------------------------------------------------------------------------- controlled
+
+def test_controlled_proposer_accepts_with_probability_alpha():
+    ref = {"a": list(range(1, 400))}
+    for alpha in (0.0, 0.6, 1.0):
+        prop = ControlledProposer(alpha, ref, vocab_size=500, seed=1)
+        hits = [prop.propose("a", g, [0, 0])[0] == ref["a"][g] for g in range(300)]
+        share = sum(hits) / len(hits)
+        assert abs(share - alpha) < 0.1
+    miss = ControlledProposer(0.0, ref, 500, seed=2).propose("a", 0, [0, 0, 0])
+    assert all(m != r for m, r in zip(miss, ref["a"]))
+    assert ControlledProposer(1.0, ref, 500).propose("a", 398, [7, 8]) == [399, 8]
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.5])
+def test_controlled_run_is_lossless_and_labelled(models, alpha):
+    rows = prompts(4, seed=6)
+    reqs = [Request(f"r{i}", tuple(r)) for i, r in enumerate(rows)]
+    m = Models(str(models["target"]), str(models["other"]), None)
+    base = EngineConfig(mode="ar", batch=4, max_new_tokens=12, backend="inline", max_len=128,
+                        ignore_eos=True)
+    ref = run_requests(base, m, reqs)
+    cfg = EngineConfig(mode="psd", k=4, batch=2, max_new_tokens=12, backend="inline",
+                       max_len=128, ignore_eos=True, controlled_alpha=alpha)
+    result = run_requests(cfg, m, reqs)
+    assert [o.token_ids for o in result.outputs] == [o.token_ids for o in ref.outputs]
+    assert result.trace.run.extra["drafter"] == "controlled"
+    assert result.trace.run.extra["controlled_alpha"] == alpha
+    rows_v = [v for s in result.trace.steps for v in s.verified if v.proposed]
+    accepted = sum(v.accepted for v in rows_v)
+    proposed = sum(v.proposed for v in rows_v)
+    if alpha == 1.0:
+        assert accepted == proposed                    # the random drafter alone gets ~0
+    else:
+        assert 0 < accepted < proposed
+
+
+# ----------------------------------------------------------------------------- CLI
+
+def test_cli_run_writes_trace_outputs_and_json(models, tmp_path, capsys):
+    from psdlab.cli import main
+    pfile = write_prompt_ids(tmp_path / "p.jsonl", prompts(5, seed=7))
+    trace, outs = tmp_path / "t.jsonl", tmp_path / "o.jsonl"
+    code = main(["run", "--mode", "sd-sep", "--k", "3", "--batch", "2", "--prompts", str(pfile),
+                 "--trace", str(trace), "--outputs", str(outs), "--target",
+                 str(models["target"]), "--draft", str(models["noisy"]), "--max-new-tokens", "6",
+                 "--max-len", "128", "--ignore-eos", "--backend", "inline", "--json"])
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["mode"] == "sd-sep" and summary["requests"] == 5
+    assert summary["output_tokens"] == 30 and summary["mean_acceptance_length"] >= 1.0
+    lines = [json.loads(x) for x in outs.read_text().splitlines()]
+    assert [x["id"] for x in lines] == [f"r{i}" for i in range(5)]
+    assert all(len(x["token_ids"]) == 6 for x in lines)
+    assert len(read_trace(trace).requests) == 5
+
+
+@pytest.mark.parametrize("argv,msg", [(["--k", "0"], "k: must be in [1, 64], got 0"),
+                                      (["--arrivals", "soon"], "arrivals: must be"),
+                                      (["--temperature", "-1"], "temperature: must be in")])
+def test_cli_run_bad_input_is_one_line(models, tmp_path, capsys, argv, msg):
+    from psdlab.cli import main
+    pfile = write_prompt_ids(tmp_path / "p.jsonl", [[1, 2]])
+    code = main(["run", "--prompts", str(pfile), "--trace", str(tmp_path / "t.jsonl"),
+                 "--target", str(models["target"]), "--draft", str(models["noisy"]),
+                 "--backend", "inline"] + argv)
+    err = capsys.readouterr().err
+    assert code == 2 and msg in err and len(err.strip().splitlines()) == 1
+
+
+# ----------------------------------------------------------------------------- benchmarks
+
+def test_bench_figures_follow_the_closed_form():
+    from runtime.bench import figures
+    sd = {"requests": 4, "mean_draft_time_s": 0.03, "mean_verify_time_s": 0.06,
+          "decode_throughput_tok_s": 100.0, "throughput_tok_s": 80.0}
+    psd = {"requests": 4, "mean_draft_time_s": 0.03, "mean_verify_time_s": 0.06,
+           "decode_throughput_tok_s": 140.0, "throughput_tok_s": 100.0,
+           "draft_hidden_fraction": 0.95}
+    fig = figures({"sd": sd, "psd": psd}, {"ar": [[1]], "sd_r0": [[1]], "psd_r0": [[1]]},
+                  EngineConfig(k=4, batch=2))
+    assert fig["predicted_gain"] == pytest.approx(1.5)          # (t + V) / max(t, V)
+    assert fig["measured_gain"] == pytest.approx(1.4)
+    assert fig["t_ms"] == pytest.approx(30.0) and fig["v_ms"] == pytest.approx(60.0)
+    assert fig["overlap"] == 0.95 and fig["lossless"] is True
+    fig = figures({"sd": sd, "psd": psd}, {"ar": [[1]], "sd_r0": [[1]], "psd_r0": [[2]]},
+                  EngineConfig(k=4, batch=2))
+    assert fig["lossless"] is False
+
+
+@needs_two_cores
+def test_cli_bench_runtime_json(models, tmp_path, capsys):
+    from psdlab.cli import main
+    pfile = write_prompt_ids(tmp_path / "p.jsonl", prompts(4, seed=12))
+    code = main(["bench-runtime", "--target", str(models["target"]), "--draft",
+                 str(models["noisy"]), "--prompts", str(pfile), "--num-prompts", "4",
+                 "--batch", "2", "--k", "3", "--max-new-tokens", "8", "--max-len", "128",
+                 "--rounds", "1", "--trace-dir", str(tmp_path / "tr"), "--json"])
+    assert code == 0
+    fig = json.loads(capsys.readouterr().out)
+    for key in ("t_ms", "v_ms", "measured_gain", "predicted_gain"):
+        assert isinstance(fig[key], float) and fig[key] > 0, (key, fig)
+    assert isinstance(fig["overlap"], float) and 0.0 <= fig["overlap"] <= 1.0, fig
+    assert 1.0 <= fig["predicted_gain"] <= 2.0 and fig["lossless"] is True
+    t = read_trace(tmp_path / "tr" / "psd_r1.jsonl")
+    assert t.run.devices == {"target": "cpu:1", "drafter": "cpu:0"}
+
+
+def test_gpu_bench_smoke_mode_on_cpu(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = Path(__file__).resolve().parent.parent / "scripts" / "gpu_bench.py"
+    proc = subprocess.run([sys.executable, str(script), "--device", "cpu", "--out",
+                           str(tmp_path), "--num-prompts", "4", "--batch", "2",
+                           "--max-new-tokens", "6", "--prompt-len", "8", "--rounds", "1"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["smoke_mode"] is True and summary["lossless"] is True
+    assert read_trace(tmp_path / "psd_r1.jsonl").run.mode == "psd"

