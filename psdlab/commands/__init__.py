@@ -13,4 +13,6 @@ COMMANDS: list[str] = [
     "bench-sim",
     "plan",
     "figs",
+    "validate",
+    "demo",
 ]

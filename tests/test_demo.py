@@ -1,0 +1,100 @@
+"""`psdlab demo`: the plan (what is calibrated, what is held out), and a quick end-to-end demo on
+tiny random models (real runtime runs, calibration, replay, report folder, summary)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from psdlab.cli import main
+from validation.runs import Plan, RunSpec, default_plan
+
+
+def test_default_plan_holds_out_other_k_batch_and_arrivals():
+    plan = default_plan()
+    cal = [r for r in plan.runs if r.role == "calibrate"]
+    held = [r for r in plan.runs if r.role == "validate"]
+    assert {r.k for r in cal if r.mode != "ar"} == {2, 4}
+    assert len({r.batch for r in cal}) == 1 and {r.arrivals for r in cal} == {"offline"}
+    assert {r.k for r in held} >= {3, 5}
+    assert {r.batch for r in held} - {r.batch for r in cal}
+    assert "poisson" in {r.arrivals for r in held}
+    for r in held:                            # every held-out config has its SD/PSD pair
+        assert {x.mode for x in held if x.workload == r.workload} == {"sd-sep", "psd"}
+    order = [r.role for r in plan.runs]       # interleaved, not all calibration first
+    assert order.index("validate") < max(i for i, x in enumerate(order) if x == "calibrate")
+    names = [r.name for r in plan.runs]
+    first_poisson = min(i for i, r in enumerate(plan.runs) if r.arrivals == "poisson")
+    assert names.index(plan.poisson_from) < first_poisson
+
+
+def test_plan_checks():
+    ok = RunSpec("a", "sd-sep", 2, 2)
+    with pytest.raises(ValueError, match="names must be unique"):
+        Plan(runs=(ok, ok))
+    with pytest.raises(ValueError, match="poisson_from"):
+        Plan(runs=(RunSpec("p", "psd", 2, 2, "poisson"),), poisson_from="nope")
+    with pytest.raises(ValueError, match="controlled_alpha"):
+        Plan(runs=(ok,), controlled_alpha=1.5)
+    with pytest.raises(ValueError, match="mode"):
+        RunSpec("x", "sd", 2, 2)
+    with pytest.raises(ValueError, match="k"):
+        RunSpec("x", "psd", 0, 2)
+
+
+def test_cli_rejects_half_a_pair(capsys, tmp_path):
+    assert main(["demo", "-o", str(tmp_path / "r"), "--target", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--draft" in err
+
+
+@pytest.fixture(scope="module")
+def quick_demo(tmp_path_factory):
+    from runtime_engine_util import prompts, tiny_pair
+    from validation.demo import demo
+    root = tmp_path_factory.mktemp("demo")
+    pair = tiny_pair(root / "models")
+    out = root / "report"
+    return demo(str(out), quick=True, target=str(pair["target"]), draft=str(pair["noisy"]),
+                prompt_ids=prompts(4, seed=3), progress=False, quiet=True, seeds=(0, 1)), out
+
+
+def test_quick_demo_end_to_end(quick_demo):
+    result, out = quick_demo
+    plan = default_plan(quick=True)
+    for spec in plan.runs:                       # one trace per run, with every request
+        assert (out / "traces" / f"{spec.name}.jsonl").is_file()
+    assert {m.spec.name for m in result.measured} == {r.name for r in plan.runs}
+    for f in ("report.md", "model.json", "demo.json", "comparison.csv", "summary.csv",
+              "runs.csv", "predicted_vs_measured.png", "gains.png"):
+        assert (out / f).is_file(), f
+    assert len(result.headline) == 3
+    assert result.headline[0].startswith("measured PSD/SD gain")
+    assert result.headline[2].startswith("error")
+    model = json.loads((out / "model.json").read_text())
+    assert set(model["meta"]["calibration"]["k"]) == {2, 4}          # fitted on k 2, 4 only
+    assert "replay" in model["meta"]
+    held = set(result.held_out)
+    assert held == {r.name for r in plan.runs if r.role == "validate"}
+    summary = json.loads((out / "demo.json").read_text())["summary"]
+    assert {s["metric"] for s in summary} >= {"throughput_tok_s", "gain.throughput_tok_s"}
+    md = (out / "report.md").read_text()
+    for name in held:
+        assert name in md
+
+
+def test_quick_demo_replays_measured_requests(quick_demo):
+    result, _ = quick_demo
+    comp = {c.name: c for c in result.validation.comparisons}
+    for c in comp.values():
+        assert c.predicted["requests"] == c.measured["requests"] == 4
+        assert c.predicted["output_tokens"] == c.measured["output_tokens"]
+
+
+def test_output_lengths_seeded_and_in_range():
+    plan = default_plan()
+    a, b = plan.output_lengths(16), plan.output_lengths(16)
+    assert a == b and len(set(a)) > 1
+    lo = round(plan.max_new_tokens * (1 - plan.output_spread))
+    assert all(max(2, lo) <= x <= plan.max_new_tokens for x in a)
+    assert Plan(runs=plan.runs, output_spread=0.0).output_lengths(5) == [32] * 5

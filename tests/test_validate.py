@@ -1,0 +1,281 @@
+"""`psdlab validate` and validation.compare / gains / replay_model / sim_costs / report.
+
+The main check closes the loop on a machine whose truth is known: traces made by the simulator
+itself (affine costs, positional acceptance) are "measured", the simulator is calibrated on
+some of them (k in {2, 4}, one batch size, offline) and must predict the held-out others (k = 3
+and 5, another batch size, Poisson arrivals) within the package's own targets."""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from analysis.trace import (Phase, RequestRecord, RunInfo, StepRecord, Trace, Verified,
+                            write_trace)
+from psdlab.cli import main
+from sim.config import config_from_dict
+from sim.engine import simulate
+from sim.workloads import read_requests
+from validation.calibrate import calibrate
+from validation.compare import flatten, rel_error, write_replay
+from validation.gains import closed_form, pair_traces, workload_key
+from validation.model_file import write_model
+from validation.replay_model import (ReplayParams, load_replay_params, replay_params,
+                                     serial_only, step_overheads, store_replay_params)
+from validation.sim_costs import calibrated_cost
+from validation.validate import validate
+
+TARGET = {"name": "affine", "base": 0.02, "per_seq": 1e-3, "per_token": 5e-4,
+          "per_context": 1e-6}
+DRAFTER = {"name": "affine", "base": 3e-3, "per_seq": 2e-4, "per_token": 2e-4,
+           "per_context": 0.0}
+RATES = [0.85, 0.75, 0.65, 0.6, 0.55]
+
+
+def sim_trace(mode: str, k: int, m: int, workload: dict | None = None, seed: int = 7,
+              requests: int = 24) -> Trace:
+    raw = {"seed": seed, "requests": requests,
+           "server": {"mode": mode, "k": k, "m": m,
+                      "policy": "rebalance" if mode == "psd" else "paper"},
+           "target": {"name": "t", "cost": TARGET}, "drafter": {"name": "d", "cost": DRAFTER},
+           "acceptance": {"name": "positional", "rates": RATES},
+           "workload": workload or {"name": "offline",
+                                    "prompt": {"name": "uniform", "low": 20, "high": 60},
+                                    "output": {"name": "fixed", "value": 40}}}
+    return simulate(config_from_dict(raw)).trace
+
+
+@pytest.fixture(scope="module")
+def loop(tmp_path_factory):
+    """Calibrate on sim traces at k in {2, 4}, m = 4, offline; return the model and the
+    held-out traces."""
+    d = tmp_path_factory.mktemp("loop")
+    cal = {f"{mode}_k{k}": sim_trace(mode, k, 4) for mode in ("sd-sep", "psd") for k in (2, 4)}
+    cal["ar"] = sim_trace("ar", 0, 4)
+    path = str(d / "model.json")
+    write_model(path, calibrate([serial_only(t) for t in cal.values()]))
+    store_replay_params(path, replay_params(list(cal.values()), path))
+    poisson = {"name": "poisson", "rate": 40.0,
+               "prompt": {"name": "uniform", "low": 20, "high": 60},
+               "output": {"name": "fixed", "value": 40}}
+    held = {}
+    for mode in ("sd-sep", "psd"):
+        held[f"{mode}_k3"] = sim_trace(mode, 3, 4, seed=11)
+        held[f"{mode}_k5"] = sim_trace(mode, 5, 4, seed=12)
+        held[f"{mode}_m2"] = sim_trace(mode, 4, 2, seed=13)
+        held[f"{mode}_poisson"] = sim_trace(mode, 4, 4, poisson, seed=14)
+    return path, held, d
+
+
+def test_heldout_predictions_within_targets(loop):
+    path, held, _ = loop
+    v = validate(path, list(held.items()), seeds=(0, 1, 2))
+    rows = {(r.run, r.metric): r for r in v.rows}
+    for name in held:
+        for metric, bound in (("throughput_tok_s", 0.05), ("tpot.mean", 0.05),
+                              ("e2e.p99", 0.10)):
+            err = rows[(name, metric)].error
+            assert abs(err) <= bound, (name, metric, err)
+    gains = [r for r in v.rows if r.metric == "gain.throughput_tok_s"]
+    assert len(gains) == 4                       # k3, k5, m2, poisson pairs
+    assert all(abs(r.error) <= 5.0 for r in gains)
+    assert all(s["within"] for s in v.summary() if s["source"] == "sim")
+
+
+def test_prediction_tracks_a_wrong_model(loop):
+    """A model file whose costs are doubled must predict about half the throughput: the
+    replay really uses the calibrated costs."""
+    path, held, d = loop
+    doc = json.loads(open(path).read())
+    for role in doc["roles"].values():
+        role["coef"] = {t: 2 * v for t, v in role["coef"].items()}
+    slow = d / "slow.json"
+    slow.write_text(json.dumps(doc))
+    tr = held["sd-sep_k3"]
+    fast = validate(path, [("x", tr)], seeds=(0,)).comparisons[0].predicted
+    slowp = validate(str(slow), [("x", tr)], seeds=(0,)).comparisons[0].predicted
+    assert slowp["throughput_tok_s"] == pytest.approx(fast["throughput_tok_s"] / 2, rel=0.1)
+
+
+def test_replay_file_is_the_measured_workload(tmp_path):
+    tr = sim_trace("sd-sep", 3, 2, {"name": "poisson", "rate": 5.0,
+                                    "prompt": {"name": "uniform", "low": 5, "high": 50},
+                                    "output": {"name": "uniform", "low": 2, "high": 30}})
+    rs = read_requests(write_replay(tr, tmp_path / "w.csv"))
+    reqs = sorted(tr.requests, key=lambda r: r.arrival)
+    assert list(rs.prompt_len) == [r.prompt_len for r in reqs]
+    assert list(rs.output_len) == [r.output_len for r in reqs]
+    assert np.allclose(rs.arrival, [r.arrival - reqs[0].arrival for r in reqs])
+
+
+def test_pairs_only_same_workload():
+    a, b = sim_trace("sd-sep", 3, 2), sim_trace("psd", 3, 2)
+    c = sim_trace("psd", 4, 2)
+    d = sim_trace("psd", 3, 2, requests=20)
+    named = [("sd", a), ("psd_other_k", c), ("psd_fewer", d), ("psd", b)]
+    assert pair_traces(named) == [("sd", "psd")]
+    assert workload_key(a) == workload_key(b) != workload_key(d)
+
+
+def _step(i, t0, d, v, overlapped, gap=0.0):
+    if overlapped:
+        end = t0 + max(d, v) + gap
+        ph = (Phase("verify", "cpu:1", t0, t0 + v, 2, 10), Phase("draft", "cpu:0", t0, t0 + d,
+                                                                  2, 8))
+    else:
+        end = t0 + d + v + gap
+        ph = (Phase("draft", "cpu:0", t0, t0 + d, 2, 8),
+              Phase("verify", "cpu:1", t0 + d, t0 + d + v, 2, 10))
+    return StepRecord(i, t0, end, ph, (Verified("a", 4, 2, 3), Verified("b", 4, 2, 3)),
+                      overlapped=overlapped)
+
+
+def _hand_trace(mode, d, v, gap, n=20):
+    run = RunInfo(mode=mode, k=4, m=2, source="runtime",
+                  devices={"drafter": "cpu:0", "target": "cpu:1"})
+    steps, t = [], 0.0
+    for i in range(n):
+        s = _step(i, t, d, v, mode == "psd", gap)
+        steps.append(s)
+        t = s.end
+    reqs = [RequestRecord(r, 0.0, 0.0, 0.0, t, 10, 3 * n) for r in ("a", "b")]
+    return Trace(run, steps, reqs)
+
+
+@settings(deadline=None, max_examples=25)
+@given(st.floats(0.01, 1.0), st.floats(0.01, 1.0), st.floats(0.0, 0.05))
+def test_closed_form_constant_times(d, v, gap):
+    """Constant t and V: speedup = (t + V + o) / (max(t, V) + o), jitter or not."""
+    cf = closed_form(_hand_trace("sd-sep", d, v, gap), _hand_trace("psd", d, v, gap))
+    want = (d + v + gap) / (max(d, v) + gap)
+    assert cf.speedup == pytest.approx(want, rel=1e-6)
+    assert cf.speedup_deterministic == pytest.approx(want, rel=1e-6)
+    assert cf.overhead == pytest.approx(gap, abs=1e-9)
+    assert 1.0 <= cf.speedup <= 2.0 + 1e-9
+    slow = closed_form(_hand_trace("sd-sep", d, v, gap), _hand_trace("psd", d, v, gap),
+                       slowdown=(2.0, 1.5))
+    assert slow.speedup_slowdown == pytest.approx((d + v + gap) / (max(1.5 * d, 2 * v) + gap),
+                                                  rel=1e-6)
+
+
+def test_step_overheads_split_serial_and_overlapped():
+    s, o = step_overheads([_hand_trace("sd-sep", 0.1, 0.2, 0.01),
+                           _hand_trace("psd", 0.1, 0.2, 0.03)])
+    assert s == pytest.approx(0.01) and o == pytest.approx(0.03)
+    assert all(not st_.overlapped for st_ in serial_only(_hand_trace("psd", .1, .2, 0)).steps)
+
+
+def test_overlap_slowdown_measured_against_serial_fit(tmp_path):
+    """Overlapped phases 1.5x slower than serial ones: the slowdown says 1.5."""
+    serial = _hand_trace("sd-sep", 0.1, 0.2, 0.0)
+    psd = _hand_trace("psd", 0.15, 0.3, 0.0)
+    path = str(tmp_path / "m.json")
+    write_model(path, calibrate([serial_only(serial), serial_only(psd)], holdout=0.0))
+    p = replay_params([serial, psd], path)
+    assert p.slowdown == pytest.approx((1.5, 1.5), rel=1e-3)
+    assert p.scales("sd-sep") == pytest.approx((1.0, 1.0), rel=1e-3)
+    assert p.scales("psd") == pytest.approx((1.5, 1.5), rel=1e-3)
+    store_replay_params(path, p)
+    assert load_replay_params(json.loads(open(path).read())) == p
+    bad = {"meta": {"replay": {"overlap_target": -1, "serial_drafter": 0, "overhead_serial": 0}}}
+    assert load_replay_params(bad) == ReplayParams()
+
+
+def test_mean_correction_of_a_noisy_fit(tmp_path):
+    """Heavy-tailed phase times: the relative-error fit sits below the mean; the serial scale
+    brings the total back to the measured one."""
+    rng = np.random.default_rng(0)
+    tr = _hand_trace("sd-sep", 0.1, 0.2, 0.0, n=200)
+    noisy = []
+    for s in tr.steps:
+        f = float(rng.lognormal(0.0, 0.5))
+        ph = tuple(replace(p, end=p.start + f * (p.end - p.start)) for p in s.phases)
+        noisy.append(replace(s, phases=ph, end=max(p.end for p in ph)))
+    tr = replace(tr, steps=noisy)
+    path = str(tmp_path / "m.json")
+    write_model(path, calibrate([tr], holdout=0.0))
+    p = replay_params([tr], path)
+    assert p.serial_target > 1.1 and p.serial_drafter > 1.1
+    v = [x.end - x.start for s in tr.steps for x in s.phases if x.kind == "verify"]
+    coef = json.loads(open(path).read())["roles"]["target"]["coef"]
+    fitted = coef["base"] + 2 * coef["per_seq"] + 10 * coef["per_token"]
+    assert fitted * p.serial_target == pytest.approx(np.mean(v), rel=1e-6)
+
+
+def test_calibrated_cost_uses_prefill_fit_without_context(tmp_path):
+    doc = {"format": "psdlab.cost-fit", "version": 1, "meta": {}, "roles": {
+        "target": {"kind": "affine", "coef": {"base": 0.1, "per_token": 0.01}},
+        "target:prefill": {"kind": "affine", "coef": {"base": 0.5, "per_token": 0.002}}}}
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(doc))
+    c = calibrated_cost(str(path), "target", overhead=0.05, scale=2.0, prefill_scale=1.5)
+    assert c.forward_time(4, 100, 0) == pytest.approx(1.5 * (0.5 + 0.2))     # prefill fit
+    assert c.forward_time(4, 20, 80) == pytest.approx(2 * (0.1 + 0.2) + 0.05)
+    arr = c.forward_time(np.array([4, 4]), np.array([100, 20]), np.array([0, 80]))
+    assert np.allclose(arr, [1.05, 0.65])
+    with pytest.raises(ValueError, match="role"):
+        calibrated_cost(str(path), "drafter")
+
+
+@settings(deadline=None, max_examples=50)
+@given(st.floats(0.1, 100.0), st.floats(-0.9, 2.0))
+def test_rel_error_roundtrip(measured, err):
+    assert rel_error(measured * (1 + err), measured) == pytest.approx(err, abs=1e-9)
+
+
+def test_flatten():
+    f = flatten({"a": 1, "ttft": {"p99": 2.0, "mean": None}, "s": "x", "b": True})
+    assert f == {"a": 1.0, "ttft.p99": 2.0, "ttft.mean": None}
+
+
+# ---------------------------------------------------------------------------- the CLI
+
+@pytest.fixture(scope="module")
+def cli_files(loop):
+    path, held, d = loop
+    files = []
+    for name in ("sd-sep_k3", "psd_k3"):
+        p = d / f"{name}.jsonl"
+        write_trace(p, held[name])
+        files.append(str(p))
+    return path, files, d
+
+
+def test_cli_json_table(cli_files, capsys):
+    path, files, _ = cli_files
+    assert main(["validate", "--model", path, *files, "--seeds", "2", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    metrics = {r["metric"] for r in doc["rows"]}
+    for key in ("throughput_tok_s", "ttft.p99", "tpot.p50", "e2e.p90", "acceptance_rate",
+                "gain.throughput_tok_s", "speedup.decode"):
+        assert key in metrics
+    assert {r["run"] for r in doc["rows"]} >= {"sd-sep_k3", "psd_k3"}
+
+
+def test_cli_report_folder(cli_files, capsys, tmp_path):
+    path, files, _ = cli_files
+    out = tmp_path / "rep"
+    assert main(["validate", "--model", path, *files, "--seeds", "1", "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "PSD/SD gain" in text and "within" in text
+    for f in ("report.md", "comparison.csv", "summary.csv", "runs.csv", "calibration.csv",
+              "predicted_vs_measured.png", "gains.png", "phase_fit.png"):
+        assert (out / f).is_file(), f
+    md = (out / "report.md").read_text()
+    assert "![simulator vs measured](predicted_vs_measured.png)" in md
+
+
+def test_cli_bad_input_one_line(cli_files, capsys, tmp_path):
+    path, files, _ = cli_files
+    bad = tmp_path / "bad.jsonl"
+    lines = open(files[0]).read().splitlines()
+    bad.write_text("\n".join(lines[:3] + [lines[3][:20]]) + "\n")     # truncated line 4
+    assert main(["validate", "--model", path, str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and ":4:" in err
+    assert main(["validate", "--model", str(tmp_path / "none.json"), files[0]]) == 2
+    assert main(["validate", "--model", path, files[0], "--seeds", "0"]) == 2
+    assert "--seeds" in capsys.readouterr().err

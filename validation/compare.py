@@ -1,0 +1,190 @@
+"""Predicted vs measured: replay a measured workload in the calibrated simulator.
+
+For each measured trace the simulator is configured like the run (mode, k, batch size m, the
+runtime's batch manager) with the calibrated cost models (``validation.sim_costs``: decode and
+prefill fits, plus the controller overhead and overlap slowdown of
+``validation.replay_model``) and the calibrated acceptance model, and replays the measured workload: the same arrival times, prompt lengths and
+output lengths (``sim.workloads`` replay).  The simulator is stochastic in acceptance, so it is
+run with several seeds and each metric is averaged over them.  Every metric comes from
+``analysis.metrics.summarize`` on both sides.
+
+Errors: relative, ``(predicted - measured) / measured``, for times and rates; for the PSD/SD
+gain (``throughput(PSD) / throughput(SD) - 1``) the difference in percentage points.  The
+closed-form prediction of the gain (``validation.gains``) comes from the measured t and V.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from analysis.metrics import summarize
+from analysis.trace import Trace
+
+#: (metric key in the flattened summary, label, unit); errors are relative
+METRICS: tuple[tuple[str, str, str], ...] = (
+    ("throughput_tok_s", "throughput (output tokens / makespan)", "tok/s"),
+    ("decode_throughput_tok_s", "decode throughput (paper's)", "tok/s"),
+    ("makespan_s", "makespan", "s"),
+    *((f"ttft.{q}", f"TTFT {q}", "s") for q in ("mean", "p50", "p90", "p99")),
+    *((f"tpot.{q}", f"TPOT {q}", "s") for q in ("mean", "p50", "p90", "p99")),
+    *((f"e2e.{q}", f"end-to-end {q}", "s") for q in ("mean", "p50", "p90", "p99")),
+    ("acceptance_rate", "acceptance rate (VSR)", ""),
+    ("mean_acceptance_length", "mean acceptance length", "tok"),
+    ("mean_draft_time_s", "mean draft phase", "s"),
+    ("mean_verify_time_s", "mean verify phase", "s"),
+)
+DEFAULT_SEEDS = (0, 1, 2, 3, 4)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One predicted-vs-measured comparison (the unit of every table and CSV)."""
+    run: str
+    metric: str
+    label: str
+    unit: str
+    measured: float | None
+    predicted: float | None
+    error: float | None          # relative error, or percentage points for a gain
+    error_kind: str = "rel"      # "rel" | "pp"
+    source: str = "sim"          # "sim" | "closed form"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def flatten(summary: dict[str, Any]) -> dict[str, float | None]:
+    """``{"ttft": {"p99": x}}`` -> ``{"ttft.p99": x}`` for the numeric metrics."""
+    out: dict[str, float | None] = {}
+    for key, value in summary.items():
+        if isinstance(value, dict):
+            for sub, v in value.items():
+                if v is None or isinstance(v, (int, float)) and not isinstance(v, bool):
+                    out[f"{key}.{sub}"] = None if v is None else float(v)
+        elif value is None or isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[key] = None if value is None else float(value)
+    return out
+
+
+def rel_error(predicted: float | None, measured: float | None) -> float | None:
+    if predicted is None or measured is None or measured == 0:
+        return None
+    return (predicted - measured) / measured
+
+
+# ---------------------------------------------------------------------------- the replay
+
+def write_replay(trace: Trace, path: str | os.PathLike) -> str:
+    """The measured workload as a replay CSV (arrival, prompt_len, output_len), arrivals
+    relative to the first one."""
+    reqs = sorted(trace.requests, key=lambda r: r.arrival)
+    if not reqs:
+        raise ValueError(f"trace: {trace.run.mode} run has no request records to replay")
+    t0 = reqs[0].arrival
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["arrival", "prompt_len", "output_len"])
+        for r in reqs:
+            w.writerow([repr(r.arrival - t0), max(1, r.prompt_len), max(1, r.output_len)])
+    return os.fspath(path)
+
+
+def sim_config(trace: Trace, model_path: str, replay_path: str, *, seed: int = 0,
+               params: Any = None, acceptance: dict[str, Any] | None = None,
+               jitter: dict[str, Any] | None = None):
+    """A SimConfig that replays ``trace``'s workload with the calibrated models, the
+    controller overhead and the overlap slowdown of ``params`` (a ReplayParams)."""
+    import validation.sim_costs as sc
+    from sim.config import ModelConfig, ServerConfig, SimConfig, TraceConfig
+    from validation.model_file import acceptance_spec, read_model
+    from validation.replay_model import ReplayParams
+
+    run = trace.run
+    mode = run.mode
+    if mode not in ("ar", "sd", "sd-sep", "psd"):
+        raise ValueError(f"trace: mode {mode!r} cannot be replayed")
+    params = params or ReplayParams()
+    t_scale, d_scale = params.scales(mode)
+    server = ServerConfig(mode=mode, k=max(run.k, 1) if mode != "ar" else 0, m=run.m,
+                          policy="rebalance" if mode == "psd" else "paper")
+    devices = run.devices or {}
+    target = ModelConfig(name=str((run.models or {}).get("target", "target")),
+                         device=str(devices.get("target", "sim:target")),
+                         cost=sc.cost_spec(model_path, "target", overhead=params.overhead(mode),
+                                            scale=t_scale,
+                                            prefill_scale=params.prefill_target))
+    drafter = None
+    acc: dict[str, Any] = {"name": "none"}
+    if mode != "ar":
+        drafter = ModelConfig(name=str((run.models or {}).get("drafter", "drafter")),
+                              device=str(devices.get("drafter", "sim:drafter")),
+                              cost=sc.cost_spec(model_path, "drafter", scale=d_scale,
+                                                prefill_scale=params.prefill_drafter))
+        acc = acceptance or acceptance_spec(read_model(model_path))
+    return SimConfig(server=server, target=target, drafter=drafter, acceptance=acc,
+                     workload={"name": "replay", "path": replay_path},
+                     requests=len(trace.requests), seed=seed,
+                     jitter=jitter if jitter is not None else params.jitter(),
+                     trace=TraceConfig(path=None, level="step"))
+
+
+def predict(trace: Trace, model_path: str, *, seeds: Sequence[int] = DEFAULT_SEEDS,
+            params: Any = None, acceptance: dict[str, Any] | None = None,
+            jitter: dict[str, Any] | None = None, workdir: str | None = None
+            ) -> tuple[dict[str, float | None], Trace]:
+    """Simulated metrics for a measured trace (mean over ``seeds``) and the first seed's
+    simulated trace."""
+    from sim.engine import simulate
+
+    if not seeds:
+        raise ValueError("seeds: need at least one")
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        replay = write_replay(trace, Path(tmp) / "workload.csv")
+        runs, first = [], None
+        for seed in seeds:
+            cfg = sim_config(trace, model_path, replay, seed=seed, params=params,
+                             acceptance=acceptance, jitter=jitter)
+            res = simulate(cfg)
+            runs.append(flatten(res.metrics))
+            first = first or res.trace
+    keys = runs[0].keys()
+    mean = {}
+    for key in keys:
+        vals = [r.get(key) for r in runs]
+        mean[key] = None if any(v is None for v in vals) else float(np.mean(vals))
+    return mean, first
+
+
+def compare_metrics(run: str, measured: dict[str, float | None],
+                    predicted: dict[str, float | None]) -> list[Row]:
+    rows = []
+    for key, label, unit in METRICS:
+        m, p = measured.get(key), predicted.get(key)
+        if m is None and p is None:
+            continue
+        rows.append(Row(run, key, label, unit, m, p, rel_error(p, m)))
+    return rows
+
+
+@dataclass
+class TraceComparison:
+    """A measured trace, its replay in the simulator, and the rows comparing them."""
+    name: str
+    trace: Trace
+    measured: dict[str, float | None]
+    predicted: dict[str, float | None]
+    rows: list[Row]
+    sim_trace: Trace | None = None
+
+
+def compare_trace(name: str, trace: Trace, model_path: str, **kw: Any) -> TraceComparison:
+    measured = flatten(summarize(trace))
+    predicted, sim_trace = predict(trace, model_path, **kw)
+    return TraceComparison(name, trace, measured, predicted,
+                           compare_metrics(name, measured, predicted), sim_trace)

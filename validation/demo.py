@@ -1,0 +1,239 @@
+"""`psdlab demo`, the README's main job: measure, calibrate, predict the held-out runs, report.
+
+1. Prepare the real model pair (``runtime.pair.prepare_pair``: SmolLM2-135M and its distilled
+   drafter; converted once and cached) unless model directories are given.
+2. Run the plan of ``validation.runs`` on this machine: AR, SD (drafter on its own core, no
+   overlap) and PSD over the shipped held-out prompts, at several k, batch sizes and arrival
+   patterns, writing one trace per run.
+3. Calibrate the simulator on the ``calibrate`` runs (``validation.calibrate``; cost models on
+   their serial steps), store the controller overhead and the overlap slowdown they show
+   (``validation.replay_model``) in the model file, and write ``model.json``.
+4. Replay every run in the calibrated simulator (``validation.validate``); the ``validate``
+   runs were not used for the fit: other k, another batch size, Poisson arrivals; the
+   ``repeat`` runs repeat a calibration configuration, so their errors show how much the
+   machine itself drifted between runs (the noise floor).
+5. Write the report folder (``validation.report``) and return the three-line summary:
+   measured PSD/SD gain, predicted gain, error, over the held-out SD/PSD pairs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from analysis.trace import read_trace
+from validation.runs import Measured, Plan, default_plan, run_plan
+
+
+@dataclass
+class DemoResult:
+    out_dir: str
+    model_path: str
+    validation: Any
+    measured: list[Measured]
+    files: dict[str, str]
+    headline: list[str]
+    timings: dict[str, float] = field(default_factory=dict)
+    held_out: tuple[str, ...] = ()
+    repeats: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"out_dir": self.out_dir, "model": self.model_path, "headline": self.headline,
+                "timings_s": self.timings, "files": self.files,
+                "held_out": list(self.held_out),
+                "summary": self.validation.summary(only=set(self.held_out)),
+                "noise_floor": self.validation.summary(only=set(self.repeats)),
+                "runs": [{"name": m.spec.name, "role": m.spec.role, "mode": m.spec.mode,
+                          "k": m.spec.k, "m": m.spec.batch, "arrivals": m.spec.arrivals,
+                          "rate": m.rate, "wall_s": m.wall_s, "trace": m.path}
+                         for m in self.measured],
+                "validation": self.validation.to_dict()}
+
+
+def _say(msg: str, quiet: bool) -> None:
+    if not quiet:
+        print(msg, file=sys.stderr, flush=True)
+
+
+def resolve_pair(target: str | None, draft: str | None, quiet: bool) -> tuple[str, str, str | None]:
+    """(target dir, drafter dir, tokenizer dir or None)."""
+    if target is None and draft is None:
+        from runtime.pair import prepare_pair
+        pair = prepare_pair(progress=not quiet)
+        return pair.target_dir, pair.drafter_dir, pair.tokenizer_dir
+    if target is None or draft is None:
+        raise ValueError("target: give both --target and --draft, or neither (the real pair)")
+    for name, path in (("target", target), ("draft", draft)):
+        if not os.path.isfile(os.path.join(path, "config.json")):
+            raise FileNotFoundError(f"{name}: no config.json in {path}")
+    has_tok = any(os.path.isfile(os.path.join(target, f))
+                  for f in ("tokenizer.json", "tokenizer_config.json"))
+    return target, draft, target if has_tok else None
+
+
+def calibrate_runs(measured: Sequence[Measured], out_dir: str) -> str:
+    """Fit on the calibration runs; write model.json with the replay parameters."""
+    from validation.calibrate import calibrate
+    from validation.model_file import write_model
+    from validation.replay_model import replay_params, serial_only, store_replay_params
+    os.makedirs(out_dir, exist_ok=True)
+    cal = [m for m in measured if m.spec.role == "calibrate"]
+    if not cal:
+        raise ValueError("plan: no calibration runs")
+    traces = [read_trace(m.path) for m in cal]
+    path = os.path.join(out_dir, "model.json")
+    calibration = calibrate([serial_only(t) for t in traces], holdout=0.2, seed=0)
+    write_model(path, calibration, traces=[os.path.basename(m.path) for m in cal])
+    store_replay_params(path, replay_params(traces, path))
+    return path
+
+
+def headline(validation: Any, held_out: set[str]) -> list[str]:
+    """Three lines: measured gain, predicted gain, error (mean over held-out pairs)."""
+    rows = [r for g in validation.gains if g.psd in held_out and g.sd in held_out
+            for r in g.rows if r.metric == "gain.throughput_tok_s"]
+    cf = [r for g in validation.gains if g.psd in held_out and g.sd in held_out
+          for r in g.rows if r.metric == "speedup.decode"]
+    if not rows:
+        return ["measured PSD/SD gain: n/a (no held-out SD/PSD pair)", "predicted gain: n/a",
+                "error: n/a"]
+    meas = float(np.mean([r.measured for r in rows]))
+    pred = float(np.mean([r.predicted for r in rows]))
+    errs = [abs(r.error) for r in rows if r.error is not None]
+    cf_txt = ""
+    if cf:
+        cf_txt = (f"; closed form (decode): {100 * (np.mean([r.predicted for r in cf]) - 1):+.1f}%"
+                  f" vs measured {100 * (np.mean([r.measured for r in cf]) - 1):+.1f}%")
+    return [f"measured PSD/SD gain:  {100 * meas:+.1f}% (throughput, mean of {len(rows)} "
+            f"held-out SD/PSD pairs)",
+            f"predicted gain:        {100 * pred:+.1f}% (calibrated simulator){cf_txt}",
+            f"error:                 {100 * (pred - meas):+.1f} pp (max |error| over pairs "
+            f"{max(errs):.1f} pp)"]
+
+
+def demo(out_dir: str, *, quick: bool = False, plan: Plan | None = None,
+         target: str | None = None, draft: str | None = None,
+         prompt_ids: Sequence[Sequence[int]] | None = None, backend: str | None = None,
+         progress: bool = True, quiet: bool = False,
+         seeds: Sequence[int] = (0, 1, 2, 3, 4)) -> DemoResult:
+    """The whole main job (module docstring); ``quiet`` silences stderr, ``progress`` the
+    bars."""
+    t0 = time.perf_counter()
+    timings: dict[str, float] = {}
+    plan = plan or default_plan(quick)
+    os.makedirs(out_dir, exist_ok=True)
+    trace_dir = os.path.join(out_dir, "traces")
+    _say("psdlab demo: preparing the model pair", quiet)
+    target_dir, drafter_dir, tok_dir = resolve_pair(target, draft, quiet)
+    tokenizer = None
+    if prompt_ids is None:
+        if tok_dir is None:
+            raise ValueError("target: has no tokenizer; give prompt_ids")
+        from runtime.session import load_tokenizer
+        tokenizer = load_tokenizer(tok_dir)
+    timings["prepare_s"] = time.perf_counter() - t0
+    if hasattr(os, "getloadavg"):
+        timings["load_at_start"] = os.getloadavg()[0]
+    bars = _Bars(len(plan.runs), plan.num_prompts, progress and not quiet)
+    try:
+        measured = run_plan(plan, target_dir, drafter_dir, trace_dir, tokenizer=tokenizer,
+                            prompt_ids=prompt_ids, backend=backend, on_run=bars.on_run,
+                            on_request=bars.on_request)
+    finally:
+        bars.close()
+    timings["runs_s"] = time.perf_counter() - t0 - timings["prepare_s"]
+    return analyse(out_dir, measured, plan, target_dir, drafter_dir, seeds=seeds,
+                   quiet=quiet, timings=timings, t0=t0)
+
+
+def analyse(out_dir: str, measured: Sequence[Measured], plan: Plan, target_dir: str = "",
+            drafter_dir: str = "", *, seeds: Sequence[int] = (0, 1, 2, 3, 4),
+            quiet: bool = True, timings: dict[str, float] | None = None,
+            t0: float | None = None) -> DemoResult:
+    """Steps 3-5 on measured runs: calibrate, replay, report."""
+    t0 = time.perf_counter() if t0 is None else t0
+    timings = dict(timings or {})
+    _say("psdlab demo: calibrating the simulator on the calibration runs", quiet)
+    model_path = calibrate_runs(measured, out_dir)
+    _say("psdlab demo: replaying every run in the calibrated simulator", quiet)
+    from validation.validate import validate
+    named = [(m.spec.name, read_trace(m.path)) for m in measured]
+    validation = validate(model_path, named, seeds=seeds)
+    roles = {m.spec.name: m.spec.role for m in measured}
+    held = {n for n, r in roles.items() if r == "validate"}
+    repeats = {n for n, r in roles.items() if r == "repeat"}
+    lines = headline(validation, held)
+    timings["total_s"] = time.perf_counter() - t0
+    from validation.report import write_report
+    intro = _intro(plan, target_dir, drafter_dir, timings, measured)
+    files = write_report(out_dir, validation, named, roles=roles, title="psdlab demo report",
+                         intro=intro, headline=lines, summary_runs=held,
+                         noise_runs=repeats)
+    result = DemoResult(out_dir, model_path, validation, list(measured), files, lines,
+                        timings, tuple(sorted(held)), tuple(sorted(repeats)))
+    with open(os.path.join(out_dir, "demo.json"), "w", encoding="utf-8") as fh:
+        json.dump(result.to_dict(), fh, indent=1, default=str)
+    return result
+
+
+def _intro(plan: Plan, target: str, drafter: str, timings: dict[str, float],
+           measured: Sequence[Measured]) -> list[str]:
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+    rate = next((m.rate for m in measured if m.rate), None)
+    lines = [f"Target `{os.path.basename(target.rstrip('/'))}`, drafter "
+             f"`{os.path.basename(drafter.rstrip('/'))}`; {plan.num_prompts} prompts, "
+             f"up to {plan.max_new_tokens} new tokens each (seeded lengths down to "
+             f"{1 - plan.output_spread:.0%} of that; greedy, EOS ignored), "
+             f"{len(plan.runs)} runs on one set of workers (drafter and target each on its "
+             f"own CPU core).",
+             f"Calibrated on: {', '.join(m.spec.name for m in measured if m.spec.role == 'calibrate')}. "
+             f"Held out: {', '.join(m.spec.name for m in measured if m.spec.role == 'validate')}.",
+             f"Model preparation {timings.get('prepare_s', 0):.0f} s, runs "
+             f"{timings.get('runs_s', 0):.0f} s; load average (1 min) at the start of the runs "
+             f"{timings.get('load_at_start', float('nan')):.2f}, at the end {load[0]:.2f} / "
+             f"{load[1]:.2f} / {load[2]:.2f} (1 / 5 / 15 min) on {os.cpu_count()} CPUs."]
+    if rate:
+        lines.append(f"Poisson runs: {rate:.3f} requests/s ({plan.load:g} x the rate the "
+                     f"`{plan.poisson_from}` run served).")
+    return lines
+
+
+class _Bars:
+    """Two tqdm bars on stderr: runs done, and requests done in the current run."""
+
+    def __init__(self, runs: int, requests: int, enabled: bool):
+        self.enabled = enabled
+        self.outer = self.inner = None
+        self.requests = requests
+        if enabled:
+            from tqdm import tqdm
+            self._tqdm = tqdm
+            self.outer = tqdm(total=runs, unit="run", desc="demo runs", position=0,
+                              file=sys.stderr)
+
+    def on_run(self, spec: Any, i: int, n: int) -> None:
+        if not self.enabled:
+            return
+        if self.inner is not None:
+            self.inner.close()
+            self.outer.update(1)
+        self.outer.set_postfix_str(spec.name)
+        self.inner = self._tqdm(total=self.requests, unit="req", desc=f"  {spec.name}",
+                                position=1, leave=False, file=sys.stderr)
+
+    def on_request(self, done: int, total: int) -> None:
+        if self.inner is not None:
+            self.inner.update(done - self.inner.n)
+
+    def close(self) -> None:
+        if self.inner is not None:
+            self.inner.close()
+            self.outer.update(1)
+        if self.outer is not None:
+            self.outer.close()
+

@@ -1,0 +1,147 @@
+"""The PSD/SD gain: measured, predicted by the simulator, and by the closed form.
+
+An SD trace and a PSD trace *pair up* when they served the same workload (same k, m, and the
+same requests: arrival times, prompt and output lengths).  For a pair:
+
+- measured gain = throughput(PSD) / throughput(SD) - 1, both for the end-to-end throughput
+  (output tokens / makespan) and for the paper's decode throughput;
+- simulator gain: the same ratio of the replayed runs' predicted throughputs; its error is in
+  percentage points;
+- closed form, from the SD trace's measured drafting time t, verification time V (per decode
+  step, with their coefficients of variation) and controller overhead o = (mean SD step) - t
+  - V: speedup = (t + V + o) / (E[max(t, V)] + o) times the ratio of tokens emitted per
+  verification (PSD / SD), with E[max] for independent gamma-distributed t and V
+  (``analysis.theory.jitter``; deterministic: max(t, V)); a third variant multiplies t and
+  V by the overlap slowdown calibrated for the replay (``validation.replay_model``), the
+  contention a shared machine adds when both run at once.  It is compared with the measured
+  decode-throughput speedup, as a relative error of the speedup.  It assumes full batches, so
+  ``validation.validate`` applies it to offline pairs only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from analysis.metrics import decode_steps
+from analysis.theory import expected_max
+from analysis.trace import Trace
+from validation.compare import Row
+
+PAIRED_MODES = ({"sd", "sd-sep"}, "psd")
+
+
+def workload_key(trace: Trace) -> tuple:
+    """What identifies a workload: k, m and the requests (arrival, prompt, output lengths)."""
+    reqs = sorted((round(r.arrival, 2), r.prompt_len, r.output_len) for r in trace.requests)
+    return (trace.run.k, trace.run.m, tuple(reqs))
+
+
+def pair_traces(named: Sequence[tuple[str, Trace]]) -> list[tuple[str, str]]:
+    """(SD name, PSD name) for every SD and PSD trace of the same workload (first match)."""
+    sds = [(n, t) for n, t in named if t.run.mode in PAIRED_MODES[0]]
+    pairs, used = [], set()
+    for name, tr in named:
+        if tr.run.mode != PAIRED_MODES[1]:
+            continue
+        key = workload_key(tr)
+        for sd_name, sd in sds:
+            if sd_name not in used and workload_key(sd) == key:
+                pairs.append((sd_name, name))
+                used.add(sd_name)
+                break
+    return pairs
+
+
+def _phase_times(trace: Trace, kind: str) -> np.ndarray:
+    return np.array([sum(p.end - p.start for p in s.phases if p.kind == kind)
+                     for s in decode_steps(trace) if any(p.kind == kind for p in s.phases)])
+
+
+def _emitted_per_verification(trace: Trace) -> float:
+    rows = [v.emitted for s in trace.steps for v in s.verified if v.proposed > 0]
+    return float(np.mean(rows)) if rows else 1.0
+
+
+@dataclass(frozen=True)
+class ClosedForm:
+    t: float
+    V: float
+    t_cv: float
+    V_cv: float
+    overhead: float
+    emitted_ratio: float
+    speedup: float               # with jitter (gamma E[max])
+    speedup_deterministic: float
+    speedup_slowdown: float | None = None   # with jitter and the calibrated overlap slowdown
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def closed_form(sd: Trace, psd: Trace,
+                slowdown: tuple[float, float] | None = None) -> ClosedForm:
+    """Closed-form PSD/SD decode speedup from the SD trace's measured t and V (module doc);
+    with ``slowdown`` = (target, drafter) factors (``validation.replay_model``), also the
+    speedup when overlapped phases run that much slower than alone."""
+    t, V = _phase_times(sd, "draft"), _phase_times(sd, "verify")
+    if t.size == 0 or V.size == 0:
+        raise ValueError("trace: the SD trace has no decode steps with draft and verify phases")
+    steps = decode_steps(sd)
+    step = float(np.mean([s.end - s.start for s in steps if s.verified]))
+    tm, vm = float(t.mean()), float(V.mean())
+    o = max(0.0, step - tm - vm)
+    tcv = float(t.std() / tm) if tm > 0 else 0.0
+    vcv = float(V.std() / vm) if vm > 0 else 0.0
+    e_max = expected_max(tm, vm, tcv, vcv, "gamma")
+    ratio = _emitted_per_verification(psd) / _emitted_per_verification(sd)
+    slow = None
+    if slowdown is not None:
+        st, sdr = slowdown
+        e_slow = expected_max(sdr * tm, st * vm, tcv, vcv, "gamma")
+        slow = ratio * (tm + vm + o) / (e_slow + o)
+    return ClosedForm(t=tm, V=vm, t_cv=tcv, V_cv=vcv, overhead=o, emitted_ratio=ratio,
+                      speedup=ratio * (tm + vm + o) / (e_max + o),
+                      speedup_deterministic=ratio * (tm + vm + o) / (max(tm, vm) + o),
+                      speedup_slowdown=slow)
+
+
+def _gain(psd: float | None, sd: float | None) -> float | None:
+    return None if psd is None or sd is None or sd <= 0 else psd / sd - 1.0
+
+
+def _pp(pred: float | None, meas: float | None) -> float | None:
+    return None if pred is None or meas is None else 100.0 * (pred - meas)
+
+
+@dataclass
+class GainResult:
+    name: str
+    sd: str
+    psd: str
+    rows: list[Row]
+    closed_form: ClosedForm | None
+
+
+def gain_rows(name: str, sd_meas: dict, psd_meas: dict, sd_pred: dict | None,
+              psd_pred: dict | None, cf: ClosedForm | None) -> list[Row]:
+    rows = []
+    for key, label in (("throughput_tok_s", "PSD/SD gain (throughput)"),
+                       ("decode_throughput_tok_s", "PSD/SD gain (decode throughput)")):
+        meas = _gain(psd_meas.get(key), sd_meas.get(key))
+        if sd_pred is not None and psd_pred is not None:
+            pred = _gain(psd_pred.get(key), sd_pred.get(key))
+            rows.append(Row(name, f"gain.{key}", label, "", meas, pred, _pp(pred, meas), "pp"))
+    if cf is not None:
+        meas_gain = _gain(psd_meas.get("decode_throughput_tok_s"),
+                          sd_meas.get("decode_throughput_tok_s"))
+        meas = None if meas_gain is None else 1.0 + meas_gain
+        variants = [(cf.speedup, "", ""), (cf.speedup_deterministic, ".det", ", no jitter")]
+        if cf.speedup_slowdown is not None:
+            variants.append((cf.speedup_slowdown, ".slowdown", ", calibrated overlap slowdown"))
+        for pred, suffix, tag in variants:
+            err = None if meas is None else (pred - meas) / meas
+            rows.append(Row(name, "speedup.decode" + suffix, f"PSD/SD decode speedup{tag}",
+                            "x", meas, pred, err, "rel", "closed form"))
+    return rows

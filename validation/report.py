@@ -1,0 +1,298 @@
+"""The validation report: tables as text, CSVs, and one markdown file with the figures.
+
+``write_report(out_dir, validation, ...)`` writes
+
+- ``comparison.csv``: every predicted-vs-measured row (run, metric, measured, predicted, error,
+  error kind, source);
+- ``summary.csv``: the worst error per target (``validation.validate.TARGETS``);
+- ``runs.csv``: the measured headline metrics of every run (plus its role when known);
+- ``calibration.csv``: the fitted cost coefficients with 95% intervals and held-out errors;
+- the figures of ``validation.report_figs`` (PNG, each with the CSV behind it);
+- ``report.md``: all of the above as markdown tables and embedded figures.
+
+``format_table`` and ``format_summary`` give the same tables as plain text for the terminal.
+"""
+from __future__ import annotations
+
+import csv
+import os
+from typing import Any, Iterable, Mapping, Sequence
+
+from validation.compare import Row
+
+ROW_COLUMNS = ("run", "metric", "label", "unit", "measured", "predicted", "error",
+               "error_kind", "source")
+RUN_COLUMNS = ("run", "role", "mode", "k", "m", "arrivals", "load_1min", "requests",
+               "output_tokens",
+               "throughput_tok_s", "decode_throughput_tok_s", "tpot.mean", "e2e.p99",
+               "acceptance_rate", "mean_draft_time_s", "mean_verify_time_s")
+
+
+def write_csv(path: str, columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(columns)
+        for r in rows:
+            w.writerow(["" if r.get(c) is None else r.get(c) for c in columns])
+    return path
+
+
+def fmt_value(x: float | None, unit: str = "") -> str:
+    if x is None:
+        return "n/a"
+    if unit == "s":
+        return f"{x * 1e3:.1f} ms" if abs(x) < 1 else f"{x:.3f} s"
+    if unit == "tok/s":
+        return f"{x:.2f}"
+    return f"{x:.3f}"
+
+
+def fmt_error(row: Row) -> str:
+    if row.error is None:
+        return "n/a"
+    if row.error_kind == "pp":
+        return f"{row.error:+.1f} pp"
+    return f"{100 * row.error:+.1f}%"
+
+
+def _gain_value(row: Row, x: float | None) -> str:
+    if x is None:
+        return "n/a"
+    return f"{100 * x:+.1f}%" if row.error_kind == "pp" else f"{x:.3f}x"
+
+
+def row_cells(row: Row) -> list[str]:
+    if row.metric.startswith(("gain.", "speedup.")):
+        meas, pred = _gain_value(row, row.measured), _gain_value(row, row.predicted)
+    else:
+        meas, pred = fmt_value(row.measured, row.unit), fmt_value(row.predicted, row.unit)
+    return [row.run, row.label, meas, pred, fmt_error(row), row.source]
+
+
+def _text_table(header: list[str], body: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h)
+              for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in body]
+    return "\n".join(lines)
+
+
+def md_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in body]
+    return "\n".join(lines)
+
+
+TABLE_HEADER = ["run", "metric", "measured", "predicted", "error", "by"]
+
+
+def format_table(rows: Sequence[Row]) -> str:
+    return _text_table(TABLE_HEADER, [row_cells(r) for r in rows])
+
+
+def _bound(item: Mapping[str, Any]) -> str:
+    b = item["bound"]
+    return f"{b:g} pp" if item["kind"] == "pp" else f"{100 * b:g}%"
+
+
+def _err(item: Mapping[str, Any], key: str) -> str:
+    v = item[key]
+    return f"{v:.1f} pp" if item["kind"] == "pp" else f"{100 * v:.1f}%"
+
+
+def summary_cells(summary: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+    return [[s["target"], s["source"], str(s["n"]), _err(s, "mean_abs_error"),
+             _err(s, "max_abs_error"), s["worst_run"], _bound(s),
+             "yes" if s["within"] else "NO"] for s in summary]
+
+
+SUMMARY_HEADER = ["target", "by", "n", "mean |error|", "max |error|", "worst run", "bound",
+                  "within"]
+
+
+def format_summary(summary: Sequence[Mapping[str, Any]]) -> str:
+    return _text_table(SUMMARY_HEADER, summary_cells(summary))
+
+
+# ---------------------------------------------------------------------------- files
+
+def run_rows(named: Sequence[tuple[str, Any]], roles: Mapping[str, str] | None = None
+             ) -> list[dict[str, Any]]:
+    from analysis.metrics import summarize
+    from validation.compare import flatten
+    out = []
+    for name, tr in named:
+        s = flatten(summarize(tr))
+        arrivals = "offline" if all(r.arrival == 0 for r in tr.requests) else "timed"
+        load = (tr.run.extra or {}).get("load_1min")
+        out.append({"run": name, "role": (roles or {}).get(name, ""), "mode": tr.run.mode,
+                    "k": tr.run.k, "m": tr.run.m, "arrivals": arrivals,
+                    "load_1min": load if isinstance(load, (int, float)) else None,
+                    **{c: s.get(c) for c in RUN_COLUMNS[7:]}})
+    return out
+
+
+def calibration_rows(model: Mapping[str, Any]) -> list[dict[str, Any]]:
+    fits = (model.get("meta") or {}).get("fits") or {}
+    out = []
+    for name, fit in fits.items():
+        for term, value in (fit.get("coef") or {}).items():
+            lo, hi = (fit.get("ci95") or {}).get(term, [None, None])
+            out.append({"fit": name, "term": term, "estimate_s": value, "ci95_low": lo,
+                        "ci95_high": hi,
+                        "identified": (fit.get("identified") or {}).get(term),
+                        "n": fit.get("n"), "heldout_error": fit.get("heldout_error")})
+    return out
+
+
+def write_tables(out_dir: str, validation: Any, runs: Sequence[dict[str, Any]],
+                 model: Mapping[str, Any] | None, summary_runs: set[str] | None = None
+                 ) -> dict[str, str]:
+    os.makedirs(out_dir, exist_ok=True)
+    files = {
+        "comparison": write_csv(os.path.join(out_dir, "comparison.csv"), ROW_COLUMNS,
+                                [r.to_dict() for r in validation.rows]),
+        "summary": write_csv(os.path.join(out_dir, "summary.csv"),
+                             ("target", "metric", "source", "n", "mean_abs_error",
+                              "max_abs_error", "worst_run", "bound", "kind", "within"),
+                             validation.summary(summary_runs)),
+        "runs": write_csv(os.path.join(out_dir, "runs.csv"), RUN_COLUMNS, runs),
+    }
+    if model is not None:
+        files["calibration"] = write_csv(
+            os.path.join(out_dir, "calibration.csv"),
+            ("fit", "term", "estimate_s", "ci95_low", "ci95_high", "identified", "n",
+             "heldout_error"), calibration_rows(model))
+    return files
+
+
+# ---------------------------------------------------------------------------- markdown
+
+def _fig(md: list[str], figures: Mapping[str, str], key: str, caption: str) -> None:
+    if key in figures:
+        md += [f"![{caption}]({os.path.basename(figures[key])})", "", f"*{caption}* "
+               f"(data: `{key}.csv`)", ""]
+
+
+def write_report(out_dir: str, validation: Any, named: Sequence[tuple[str, Any]], *,
+                 roles: Mapping[str, str] | None = None, title: str = "psdlab validation",
+                 intro: Sequence[str] = (), headline: Sequence[str] = (),
+                 figures: bool = True, summary_runs: set[str] | None = None,
+                 noise_runs: set[str] | None = None) -> dict[str, str]:
+    """Write the CSVs, figures and ``report.md`` (module docstring); returns the file paths."""
+    from validation.model_file import read_model
+    roles = dict(roles or {})
+    os.makedirs(out_dir, exist_ok=True)
+    model = read_model(validation.model_path)
+    runs = run_rows(named, roles)
+    files = write_tables(out_dir, validation, runs, model, summary_runs)
+    figs: dict[str, str] = {}
+    if figures:
+        from validation.report_figs import all_figures
+        figs = all_figures(out_dir, validation, validation.model_path, named, roles)
+    files.update(figs)
+    md = [f"# {title}", ""] + list(intro) + [""]
+    if headline:
+        md += ["## Result", "", "```", *headline, "```", ""]
+    scope = "held-out runs" if summary_runs is not None else "all runs compared"
+    md += [f"## Against the targets (worst |error| over the {scope})", "",
+           md_table(SUMMARY_HEADER, summary_cells(validation.summary(summary_runs))), ""]
+    if noise_runs:
+        md += ["## Noise floor: calibration configurations run again", "",
+               "The same configurations as calibration runs, measured again at the end: "
+               "their errors are the machine's own drift between runs, not the model's.", "",
+               md_table(SUMMARY_HEADER, summary_cells(validation.summary(noise_runs))), ""]
+    held = [c for c in validation.comparisons if roles.get(c.name, "validate") == "validate"]
+    md += ["## Held-out runs: predicted vs measured", ""]
+    keys = ("throughput_tok_s", "tpot.mean", "e2e.p99", "ttft.mean", "acceptance_rate")
+    body = [row_cells(r) for c in held for r in c.rows if r.metric in keys]
+    md += [md_table(TABLE_HEADER, body), ""]
+    ext = extrapolation_rows(validation, roles)
+    if ext:
+        md += ["## What each held-out run extrapolates", "", md_table(
+            ["run", "differs from the calibration runs in", "throughput", "mean TPOT",
+             "p99 e2e", "PSD/SD gain"],
+            [[r["run"], r["differs"], *r["errors"]] for r in ext]), ""]
+    md += ["## PSD/SD gain", "", md_table(TABLE_HEADER, [row_cells(r) for g in validation.gains
+                                                        for r in g.rows]), ""]
+    _fig(md, figs, "predicted_vs_measured", "simulator vs measured")
+    _fig(md, figs, "gains", "PSD/SD gains")
+    _fig(md, figs, "throughput_vs_k", "throughput vs k")
+    _fig(md, figs, "phase_fit", "calibrated phase-time model vs measured phases")
+    md += ["## Measured runs", "", md_table(
+        ["run", "role", "mode", "k", "m", "arrivals", "load (1 min)", "tok/s", "mean TPOT",
+         "p99 e2e", "VSR"],
+        [[r["run"], r["role"], r["mode"], str(r["k"]), str(r["m"]), r["arrivals"],
+          "n/a" if r["load_1min"] is None else f"{r['load_1min']:.2f}",
+          fmt_value(r["throughput_tok_s"], "tok/s"), fmt_value(r["tpot.mean"], "s"),
+          fmt_value(r["e2e.p99"], "s"), fmt_value(r["acceptance_rate"])] for r in runs]), ""]
+    rp = validation.params
+    md += ["## Calibration", "", f"Model file: `{os.path.basename(validation.model_path)}`. "
+           f"Controller overhead per decode step: {1e3 * rp.overhead_serial:.2f} ms serial, "
+           f"{1e3 * rp.overhead_overlapped:.2f} ms overlapped; mean corrections of the fits "
+           f"(measured / fitted, serial phases): target x{rp.serial_target:.3f}, drafter "
+           f"x{rp.serial_drafter:.3f}, prefill x{rp.prefill_target:.3f} / "
+           f"x{rp.prefill_drafter:.3f}; overlap slowdown (overlapped / serial): target "
+           f"x{rp.slowdown[0]:.3f}, drafter x{rp.slowdown[1]:.3f}; step-time jitter CV "
+           f"{rp.jitter_cv:.3f}; simulator seeds "
+           f"averaged: {len(validation.seeds)}.",
+           "",
+           md_table(["fit", "term", "estimate (ms)", "95% CI (ms)", "held-out error"],
+                    [[r["fit"], r["term"], _ms(r["estimate_s"]),
+                      f"[{_ms(r['ci95_low'])}, {_ms(r['ci95_high'])}]",
+                      "n/a" if r["heldout_error"] is None else
+                      f"{100 * r['heldout_error']:.1f}%"]
+                     for r in calibration_rows(model) if r["identified"]]), ""]
+    cal_meta = (model.get("meta") or {}).get("calibration") or {}
+    for note in list(cal_meta.get("notes", [])) + list(validation.notes):
+        md.append(f"- note: {note}")
+    for warning in cal_meta.get("warnings", []):
+        md.append(f"- warning: {warning}")
+    md += ["", "## All rows", "", md_table(TABLE_HEADER, [row_cells(r)
+                                                         for r in validation.rows]), ""]
+    path = os.path.join(out_dir, "report.md")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("\n".join(md) + "\n")
+    files["report"] = path
+    return files
+
+
+def _ms(x: Any) -> str:
+    return "inf" if x is None else f"{1e3 * float(x):.4g}"
+
+
+def _timed(trace: Any) -> bool:
+    return any(r.arrival > 0 for r in trace.requests)
+
+
+def extrapolation_rows(validation: Any, roles: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Per held-out run: how it differs from the calibration runs, and its key errors."""
+    cal = [c.trace for c in validation.comparisons if roles.get(c.name) == "calibrate"]
+    if not cal:
+        return []
+    ks = sorted({t.run.k for t in cal if t.run.mode != "ar"})
+    ms = sorted({t.run.m for t in cal})
+    cal_timed = any(_timed(t) for t in cal)
+    gain_err = {}
+    for g in validation.gains:
+        for r in g.rows:
+            if r.metric == "gain.throughput_tok_s" and r.error is not None:
+                gain_err[g.sd] = gain_err[g.psd] = f"{r.error:+.1f} pp"
+    out = []
+    for c in validation.comparisons:
+        if roles.get(c.name, "validate") != "validate":
+            continue
+        run, diff = c.trace.run, []
+        if run.mode != "ar" and run.k not in ks:
+            where = "between" if ks and ks[0] < run.k < ks[-1] else "outside"
+            diff.append(f"k = {run.k} ({where} fitted k {', '.join(map(str, ks))})")
+        if run.m not in ms:
+            diff.append(f"m = {run.m} (fitted m {', '.join(map(str, ms))})")
+        if _timed(c.trace) and not cal_timed:
+            diff.append("timed arrivals (fitted offline)")
+        errs = {r.metric: r for r in c.rows}
+        cells = [fmt_error(errs[m]) if m in errs else "n/a"
+                 for m in ("throughput_tok_s", "tpot.mean", "e2e.p99")]
+        out.append({"run": c.name, "differs": "; ".join(diff) or "nothing (a repeat)",
+                    "errors": cells + [gain_err.get(c.name, "n/a")]})
+    return out

@@ -1,0 +1,230 @@
+"""The measurement plan of `psdlab demo` and the runner that executes it on the real runtime.
+
+A plan is a list of runs (mode, k, batch size m, arrival pattern), each with a *role*:
+``calibrate`` (the simulator is fitted on these), ``validate`` (held out: predicted from the
+calibration and compared with the measurement), ``repeat`` (a calibration configuration run
+again at the end: its prediction error is the machine's own drift, the noise floor of every
+comparison) or ``reference`` (for the report only).  All runs serve the same requests (the
+shipped held-out prompts, greedy, EOS ignored, each with its own seeded output length,
+``Plan.output_lengths``) on one set of workers -- drafter and target each in its own process
+on its own core -- so only the schedule changes between runs.  Calibration and held-out runs are interleaved, so that a busy
+spell of a shared machine hits both alike.
+
+Poisson runs take their rate from a measured offline run (``Plan.poisson_from``): ``load`` times
+the requests per second that run served, so the arrival pattern fits this machine's speed.
+The SD and PSD runs of one configuration share the same arrival times (same seed), so their
+throughput ratio is the PSD/SD gain on one workload.
+
+``Plan.controlled_alpha``: for a drafter whose own proposals are useless (e.g. a test drafter),
+the drafts sent for verification are replaced by the target's greedy continuation with
+probability alpha per position (``runtime.controlled``; the drafter still computes, so its
+time is real; labelled in the trace).  The reference continuation comes from the plan's first
+AR run (or a reference pass when the plan does not start with AR).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from analysis.checks import check_choice, check_int, check_range
+
+ROLES = ("calibrate", "validate", "repeat", "reference")
+RUN_MODES = ("ar", "sd-sep", "psd")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One measured run; ``arrivals`` is ``offline`` or ``poisson`` (rate set by the plan)."""
+    name: str
+    mode: str
+    k: int
+    batch: int
+    arrivals: str = "offline"
+    role: str = "calibrate"
+
+    def __post_init__(self) -> None:
+        check_choice("mode", self.mode, RUN_MODES)
+        check_int("k", self.k, 0 if self.mode == "ar" else 1, 16)
+        check_int("batch", self.batch, 1, 64)
+        check_choice("arrivals", self.arrivals, ("offline", "poisson"))
+        check_choice("role", self.role, ROLES)
+
+    @property
+    def workload(self) -> str:
+        """Runs with the same workload key serve the same requests at the same times."""
+        return f"k{self.k}_m{self.batch}_{self.arrivals}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    runs: tuple[RunSpec, ...]
+    num_prompts: int = 16
+    max_new_tokens: int = 32
+    poisson_from: str = "sd_k4_m4"      # offline run whose measured rate sets Poisson arrivals
+    load: float = 1.0                   # Poisson rate = load * that run's requests per second
+    seed: int = 0
+    controlled_alpha: float | None = None   # controlled acceptance (runtime.controlled)
+    output_spread: float = 0.5          # output lengths uniform in [(1 - s) max, max]
+
+    def __post_init__(self) -> None:
+        check_int("num_prompts", self.num_prompts, 1)
+        check_int("max_new_tokens", self.max_new_tokens, 2)
+        check_range("load", self.load, 0.0, 10.0, lo_open=True)
+        check_range("output_spread", self.output_spread, 0.0, 1.0)
+        if self.controlled_alpha is not None:
+            check_range("controlled_alpha", self.controlled_alpha, 0.0, 1.0)
+        names = [r.name for r in self.runs]
+        if len(set(names)) != len(names):
+            raise ValueError("runs: names must be unique")
+        if any(r.arrivals == "poisson" for r in self.runs):
+            src = [r for r in self.runs if r.name == self.poisson_from]
+            if not src or src[0].arrivals != "offline":
+                raise ValueError(f"poisson_from: {self.poisson_from!r} must name an offline run")
+            first_poisson = min(i for i, r in enumerate(self.runs) if r.arrivals == "poisson")
+            if names.index(self.poisson_from) > first_poisson:
+                raise ValueError("poisson_from: must run before the first Poisson run")
+
+    @property
+    def max_batch(self) -> int:
+        return max(r.batch for r in self.runs)
+
+    def output_lengths(self, n: int) -> list[int]:
+        """Tokens to generate per request (seeded, the same in every run): uniform in
+        [(1 - output_spread) max_new_tokens, max_new_tokens], at least 2.  Varied lengths
+        make batches shrink and refill, so one batch size m still shows the cost of
+        every occupancy from 1 to m."""
+        import numpy as np
+        u = np.random.default_rng(self.seed + 1).random(n)
+        lens = np.rint(self.max_new_tokens * (1.0 - self.output_spread * u)).astype(int)
+        return [int(x) for x in np.clip(lens, 2, self.max_new_tokens)]
+
+
+def _pair(k: int, m: int, role: str, arrivals: str = "offline") -> list[RunSpec]:
+    tag = "" if arrivals == "offline" else "_poisson"
+    return [RunSpec(f"sd_k{k}_m{m}{tag}", "sd-sep", k, m, arrivals, role),
+            RunSpec(f"psd_k{k}_m{m}{tag}", "psd", k, m, arrivals, role)]
+
+
+def default_plan(quick: bool = False) -> Plan:
+    """Calibrate on k in {2, 4} at m = 4 offline; hold out k = 3 and 5, m = 2, and Poisson
+    arrivals (each as an SD/PSD pair).  ``quick``: a short plan for tests and smoke runs."""
+    if quick:
+        runs = (_pair(2, 2, "calibrate") + _pair(4, 2, "calibrate") + _pair(3, 2, "validate"))
+        return Plan(runs=tuple(runs), num_prompts=4, max_new_tokens=12, poisson_from="sd_k4_m2")
+    cal = [RunSpec("ar_m4", "ar", 0, 4, role="calibrate")] + _pair(4, 4, "calibrate")
+    val = _pair(3, 4, "validate")
+    cal += _pair(2, 4, "calibrate")
+    val += _pair(5, 4, "validate") + _pair(4, 2, "validate") + _pair(4, 4, "validate", "poisson")
+    order: list[RunSpec] = []
+    while cal or val:                      # interleave calibration and held-out runs
+        order.extend(cal[:2])
+        cal = cal[2:]
+        order.extend(val[:2])
+        val = val[2:]
+    order += [RunSpec(f"{r.name}_repeat", r.mode, r.k, r.batch, r.arrivals, "repeat")
+              for r in _pair(4, 4, "repeat")]
+    return Plan(runs=tuple(order))
+
+
+# ---------------------------------------------------------------------------- requests
+
+def demo_requests(tokenizer: Any, n: int, prompt_ids: Sequence[Sequence[int]] | None = None
+                  ) -> list[tuple[str, tuple[int, ...]]]:
+    """(id, prompt token ids) of the first n shipped held-out prompts in the chat template
+    (or of ``prompt_ids`` when given, e.g. for tiny test models without a tokenizer)."""
+    if prompt_ids is not None:
+        return [(f"r{i}", tuple(int(x) for x in p)) for i, p in enumerate(prompt_ids[:n])]
+    from runtime.prompts import load_prompts
+    out = []
+    for p in load_prompts(split="heldout")[:n]:
+        ids = tokenizer(p.chat_text(tokenizer), add_special_tokens=False)["input_ids"]
+        out.append((p.id, tuple(int(x) for x in ids)))
+    return out
+
+
+def poisson_times(n: int, rate: float, seed: int) -> list[float]:
+    from runtime.requests import arrival_times
+    return arrival_times(f"poisson:{rate!r}", n, seed)
+
+
+# ---------------------------------------------------------------------------- running
+
+@dataclass
+class Measured:
+    spec: RunSpec
+    path: str
+    wall_s: float
+    rate: float | None = None            # Poisson: requests per second
+
+
+def engine_config(plan: Plan, spec: RunSpec, base: Any) -> Any:
+    alpha = plan.controlled_alpha if spec.mode != "ar" else None
+    return replace(base, mode=spec.mode, k=max(spec.k, 1), batch=spec.batch,
+                   max_num_seqs=None, max_new_tokens=plan.max_new_tokens,
+                   controlled_alpha=alpha)
+
+
+def run_plan(plan: Plan, target_dir: str, drafter_dir: str, out_dir: str | os.PathLike, *,
+             tokenizer: Any = None, prompt_ids: Sequence[Sequence[int]] | None = None,
+             backend: str | None = None, on_run: Callable[[RunSpec, int, int], None] | None = None,
+             on_request: Callable[[int, int], None] | None = None) -> list[Measured]:
+    """Run every run of the plan on one set of workers; traces go to ``out_dir/NAME.jsonl``.
+    ``on_run(spec, i, n)`` is called before each run, ``on_request(done, total)`` as requests
+    finish (progress bars)."""
+    from runtime.engine import Engine, EngineConfig
+    from runtime.requests import Request
+    from runtime.runner import ModelSpec
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if backend is None:
+        backend = "process" if {0, 1} <= set(os.sched_getaffinity(0)) else "inline"
+    eos = None
+    base = EngineConfig(mode="psd", k=max(r.k for r in plan.runs), batch=plan.max_batch,
+                        max_new_tokens=plan.max_new_tokens, ignore_eos=True, eos_token_id=eos,
+                        max_len=1024, backend=backend, seed=plan.seed)
+    items = demo_requests(tokenizer, plan.num_prompts, prompt_ids)
+    lengths = plan.output_lengths(len(items))
+    results: list[Measured] = []
+    rate: float | None = None
+    reference = None
+    with Engine(base, ModelSpec(target_dir), ModelSpec(drafter_dir), tokenizer) as eng:
+        # warm-up (not traced): every slot of both workers through a whole PSD run, so that
+        # first-touch costs (KV-cache pages, allocator, caches) do not land in the first runs
+        warm = [Request(i, ids, 0.0, None, n) for (i, ids), n in zip(items, lengths)]
+        eng.run(warm, None, config=replace(base, mode="psd", max_num_seqs=None))
+        if plan.controlled_alpha is not None and plan.runs[0].mode != "ar":
+            ref = eng.run([Request(i, ids, 0.0, None, n) for (i, ids), n in
+                           zip(items, lengths)], None,
+                          config=replace(base, mode="ar", max_num_seqs=None))
+            reference = {o.id: o.token_ids for o in ref.outputs}
+        for i, spec in enumerate(plan.runs):
+            if on_run is not None:
+                on_run(spec, i, len(plan.runs))
+            times = ([0.0] * len(items) if spec.arrivals == "offline"
+                     else poisson_times(len(items), rate or 1.0, plan.seed))
+            reqs = [Request(rid, ids, t, None, n)
+                    for (rid, ids), t, n in zip(items, times, lengths)]
+            path = out / f"{spec.name}.jsonl"
+            extra = {"demo_run": spec.name, "demo_role": spec.role, "workload_key": spec.workload,
+                     "load_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
+            if spec.arrivals == "poisson":
+                extra["poisson_rate"] = rate
+            res = eng.run(reqs, str(path), config=engine_config(plan, spec, base),
+                          progress=on_request, run_extra=extra,
+                          reference=reference if spec.mode != "ar" else None)
+            if res.interrupted:
+                raise KeyboardInterrupt
+            if res.error:
+                raise RuntimeError(f"run {spec.name}: {res.error}")
+            results.append(Measured(spec, str(path), res.wall_s,
+                                    rate if spec.arrivals == "poisson" else None))
+            if spec.mode == "ar" and reference is None:
+                reference = {o.id: o.token_ids for o in res.outputs}
+            if spec.name == plan.poisson_from:
+                reqs_done = res.trace.requests
+                span = max(r.finish for r in reqs_done) - min(r.arrival for r in reqs_done)
+                rate = plan.load * len(reqs_done) / span
+    return results

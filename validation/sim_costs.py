@@ -1,0 +1,95 @@
+"""The calibrated cost model the validation replays use: ``{"name": "calibrated", ...}``.
+
+The simulator asks every model one question, the time of a forward pass over ``new_tokens``
+tokens of ``seqs`` sequences with ``context`` tokens already cached (``sim.costs``).  A model
+file from ``psdlab calibrate`` holds two fits per model: the decode-time fit (``target`` /
+``drafter``: verification and one-token drafting forwards) and the prefill fit
+(``target:prefill`` / ``drafter:prefill``).  Their shapes differ a lot on a CPU -- a prefill of
+hundreds of prompt tokens is compute-bound, a verification of k + 1 tokens per sequence is
+bound by reading the weights -- so one affine model extrapolated from tens of tokens to
+hundreds misses the prefill by a factor.  This model uses the prefill fit for passes with no
+cached context (``context == 0``: in the simulator only prefills -- fresh or recomputed after a
+preemption -- start from an empty cache) and the decode fit for the rest, plus ``overhead``
+seconds per decode pass (the controller's time around a step that no phase records); decode
+passes are multiplied by ``scale`` (the overlap slowdown of ``validation.replay_model``),
+prefills by ``prefill_scale`` (both are the mean corrections of ``validation.replay_model``).
+
+Spec::
+
+    {"name": "calibrated", "path": "MODEL.json", "role": "target" | "drafter",
+     "overhead": 0.0, "scale": 1.0, "prefill_scale": 1.0}
+
+Importing this module registers the name with ``sim.costs`` (validation imports it before it
+builds a simulator config).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from analysis.checks import check_nonnegative, check_range
+from sim.costs import CostModel, register_cost_model
+from sim.costs.base import COST_MODELS, check_fields
+from sim.costs.fitted import cost_from_role, load_fit
+
+NAME = "calibrated"
+
+
+@dataclass(frozen=True, eq=False)
+class CalibratedCost(CostModel):
+    """Decode fit for passes with context, prefill fit for passes without (module docstring)."""
+    decode: CostModel
+    prefill: CostModel
+    overhead: float = 0.0
+    scale: float = 1.0
+    prefill_scale: float = 1.0
+    kind = NAME
+
+    def _time(self, s, t, c):
+        dec = self.scale * self.decode.forward_time(s, t, c) + self.overhead
+        pre = self.prefill_scale * self.prefill.forward_time(s, t, c)
+        if type(c) is float:
+            return pre if c == 0.0 else dec
+        return np.where(np.asarray(c) == 0.0, pre, dec)
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.kind, "decode": self.decode.describe(),
+                "prefill": self.prefill.describe(), "overhead": self.overhead,
+                "scale": self.scale, "prefill_scale": self.prefill_scale}
+
+
+def calibrated_cost(path: str, role: str, overhead: float = 0.0, scale: float = 1.0,
+                    prefill_scale: float = 1.0, where: str = "cost") -> CalibratedCost:
+    doc = load_fit(path, f"{where}.path")
+    roles = doc["roles"]
+    if role not in roles:
+        raise ValueError(f"{where}.role: {role!r} not in {path}; has: {', '.join(sorted(roles))}")
+    decode = cost_from_role(roles[role], f"{where}[{path}:{role}]")
+    pre_name = f"{role}:prefill"
+    prefill = (cost_from_role(roles[pre_name], f"{where}[{path}:{pre_name}]")
+               if pre_name in roles else decode)
+    return CalibratedCost(decode=decode, prefill=prefill,
+                          overhead=check_nonnegative(f"{where}.overhead", overhead),
+                          scale=check_range(f"{where}.scale", scale, 0.0, 100.0, lo_open=True),
+                          prefill_scale=check_range(f"{where}.prefill_scale", prefill_scale,
+                                                    0.0, 100.0, lo_open=True))
+
+
+def _make(spec: Mapping[str, Any], where: str) -> CostModel:
+    check_fields(spec, where, required=("path", "role"),
+                 optional=("overhead", "scale", "prefill_scale"))
+    return calibrated_cost(str(spec["path"]), str(spec["role"]), spec.get("overhead", 0.0),
+                           spec.get("scale", 1.0), spec.get("prefill_scale", 1.0), where)
+
+
+def cost_spec(path: str, role: str, overhead: float = 0.0, scale: float = 1.0,
+              prefill_scale: float = 1.0) -> dict[str, Any]:
+    """The ``sim.costs.make_cost_model`` spec of this model."""
+    return {"name": NAME, "path": str(path), "role": role, "overhead": float(overhead),
+            "scale": float(scale), "prefill_scale": float(prefill_scale)}
+
+
+if NAME not in COST_MODELS:
+    register_cost_model(NAME)(_make)
