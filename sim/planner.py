@@ -89,13 +89,13 @@ class Plan:
 def cost_time(model, seqs, tokens, ctx) -> np.ndarray:
     """``model.forward_time`` on arrays of one shape (always the array path, so a step's time
     is the same float whichever way steps are grouped).  The planner's counts are valid by
-    construction (non-negative integers), so the formula ``_time`` of the cost-model base class
-    is called directly when the model has it, skipping the per-call input validation that
-    dominates the cost of small calls."""
+    construction (non-negative integers), so the cost model's ``time_unchecked`` is called when
+    the model has it, skipping the per-call input validation that dominates the cost of small
+    calls."""
     s = np.asarray(seqs, dtype=float)
     t = np.asarray(tokens, dtype=float)
     c = np.asarray(ctx, dtype=float)
-    formula = getattr(model, "_time", None)
+    formula = getattr(model, "time_unchecked", None)
     if formula is None:
         return np.asarray(model.forward_time(s, t, c), dtype=float)
     return np.asarray(formula(s, t, c), dtype=float)

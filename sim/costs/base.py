@@ -33,6 +33,12 @@ class CostModel(abc.ABC):
             return float(out)
         return np.asarray(out, dtype=float)
 
+    def time_unchecked(self, s, t, c):
+        """The formula on float arrays the caller guarantees valid (non-negative, one broadcast
+        shape), without forward_time's per-call validation: for hot loops such as the
+        simulator's step planner, whose counts are valid by construction."""
+        return self._time(s, t, c)
+
     @abc.abstractmethod
     def _time(self, s, t, c):
         """The formula on validated floats or float arrays of one broadcast shape."""
