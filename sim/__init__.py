@@ -8,8 +8,9 @@ Entry points: ``sim.config.load_config(path) -> SimConfig`` and
 Layout: ``config`` (TOML -> frozen dataclasses), ``trajectories`` (per-request accepted counts,
 pre-sampled), ``batching`` (batch manager policies), ``kv`` (KV blocks, preemption),
 ``planner`` (step structure of each server, vectorised), ``core`` (the state machine),
-``servers`` (SimPy processes; one step at a time), ``fast`` + ``lanes`` + ``lanes_build`` (the
-vectorised multi-step / multi-event path), ``records`` (trace records), ``engine``.
+``servers`` (SimPy processes; one step at a time), ``fast`` + ``lanes`` + ``sweep`` +
+``costtable`` + ``lanes_build`` (the multi-step / multi-event path), ``records`` (trace
+records), ``engine``.
 Models by name: ``costs`` (cost models), ``acceptance``, ``workloads`` / ``lengths``.
 """
 from __future__ import annotations

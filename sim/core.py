@@ -93,8 +93,12 @@ class Core:
         self.last_step = 0.0                  # mean step length of the last plan (a guess)
         self.lane_steps = 64                  # sim.lanes: current plan length to try
         self.lane_guess = None                # sim.lanes: boundary times to start from
+        self.step_detail = True               # plans carry what step records need
+        self.step_costs = None                # sim.sweep: cost tables, built on first use
         self.nsteps_list = traj.nsteps.tolist()
         self.arrival_list = arrival.tolist()
+        self.off_list = traj.off.tolist()
+        self.prompt_list = prompt.tolist()
         self.finished_steps: list[tuple[int, list[int]]] = []   # last commit: (step, ids)
         self.counters = {"steps": 0, "arrivals": 0, "completions": 0, "preemptions": 0,
                          "intervals": 0, "idle_jumps": 0}

@@ -9,6 +9,11 @@ bookkeeping (``layout``, a short event loop), after which the whole stretch is l
 context matrices by lane, one cost-model call per phase kind, one cumulative sum for the clock
 (``sim.lanes_build``).
 
+With one draft length k for all requests (the usual case) the stretch is laid out in one
+causal pass, step by step, with exact times from cost tables (``sim.sweep``).  With
+per-request k (``server.k_choices``) the drafting cost depends on more than a row's size and
+context sum, and the layout is found by iteration as follows.
+
 Boundary times depend on the batches, and admissions on the times, so the layout is found as a
 fixed point: guess the times, lay out, compute the times, lay out again ...  The system is
 causal (admissions at boundary b depend on times up to b, which depend on admissions before b),
@@ -31,6 +36,7 @@ import numpy as np
 
 from sim.lanes_build import build_plan
 from sim.planner import Plan
+from sim.sweep import sweep, sweepable
 
 MAX_ITERATIONS = 8
 
@@ -195,6 +201,8 @@ def plan_lanes(core, S_max: int) -> Plan:
     twice the exact prefix otherwise."""
     c = core
     order, period = _order(c)
+    if sweepable(c):
+        return sweep(c, order, period, S_max)
     S_try = max(2, min(S_max, c.lane_steps))
     T = _guess(c, S_try)
     d = S_try

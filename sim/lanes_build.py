@@ -6,23 +6,25 @@ import numpy as np
 from sim.planner import PhaseArr, Plan, cost_time
 
 
-def _matrices(c, lay, nb: int, period: int):
+def _matrices(c, lay, nb: int, period: int, v: np.ndarray | None = None):
     """Per batch: request ids, flat trajectory indices and occupancy, rows q = 0..Q (Q = its
-    verifications within the plan; row Q is the one drafted in the last step)."""
+    verifications within the plan; row Q is the one drafted in the last step).  ``v``: the
+    layout's requests' verification counts before the plan (default: the core's now)."""
     traj = c.traj
+    vall = c.v[lay.r] if v is None else v
     out = []
     for bi in range(nb):
         Q = -(-(lay.S - bi) // period)
         sel = lay.b == bi
-        lane, q0, r = lay.l[sel], lay.q[sel], lay.r[sel]
-        rem = traj.nsteps[r] - c.v[r]
+        lane, q0, r, vr = lay.l[sel], lay.q[sel], lay.r[sel], vall[sel]
+        rem = traj.nsteps[r] - vr
         lens = np.maximum(np.minimum(q0 + rem, Q + 1) - q0, 0)
         rep = np.repeat(np.arange(lane.size), lens)
         within = np.arange(rep.size) - np.repeat(np.cumsum(lens) - lens, lens)
         rows, cols = q0[rep] + within, lane[rep]
         idx = np.zeros((Q + 1, c.m), np.int64)
         ids = np.full((Q + 1, c.m), -1, np.int64)
-        idx[rows, cols] = (traj.off[r] + c.v[r])[rep] + within
+        idx[rows, cols] = (traj.off[r] + vr)[rep] + within
         ids[rows, cols] = r[rep]
         mask = ids >= 0
         ctxm = np.where(mask, traj.ctx[idx], 0)
@@ -118,9 +120,20 @@ def build_plan(c, order: list[int], period: int, lay) -> Plan:
     return p
 
 
+def attach_rows(c, p: Plan, order: list[int], period: int, lay) -> None:
+    """Give a lanes plan its verified rows, computed on first use (only step records need
+    them) from a snapshot of the verification counts, so also after ``commit``."""
+    p.lanes = {"order": order, "period": period, "mats": None, "layout": lay,
+               "core": c, "v": c.v[lay.r].copy()}
+    p.rows = lambda jj: _rows(p, jj)
+
+
 def _rows(p: Plan, j: int):
     period = p.lanes["period"]
     bi = j % period
+    if p.lanes["mats"] is None:
+        ln = p.lanes
+        ln["mats"] = _matrices(ln["core"], ln["layout"], len(ln["order"]), period, ln["v"])
     w = p.lanes["mats"][bi]
     q = (j - bi) // period
     mask = w["mask"][q]
@@ -158,13 +171,25 @@ def commit_lanes(c, p: Plan) -> None:
     done = c.v[r] >= traj.nsteps[r]
     fin_r, fin_step = r[done], period * q_end[done] + b[done]
     c.finish_t[fin_r] = p.ends[fin_step, -1]
-    c.finished_steps = [(int(s), sorted(fin_r[fin_step == s].tolist()))
-                        for s in np.unique(fin_step)]
+    c.finished_steps = _group_by_step(fin_step, fin_r)
     c.counters["completions"] += int(fin_r.size)
     for bi, B in enumerate(order):
         members = r[~done & (b == bi)]
-        c.bm.batches[B] = sorted(members.tolist(), key=lambda x: c.admit_seq[x])
+        c.bm.batches[B] = members[np.argsort(c.admit_seq[members], kind="stable")].tolist()
     c.ready[r] = False
     if len(order) == 2:
         c.ready[c.bm.batches[int(p.draft_batch[S - 1])]] = True
         c.bm.next_draft = int(p.verify_batch[S - 1])
+
+
+def _group_by_step(steps: np.ndarray, ids: np.ndarray) -> list[tuple[int, list[int]]]:
+    """[(step, sorted ids finishing in it)] in step order."""
+    o = np.lexsort((ids, steps))
+    out: list[tuple[int, list[int]]] = []
+    last = None
+    for st, r in zip(steps[o].tolist(), ids[o].tolist()):
+        if st != last:
+            out.append((st, []))
+            last = st
+        out[-1][1].append(r)
+    return out

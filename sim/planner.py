@@ -81,6 +81,7 @@ class Plan:
     ends: np.ndarray | None = None     # [S, nseg] segment end times
     rows: Any = None       # optional j -> (ids, flat) of the verified rows (lanes plans)
     lanes: Any = None      # lanes plans: their layout (sim.lanes)
+    detail: bool = True    # False: only what commit needs (no step records; sim.sweep)
 
     def step_end(self, j: int) -> float:
         return float(self.ends[j, -1])

@@ -10,6 +10,9 @@ from analysis.trace import Phase, RequestRecord, StepRecord, Verified
 
 def step_records(core, p) -> list[StepRecord]:
     """The S step records of plan ``p`` (call before ``core.commit(p)``)."""
+    if not p.detail:
+        raise ValueError("step_records: the plan was built without step detail "
+                         "(core.step_detail is False)")
     out = []
     acc, emit = core.traj.acc, core.traj.emit
     karr = core.karr
@@ -113,6 +116,10 @@ class Sink:
                    core.first_t[ids].tolist(), core.finish_t[ids].tolist(),
                    core.prompt[ids].tolist(), core.output[ids].tolist(), batch,
                    core.preempts[ids].tolist())
-        for r, a, ad, ft, fi, p, o, b, pr in cols:
-            self._request(RequestRecord(id=r, arrival=a, admitted=ad, first_token=ft, finish=fi,
-                                        prompt_len=p, output_len=o, batch=b, preemptions=pr))
+        recs = [RequestRecord(id=r, arrival=a, admitted=ad, first_token=ft, finish=fi,
+                              prompt_len=p, output_len=o, batch=b, preemptions=pr)
+                for r, a, ad, ft, fi, p, o, b, pr in cols]
+        self.trace.requests.extend(recs)
+        if self.writer is not None and self.level != "none":
+            for rec in recs:
+                self.writer.request(rec)

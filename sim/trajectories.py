@@ -44,16 +44,20 @@ def sample_trajectories(rng: np.random.Generator, acceptance, params: np.ndarray
         nsteps = remaining.copy()
         rounds: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         return _assemble(n, nsteps, prompt, rounds, ar=True)
+    # compact arrays of the requests still generating (ids ascending), shrunk every round
+    ids = np.flatnonzero(remaining > 0)
+    par, kk, rem = params[ids], k[ids], remaining[ids]
     nsteps = np.zeros(n, dtype=np.int64)
     rounds = []
-    active = np.flatnonzero(remaining > 0)
-    while active.size:
-        acc = np.asarray(acceptance.sample(rng, params[active], k[active]), dtype=np.int64)
-        emit = np.minimum(acc + 1, remaining[active])
-        rounds.append((active, acc, emit))
-        nsteps[active] += 1
-        remaining[active] -= emit
-        active = active[remaining[active] > 0]
+    while ids.size:
+        acc = np.asarray(acceptance.sample(rng, par, kk), dtype=np.int64)
+        emit = np.minimum(acc + 1, rem)
+        rounds.append((ids, acc, emit))
+        rem = rem - emit
+        keep = rem > 0
+        if not keep.all():
+            nsteps[ids[~keep]] = len(rounds)          # done after this many verifications
+            ids, par, kk, rem = ids[keep], par[keep], kk[keep], rem[keep]
     return _assemble(n, nsteps, prompt, rounds, ar=False)
 
 
@@ -74,8 +78,9 @@ def _assemble(n: int, nsteps: np.ndarray, prompt: np.ndarray, rounds, *, ar: boo
             acc[pos] = a
             emit[pos] = e
     # exclusive cumulative sum of emitted tokens, restarted at each request
-    cs = np.zeros(total, dtype=np.int64)
-    if total:
-        np.cumsum(emit[:-1], out=cs[1:])
-    ctx = cs + np.repeat(prompt.astype(np.int64) + 1 - cs[off], sizes)
+    # (in place: fresh 8-byte-per-entry arrays cost more in page faults than the sums)
+    ctx = emit.astype(np.int64)
+    np.cumsum(ctx, out=ctx)
+    ctx -= emit
+    ctx += np.repeat(prompt.astype(np.int64) + 1 - ctx[off], sizes)
     return Trajectories(off=off, nsteps=nsteps, acc=acc, emit=emit, ctx=ctx)

@@ -1,0 +1,92 @@
+"""Memoised step costs for the fast path's one-pass sweep (``sim.sweep``).
+
+A phase's cost depends on a few integers (sequences n, context tokens C or prefill tokens), so
+the sweep looks costs up in tables instead of calling the cost model once per step.  A table is
+filled lazily, one chunk of ``WIDTH`` consecutive x values for one n at a time, by one
+vectorised call of the *same* functions the planner uses on its arrays (element by element, so
+a value is the same float wherever it sits in an array): a table entry is bit-identical to what
+the step-by-step path computes for that step.
+"""
+from __future__ import annotations
+
+from array import array
+from typing import Callable
+
+import numpy as np
+
+from sim.planner import cost_time
+
+SHIFT = 10
+WIDTH = 1 << SHIFT
+MASK = WIDTH - 1
+NBITS = 40          # chunk key: (n << NBITS) | (x >> SHIFT)
+
+
+class PairTable:
+    """f_i(n, x) for integers 0 <= n <= n_max and 0 <= x < 2**(NBITS + SHIFT), for a few
+    functions f_i of int64 arrays (e.g. a step's verify and draft costs, which share their key
+    in the sweep).  A chunk holds WIDTH consecutive x for one n, as arrays of doubles (8 bytes
+    an entry; only the chunks a run touches are filled).
+
+    Look-up (inlined in hot loops): ``key = (n << NBITS) | (x >> SHIFT)``, ``chunk =
+    t.chunks.get(key) or t.fill(key)`` (a tuple, one array per function), then
+    ``chunk[i][x & MASK]``."""
+
+    def __init__(self, fns: list[Callable[[np.ndarray, np.ndarray], np.ndarray]], n_max: int):
+        self.fns, self.n_max = list(fns), int(n_max)
+        self.chunks: dict[int, tuple[array, ...]] = {}
+        self._x = np.arange(WIDTH, dtype=np.int64)
+
+    def fill(self, key: int) -> tuple[array, ...]:
+        n = key >> NBITS
+        if not 0 <= n <= self.n_max:
+            raise ValueError(f"cost table: n must be in [0, {self.n_max}], got {n}")
+        x = self._x + (key & ((1 << NBITS) - 1)) * WIDTH
+        nn = np.full(WIDTH, n, np.int64)
+        vals = tuple(array("d", np.ascontiguousarray(fn(nn, x), dtype=np.float64).tobytes())
+                     for fn in self.fns)
+        self.chunks[key] = vals
+        return vals
+
+    def get(self, n: int, x: int) -> tuple[float, ...]:
+        if x < 0:
+            raise ValueError(f"cost table: x must be >= 0, got {x}")
+        key = (n << NBITS) | (x >> SHIFT)
+        ch = self.chunks.get(key) or self.fill(key)
+        return tuple(col[x & MASK] for col in ch)
+
+
+def _verify_fn(planner, k: int):
+    def fn(n: np.ndarray, c: np.ndarray) -> np.ndarray:
+        return planner.verify_time(n, n * (k + 1), c)
+    return fn
+
+
+def _draft_fn(planner, k: int):
+    def fn(n: np.ndarray, c: np.ndarray) -> np.ndarray:
+        j = np.arange(k, dtype=np.int64)[:, None]
+        npass = np.broadcast_to(n[None, :], (k, n.size))
+        return planner.draft_time(npass, c[None, :] + j * n[None, :])
+    return fn
+
+
+def _prefill_fn(model):
+    def fn(n: np.ndarray, tok: np.ndarray) -> np.ndarray:
+        return cost_time(model, n, tok, np.zeros(n.size))
+    return fn
+
+
+class StepCosts:
+    """The tables of one core (uniform k only).  ``work``: (verify, draft) seconds keyed by
+    the row's (sequences, summed context), just (verify,) without a drafter (AR);
+    ``prefill``: (target, drafter) seconds keyed by (sequences, prompt tokens)."""
+
+    def __init__(self, core):
+        pl, k, m = core.planner, core.k, core.m
+        self.has_draft = core.drafter is not None and k > 0
+        fns = [_verify_fn(pl, k)] + ([_draft_fn(pl, k)] if self.has_draft else [])
+        self.work = PairTable(fns, m)
+        pf = [_prefill_fn(core.target)]
+        if core.drafter is not None:
+            pf.append(_prefill_fn(core.drafter))
+        self.prefill = PairTable(pf, 2 * m + 1)

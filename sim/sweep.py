@@ -1,0 +1,303 @@
+"""The exact one-pass layout of a lanes plan (``sim.lanes``), for a uniform draft length k.
+
+``sim.lanes`` finds a stretch's admissions by a fixed-point iteration over guessed boundary
+times.  Below saturation every admission moves the later boundaries by about a prefill, so the
+iteration fixes about one admission per round and a stretch needs many rounds.  This module
+walks the stretch once, step by step, in causal order instead: at boundary s it applies the
+completions and admissions (the same integer rules as ``sim.lanes.layout``), then computes the
+exact duration of step s from the rows it verifies and drafts -- their sequences (the batch
+sizes) and summed contexts (one array indexed by the verifying step, which each admission
+updates with one strided slice add) -- and cost tables (``sim.costtable``: a dict and an
+array look-up instead of a cost-model call).  Times are accumulated segment by segment
+exactly as the planner's cumulative sum does, so the layout and the clock are those of the
+step-by-step path, bit for bit.  The plan's arrays are then assembled from the recorded columns
+in a few numpy calls (or, without step records, only the clock and the prefills: a light plan).
+
+Per step the work is a few list, dict and arithmetic operations; per admission one slice add
+and a heap push; numpy is called per plan and per admission, never per step.  The loop is
+deliberately one function: a call per boundary would cost more than the boundary's work.
+Per-request draft lengths (``server.k_choices``) make the drafting cost depend on more than
+(n, C); those runs keep using ``sim.lanes``' iteration.
+"""
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from sim.costtable import MASK, NBITS, SHIFT, StepCosts
+from sim.planner import PhaseArr, Plan
+
+
+def sweepable(c) -> bool:
+    return bool(c.uniform_k)
+
+
+def _tables(c) -> StepCosts:
+    if c.step_costs is None:
+        c.step_costs = StepCosts(c)
+    return c.step_costs
+
+
+def _initial(c, order, period: int, VLEN: int):
+    """Context sums by verification step (``V``), lanes and completion heap of the members.
+
+    Row q of batch bi (its q-th verification in the plan) is verified in step period * q + bi
+    and, in PSD, drafted in the step before, so one array indexed by the verifying step holds
+    both batches' rows: step s verifies V[s] and (PSD) drafts V[s + 1]."""
+    traj = c.traj
+    V = np.zeros(VLEN, np.int64)
+    heap, free, size = [], [], []
+    rec: list[tuple[int, int, int, int, int]] = []   # (b, lane, request, q0, admitted at)
+    for bi, B in enumerate(order):
+        members = c.bm.batches[B]
+        ids = np.asarray(members, np.int64)
+        rem = traj.nsteps[ids] - c.v[ids]
+        f = traj.off[ids] + c.v[ids]
+        lens = np.minimum(rem, -(-(VLEN - bi) // period))
+        rep = np.repeat(np.arange(ids.size), lens)
+        within = np.arange(rep.size) - np.repeat(np.cumsum(lens) - lens, lens)
+        V += np.bincount(period * within + bi, weights=traj.ctx[f[rep] + within],
+                         minlength=VLEN).astype(np.int64)
+        for lane, (r, rm) in enumerate(zip(members, rem.tolist())):
+            rec.append((bi, lane, r, 0, 0))
+            heap.append((period * (rm - 1) + bi + 1, bi, lane))
+        free.append(list(range(c.m - 1, len(members) - 1, -1)))
+        size.append(len(members))
+    heapq.heapify(heap)
+    return V, heap, free, size, rec
+
+
+def _kind(c, nb: int) -> str:
+    if nb == 2:
+        return "psd"
+    if c.drafter is None or not c.k:
+        return "ar"
+    return "sd" if c.mode == "sd" else "sdsep"
+
+
+def sweep(c, order: list[int], period: int, S_max: int) -> Plan:
+    """The lanes plan of at most ``S_max`` steps from the current boundary, laid out exactly.
+    With ``c.step_detail`` False (no step records wanted) only the clock and the prefills
+    are kept: the plan then serves ``commit`` but not ``sim.records.step_records``."""
+    from sim.lanes import Layout
+
+    nb = len(order)
+    VLEN = S_max + 2
+    V, heap, free, size, rec = _initial(c, order, period, VLEN)
+    rec_append = rec.append
+    tabs = _tables(c)
+    wch, wtab, pch, ptab = tabs.work.chunks, tabs.work, tabs.prefill.chunks, tabs.prefill
+    has_draft, has_pd = tabs.has_draft, c.drafter is not None
+    jit = c.jitter.active
+    if jit:
+        jv = c.jitter_at("verify", c.step, S_max).tolist()
+        jd = c.jitter_at("draft", c.step, S_max).tolist() if has_draft else None
+        jpt = c.jitter_at("prefill_t", c.step, S_max).tolist()
+        jpd = c.jitter_at("prefill_d", c.step, S_max).tolist() if has_pd else None
+    rebalance = nb == 2 and c.bm.policy_name == "rebalance"
+    kind = _kind(c, nb)
+    psd, sd_coloc = kind == "psd", kind == "sd"
+    sh, mask, nbits = SHIFT, MASK, NBITS
+    detail = c.step_detail
+    ctx, off, nsteps, arrival, prompt = (c.traj.ctx, c.off_list, c.nsteps_list,
+                                         c.arrival_list, c.prompt_list)
+    wq, wi, nw = list(c.waiting), 0, len(c.waiting)
+    ptr, N = c.arr_ptr, c.N
+    n_free = sum(len(f) for f in free)
+    T = c.now
+    Tl = [T]
+    rows: list[tuple[int, int, int, int, float, float]] = []   # n_v, C_v, n_d, C_d, t_v, t_d
+    pf: list[tuple[int, int, int, float, float]] = []    # (step, n, tokens, t_dur, d_dur)
+    pf_n = pf_tok = 0
+    if c.pending:
+        pf_n = len(c.pending)
+        pf_tok = int(c.prefill_tokens(np.asarray(c.pending, np.int64)).sum())
+    heappop, heappush = heapq.heappop, heapq.heappush
+    rows_append, T_append, V_item = rows.append, Tl.append, V.item
+    next_done = heap[0][0] if heap else S_max
+    a_next = arrival[ptr] if ptr < N else float("inf")
+    if psd:    # the row verified in step 0; later, the row drafted in the step before
+        n_d, c_d = size[0], V_item(0)
+        key = (n_d << nbits) | (c_d >> sh)
+        tv_next = (wch.get(key) or wtab.fill(key))[0][c_d & mask]
+    S = S_max
+    for s in range(S_max):
+        if s and (s == next_done or (n_free and (wi < nw or a_next <= T))):
+            # ---- boundary s: completions, then FCFS admissions into the draft batch
+            changed = False
+            while next_done == s:
+                _, bi, lane = heappop(heap)
+                free[bi].append(lane)
+                size[bi] -= 1
+                n_free += 1
+                changed = True
+                next_done = heap[0][0] if heap else S_max
+            if n_free:
+                stop = False
+                prev = (s - 1) % period
+                while True:
+                    if wi < nw:
+                        r = wq[wi]
+                    elif a_next <= T:
+                        r = ptr
+                    else:
+                        break
+                    tgt = prev
+                    if rebalance and size[0] != size[1]:
+                        tgt = 0 if size[0] < size[1] else 1
+                    if not free[tgt]:
+                        break
+                    if tgt != prev or nsteps[r] == 0:
+                        stop = True
+                        break
+                    if wi < nw:
+                        wi += 1
+                    else:
+                        ptr += 1
+                        a_next = arrival[ptr] if ptr < N else float("inf")
+                    lane = free[tgt].pop()
+                    n_free -= 1
+                    q0 = -(-(s - tgt) // period)
+                    rec_append((tgt, lane, r, q0, s))
+                    size[tgt] += 1
+                    changed = True
+                    ns = nsteps[r]
+                    a = period * q0 + tgt            # the step verifying its first row
+                    done_at = a + period * (ns - 1) + 1
+                    heappush(heap, (done_at, tgt, lane))
+                    if done_at < next_done:
+                        next_done = done_at
+                    L = min(ns, (VLEN - 1 - a) // period + 1)
+                    f = off[r]
+                    V[a:a + period * L:period] += ctx[f:f + L]
+                    pf_n += 1
+                    pf_tok += prompt[r]
+                if stop:
+                    S = s
+                    break
+            if changed and (min(size) == 0 or (rebalance and abs(size[0] - size[1]) > 1)):
+                S = s
+                break
+        # ---- step s: the rows verified and drafted (a row's sequences are its batch's
+        # members at this boundary: admissions only join the drafted batch), costs, clock
+        # In PSD the row drafted in step s is the one verified in step s + 1 (same members,
+        # same contexts), so one look-up gives this step's draft and the next one's verify.
+        if psd:
+            n_v, c_v, tv = n_d, c_d, tv_next
+            n_d, c_d = size[(s & 1) ^ 1], V_item(s + 1)
+            key = (n_d << nbits) | (c_d >> sh)
+            ch = wch.get(key) or wtab.fill(key)
+            i = c_d & mask
+            td, tv_next = ch[1][i], ch[0][i]
+        else:
+            n_v = n_d = size[0]
+            c_v = c_d = V_item(s)
+            key = (n_v << nbits) | (c_v >> sh)
+            ch = wch.get(key) or wtab.fill(key)
+            i = c_v & mask
+            tv = ch[0][i]
+            td = ch[1][i] if has_draft else 0.0
+        if jit:
+            tv = tv * jv[s]
+            if has_draft:
+                td = td * jd[s]
+        if detail:
+            rows_append((n_v, c_v, n_d, c_d, tv, td))
+        if pf_n:
+            key = (pf_n << nbits) | (pf_tok >> sh)
+            ch = pch.get(key) or ptab.fill(key)
+            i = pf_tok & mask
+            pt = ch[0][i]
+            pd = ch[1][i] if has_pd else 0.0
+            if jit:
+                pt = pt * jpt[s]
+                if has_pd:
+                    pd = pd * jpd[s]
+            pf.append((s, pf_n, pf_tok, pt, pd))
+            pf_n = pf_tok = 0
+            if sd_coloc:
+                T = T + pt
+                T = T + pd
+            else:
+                T = T + (pt if pt >= pd else pd)
+        if psd:
+            T = T + (tv if tv >= td else td)
+        else:
+            if has_draft:
+                T = T + td
+            T = T + tv
+        T_append(T)
+    arr = np.array(rec, np.int64).reshape(-1, 5)
+    arr = arr[arr[:, 4] < S]
+    new = arr[arr[:, 4] > 0]
+    events = list(zip(new[:, 4].tolist(), new[:, 2].tolist())) + [(S, -1)]
+    lay = Layout(S, arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], arr[:, 4], events,
+                 np.asarray(Tl[:S + 1]))
+    pf = [x for x in pf if x[0] < S]
+    if not detail:
+        return _light(c, order, period, lay, pf)
+    cols = list(zip(*rows[:S]))
+    return _assemble(c, order, period, lay, kind, cols, pf)
+
+
+def _prefill_columns(S: int, pf):
+    pn, ptok = np.zeros(S, np.int64), np.zeros(S, np.int64)
+    pt, pd = np.zeros(S), np.zeros(S)
+    if pf:
+        steps, n, tok, tdur, ddur = (np.asarray(x) for x in zip(*pf))
+        pn[steps], ptok[steps], pt[steps], pd[steps] = n, tok, tdur, ddur
+    return pn, ptok, pt, pd
+
+
+def _light(c, order, period, lay, pf) -> Plan:
+    """What ``commit`` needs: the target's prefill phase and the step boundaries (one
+    segment per step); no step records can be built from it (``Plan.detail`` False)."""
+    S = lay.S
+    pn, ptok, pt, _ = _prefill_columns(S, pf)
+    phases = [PhaseArr("prefill", c.target_dev, 0, pt, pn, ptok, np.zeros(S, np.int64))]
+    zeros = np.zeros(S, np.int64)
+    vb = db = None
+    if len(order) == 2:
+        even = (np.arange(S) % 2) == 0
+        vb, db = np.where(even, order[0], order[1]), np.where(even, order[1], order[0])
+    p = Plan("lanes", S, 1, phases, [], zeros, zeros, verify_batch=vb, draft_batch=db,
+             overlapped=len(order) == 2, detail=False)
+    p.lanes = {"order": order, "period": period, "mats": None, "layout": lay, "sweep": True}
+    p.starts, p.ends = lay.T[:-1].reshape(S, 1), lay.T[1:].reshape(S, 1)
+    return p
+
+
+def _assemble(c, order, period, lay, kind, cols, pf) -> Plan:
+    from sim.lanes_build import attach_rows
+
+    S, k = lay.S, c.k
+    v_n, v_c, d_n, d_c = (np.asarray(x, np.int64) for x in cols[:4])
+    v_dur, d_dur = np.asarray(cols[4], float), np.asarray(cols[5], float)
+    pn, ptok, pt, pd = _prefill_columns(S, pf)
+    if kind == "psd":
+        seg_pf_d, seg_d, seg_v = 0, 1, 1
+    else:
+        seg_pf_d = 1 if kind == "sd" else 0
+        seg_d = seg_pf_d + 1
+        seg_v = seg_d + (0 if kind == "ar" else 1)
+    zeros = np.zeros(S, np.int64)
+    phases = [PhaseArr("prefill", c.target_dev, 0, pt, pn, ptok, zeros)]
+    if c.drafter is not None:
+        phases.append(PhaseArr("prefill", c.drafter_dev, seg_pf_d, pd, pn.copy(), ptok.copy(),
+                               zeros.copy()))
+    work = []
+    if kind != "ar":
+        work.append(PhaseArr("draft", c.drafter_dev, seg_d, d_dur, d_n, d_n * k, d_c))
+    work.append(PhaseArr("verify", c.target_dev, seg_v, v_dur, v_n, v_n * (k + 1), v_c))
+    phases += work[::-1] if kind == "psd" else work
+    vb = db = None
+    if kind == "psd":
+        even = (np.arange(S) % 2) == 0
+        vb, db = np.where(even, order[0], order[1]), np.where(even, order[1], order[0])
+    p = Plan("lanes", S, seg_v + 1, phases, [], np.zeros(S, np.int64), np.zeros(S, np.int64),
+             verify_batch=vb, draft_batch=db, overlapped=kind == "psd")
+    attach_rows(c, p, order, period, lay)
+    p.lanes["sweep"] = True            # lay.T is the sweep's clock (tests compare it)
+    c._clock(p)
+    return p
