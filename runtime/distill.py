@@ -123,16 +123,29 @@ def _head_bf16(drafter: Any, x: torch.Tensor) -> torch.Tensor:
 
 
 def distill_loss(drafter: Any, hidden: torch.Tensor, final: torch.Tensor, start: int,
-                 n_kept: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean KL(target || drafter) over the scored positions, and the drafter's top-1 agreement."""
-    logits = _head_bf16(drafter, new_layers_hidden(drafter, hidden, n_kept)[start:-1])
+                 n_kept: int, ce_weight: float = 0.0,
+                 feat_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Training loss over the scored positions, and the drafter's top-1 agreement.
+
+    The loss is KL(target || drafter), plus ``ce_weight`` times the cross-entropy of the target's
+    top-1 token (what greedy verification accepts), plus ``feat_weight`` times the smooth-L1
+    distance between the drafter's and the target's final normed hidden states (EAGLE's
+    feature loss: a dense signal per position).
+    """
+    h = new_layers_hidden(drafter, hidden, n_kept)[start:-1]
+    logits = _head_bf16(drafter, h)
     with torch.no_grad():
         target_logits = _head_bf16(drafter, final[start:-1])
         target_logp = F.log_softmax(target_logits, dim=-1)
+        target_top = target_logits.argmax(-1)
     logp = F.log_softmax(logits, dim=-1)
-    kl = F.kl_div(logp, target_logp, log_target=True, reduction="batchmean")
-    agree = (logits.argmax(-1) == target_logits.argmax(-1)).float().mean()
-    return kl, agree
+    loss = F.kl_div(logp, target_logp, log_target=True, reduction="batchmean")
+    if ce_weight:
+        loss = loss + ce_weight * F.nll_loss(logp, target_top)
+    if feat_weight:
+        loss = loss + feat_weight * F.smooth_l1_loss(h, final[start:-1])
+    agree = (logits.argmax(-1) == target_top).float().mean()
+    return loss, agree
 
 
 def acceptance_walk(match: Sequence[bool], k: int) -> list[int]:
@@ -220,7 +233,8 @@ def trainable_state(drafter: Any, n_kept: int, train_norm: bool) -> dict[str, to
 
 def train_new_layers(drafter: Any, feats: Features, n_kept: int, *, epochs: int = 4,
                      lr: float = 3e-4, accum: int = 4, seed: int = 0, train_norm: bool = True,
-                     progress: bool = True) -> dict[str, float]:
+                     progress: bool = True, ce_weight: float = 0.0,
+                     feat_weight: float = 0.0) -> dict[str, float]:
     """AdamW on the new layers (and final norm) to minimise KL to the target; cosine schedule."""
     import math
 
@@ -246,7 +260,8 @@ def train_new_layers(drafter: Any, feats: Features, n_kept: int, *, epochs: int 
         order = torch.randperm(n, generator=gen).tolist()
         kl_sum = agree_sum = 0.0
         for i, idx in enumerate(order):
-            kl, agree = distill_loss(drafter, feats.hidden[idx], feats.final[idx], feats.start[idx], n_kept)
+            kl, agree = distill_loss(drafter, feats.hidden[idx], feats.final[idx],
+                                     feats.start[idx], n_kept, ce_weight, feat_weight)
             (kl / accum).backward()
             kl_sum, agree_sum = kl_sum + kl.item(), agree_sum + agree.item()
             if (i + 1) % accum == 0 or i == n - 1:

@@ -25,6 +25,7 @@ DEFAULT_SPEC = DATA_DIR / "drafter.json"
 SPEC_FORMAT = "psdlab-drafter/1"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                    "chat_template.jinja", "generation_config.json")
+DTYPES = ("float32", "float16", "bfloat16")
 _LAYER_KEY = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
 
 
@@ -38,6 +39,7 @@ class DrafterSpec:
     name: str = "smollm2-drafter"
     init_from: tuple[int, ...] = ()  # target layers the new layers started from (training only)
     sha256: str = ""
+    dtype: str = "float32"           # the dtype the runtime runs the drafter in by default
     info: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -46,6 +48,8 @@ class DrafterSpec:
         for i in self.kept_layers:
             check_int("kept_layers[]", i, minimum=0)
         check_int("new_layers", self.new_layers, minimum=0, maximum=8)
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype: must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
 
     @property
     def num_layers(self) -> int:
@@ -54,7 +58,8 @@ class DrafterSpec:
     def to_json(self) -> dict[str, Any]:
         return {"format": SPEC_FORMAT, "name": self.name, "kept_layers": list(self.kept_layers),
                 "new_layers": self.new_layers, "init_from": list(self.init_from),
-                "weights_file": self.weights_file, "sha256": self.sha256, "info": self.info}
+                "weights_file": self.weights_file, "sha256": self.sha256, "dtype": self.dtype,
+                "info": self.info}
 
 
 def load_drafter_spec(path: str | Path | None = None) -> DrafterSpec:
@@ -69,7 +74,7 @@ def load_drafter_spec(path: str | Path | None = None) -> DrafterSpec:
                        weights_file=obj.get("weights_file", "drafter.safetensors"),
                        name=obj.get("name", "smollm2-drafter"),
                        init_from=tuple(obj.get("init_from", ())), sha256=obj.get("sha256", ""),
-                       info=obj.get("info", {}))
+                       dtype=obj.get("dtype", "float32"), info=obj.get("info", {}))
 
 
 def save_drafter_spec(spec: DrafterSpec, path: str | Path) -> None:
@@ -100,8 +105,21 @@ def drafter_config(target_cfg: dict[str, Any], spec: DrafterSpec) -> dict[str, A
     if "layer_types" in cfg and isinstance(cfg["layer_types"], list):
         cfg["layer_types"] = [cfg["layer_types"][0]] * spec.num_layers
     cfg["psdlab_drafter"] = {"name": spec.name, "kept_layers": list(spec.kept_layers),
-                             "new_layers": spec.new_layers, "sha256": spec.sha256}
+                             "new_layers": spec.new_layers, "sha256": spec.sha256,
+                             "dtype": spec.dtype}
     return cfg
+
+
+def preferred_dtype(model_dir: str | Path | None) -> str | None:
+    """The dtype a drafter directory asks to run in (``psdlab_drafter.dtype``), if any."""
+    if model_dir is None:
+        return None
+    config = Path(model_dir) / "config.json"
+    if not config.is_file():
+        return None
+    info = json.loads(config.read_text()).get("psdlab_drafter", {})
+    dtype = info.get("dtype") if isinstance(info, dict) else None
+    return dtype if dtype in DTYPES else None
 
 
 def drafter_state_from_target(target_state: dict[str, Any], spec: DrafterSpec,

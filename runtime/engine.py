@@ -26,6 +26,7 @@ from typing import Any, Callable, Hashable, Sequence
 
 from analysis.checks import check_choice, check_int, check_range
 from analysis.trace import MODES, RunInfo, Trace
+from runtime.drafter import preferred_dtype
 from runtime.requests import Request, RequestOutput
 from runtime.runner import ModelSpec, RunnerConfig
 from runtime.tracing import software_versions
@@ -52,6 +53,7 @@ class EngineConfig:
     drafter_core: int = 0
     target_core: int = 1
     dtype: str = "float32"
+    drafter_dtype: str | None = None    # default: what the drafter directory asks for, else dtype
     controlled_alpha: float | None = None
 
     def __post_init__(self) -> None:
@@ -66,6 +68,8 @@ class EngineConfig:
         check_int("max_len", self.max_len, minimum=2)
         check_choice("backend", self.backend, ("inline", "thread", "process"))
         check_choice("dtype", self.dtype, ("float32", "float16", "bfloat16"))
+        if self.drafter_dtype is not None:
+            check_choice("drafter_dtype", self.drafter_dtype, ("float32", "float16", "bfloat16"))
         if self.controlled_alpha is not None:
             check_range("controlled_alpha", self.controlled_alpha, 0.0, 1.0)
             if self.temperature != 0.0 or self.mode == "ar":
@@ -113,6 +117,7 @@ class Engine:
         self.cfg, self.target_spec, self.drafter_spec = cfg, target, drafter
         self.tokenizer = tokenizer
         d_label, t_label, d_core, t_core = _labels(cfg)
+        self.drafter_dtype: str | None = None
         base = RunnerConfig(spec=target, device=cfg.device, dtype=cfg.dtype,
                             max_slots=cfg.slots, max_len=cfg.max_len, seed=cfg.seed,
                             temperature=cfg.temperature, top_p=cfg.top_p)
@@ -120,8 +125,9 @@ class Engine:
         d_device = cfg.device if cfg.mode == "sd" else (cfg.drafter_device or cfg.device)
         specs = [WorkerSpec("target", base, t_label, core=t_core, stream=streams)]
         if cfg.mode != "ar":
+            self.drafter_dtype = cfg.drafter_dtype or preferred_dtype(drafter.path) or cfg.dtype
             specs.append(WorkerSpec("drafter", replace(base, spec=drafter, seed=cfg.seed + 1,
-                                                       device=d_device),
+                                                       device=d_device, dtype=self.drafter_dtype),
                                     d_label, core=d_core, stream=streams))
         self.workers = start_workers(cfg.backend, specs)
         self.target = self.workers["target"]
@@ -164,8 +170,8 @@ class Engine:
             self.cfg = saved
 
     def _check_override(self, config: EngineConfig) -> None:
-        fixed = ("device", "drafter_device", "backend", "dtype", "max_len", "temperature",
-                 "top_p", "seed")
+        fixed = ("device", "drafter_device", "backend", "dtype", "drafter_dtype", "max_len",
+                 "temperature", "top_p", "seed")
         changed = [f for f in fixed if getattr(config, f) != getattr(self.cfg, f)]
         if changed:
             raise ValueError(f"config: {', '.join(changed)} cannot change between runs")
@@ -186,6 +192,8 @@ class Engine:
             models["drafter"] = self.drafter_spec.name()
         more = {"backend": cfg.backend, "temperature": cfg.temperature, "top_p": cfg.top_p,
                 "max_num_seqs": cfg.slots, "dtype": cfg.dtype, "ignore_eos": cfg.ignore_eos}
+        if self.drafter is not None:
+            more["drafter_dtype"] = self.drafter_dtype
         if loop.controlled is not None:
             more.update(loop.controlled.labels())
         more.update(extra or {})

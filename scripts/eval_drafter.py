@@ -33,6 +33,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--target", default=None, help="target HF directory (default: the real pair)")
     ap.add_argument("--draft", default=None, help="drafter HF directory (default: the real pair)")
     ap.add_argument("--cache-dir", default=None)
+    ap.add_argument("--drafter-dtype", default=None, choices=("float32", "float16", "bfloat16"),
+                    help="dtype of the drafter (default: what the drafter asks for, as the runtime)")
     ap.add_argument("--no-timing", action="store_true", help="skip the per-token cost measurement")
     ap.add_argument("--threads", type=int, default=1, help="torch threads for the acceptance part (at most 2)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
@@ -72,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from runtime.distill import acceptance_walk, generate, greedy_match, mean_acceptance_length
+    from runtime.drafter import preferred_dtype
     from runtime.pair import prepare_pair
     from runtime.prompts import load_prompts
 
@@ -86,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         target_dir, draft_dir = pair.target_dir, pair.drafter_dir
     tok = AutoTokenizer.from_pretrained(target_dir)
     target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
-    drafter = AutoModelForCausalLM.from_pretrained(draft_dir, dtype=torch.float32).eval()
+    drafter_dtype = args.drafter_dtype or preferred_dtype(draft_dir) or "float32"
+    drafter = AutoModelForCausalLM.from_pretrained(draft_dir, dtype=getattr(torch, drafter_dtype)).eval()
     prompts = load_prompts(args.prompts, split=args.split)
     if args.limit > 0:
         prompts = prompts[:args.limit]
@@ -112,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
               "greedy_consistency": round(same / max(1, total), 4),
               "by_style": {s: round(mean_acceptance_length(c), 4) for s, c in sorted(by_style.items())},
               "target_layers": target.config.num_hidden_layers,
-              "drafter_layers": drafter.config.num_hidden_layers,
+              "drafter_layers": drafter.config.num_hidden_layers, "drafter_dtype": drafter_dtype,
               "target_params": sum(p.numel() for p in target.parameters()),
               "drafter_params": sum(p.numel() for p in drafter.parameters())}
     if not args.no_timing:

@@ -140,6 +140,41 @@ def test_psd_schedule_first_draft_alone_then_alternating_then_sd_fallback(models
     assert sum(v.proposed > 0 for v in rows_v) >= 0.5 * len(rows_v)
 
 
+# ----------------------------------------------------------------------------- drafter dtype
+
+def _bf16_drafter(src, dst):
+    """A copy of a drafter directory whose config asks to run in bfloat16 (as the shipped one)."""
+    import shutil
+    shutil.copytree(src, dst)
+    cfg = json.loads((dst / "config.json").read_text())
+    cfg["psdlab_drafter"] = {"name": "test", "kept_layers": [0], "new_layers": 0, "sha256": "",
+                             "dtype": "bfloat16"}
+    (dst / "config.json").write_text(json.dumps(cfg))
+    return dst
+
+
+def test_drafter_runs_in_the_dtype_it_asks_for_and_output_stays_lossless(models, tmp_path):
+    from runtime.drafter import preferred_dtype
+    draft = _bf16_drafter(models["noisy"], tmp_path / "bf16")
+    assert preferred_dtype(draft) == "bfloat16" and preferred_dtype(models["noisy"]) is None
+    reqs = [Request(f"r{i}", tuple(r), max_new_tokens=10) for i, r in enumerate(prompts(4, seed=3))]
+    base = dict(k=3, batch=2, max_new_tokens=10, backend="inline", max_len=64, ignore_eos=True)
+    with Engine(EngineConfig(mode="ar", **base), ModelSpec(str(models["target"]))) as eng:
+        ar = [o.token_ids for o in eng.run(reqs).outputs]
+    seen = {}
+    for name, override in (("auto", None), ("fp32", "float32")):
+        cfg = EngineConfig(mode="psd", drafter_dtype=override, **base)
+        with Engine(cfg, ModelSpec(str(models["target"])), ModelSpec(str(draft))) as eng:
+            result = eng.run(reqs)
+            seen[name] = next(p.dtype for p in eng.drafter.runner.model.parameters())
+        assert [o.token_ids for o in result.outputs] == ar      # greedy: target-only output
+        assert result.trace.run.extra["drafter_dtype"] == (override or "bfloat16")
+        assert result.trace.run.extra["dtype"] == "float32"
+    assert seen == {"auto": torch.bfloat16, "fp32": torch.float32}
+    with pytest.raises(ValueError, match="drafter_dtype: must be one of"):
+        EngineConfig(drafter_dtype="int8")
+
+
 # ----------------------------------------------------------------------------- controlled
 
 def test_controlled_proposer_accepts_with_probability_alpha():

@@ -27,6 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--target-core", type=int, default=1)
     p.add_argument("--device", default="cpu", help="cpu, or cuda:N (two streams on one GPU)")
     p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32")
+    p.add_argument("--drafter-dtype", choices=("float32", "float16", "bfloat16"), default=None,
+                   help="drafter dtype (default: what the drafter asks for, e.g. the shipped "
+                        "drafter runs in bfloat16; else --dtype)")
     p.add_argument("--steps-fraction", type=float, default=1.0,
                    help="measure over the first fraction of steps (the paper's tail cut)")
     p.add_argument("--trace-dir", default=None, help="write sd/psd traces here")
@@ -47,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
     base = EngineConfig(mode="psd", k=args.k, batch=args.batch, max_new_tokens=args.max_new_tokens,
                         ignore_eos=True, max_len=args.max_len, backend=backend,
                         device=args.device, drafter_core=args.drafter_core,
-                        target_core=args.target_core, dtype=args.dtype)
+                        target_core=args.target_core, dtype=args.dtype,
+                        drafter_dtype=args.drafter_dtype)
     models = session.resolve_models(args.target, args.draft, True, progress=not args.json)
     tokenizer = session.load_tokenizer(models.tokenizer)
     requests = session.load_requests(args.prompts, tokenizer, "offline", args.num_prompts)

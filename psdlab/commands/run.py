@@ -46,6 +46,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--drafter-core", type=int, default=0)
     p.add_argument("--target-core", type=int, default=1)
     p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32")
+    p.add_argument("--drafter-dtype", choices=("float32", "float16", "bfloat16"), default=None,
+                   help="drafter dtype (default: what the drafter asks for, e.g. the shipped "
+                        "drafter runs in bfloat16; else --dtype)")
     p.add_argument("--json", action="store_true", help="print the metrics summary as JSON")
     p.add_argument("--engine", choices=("psdlab", "vllm"), default="psdlab",
                    help="psdlab's own runtime, or vLLM v1 (modes ar, sd = vLLM's draft-model "
@@ -62,7 +65,8 @@ def engine_config(args: argparse.Namespace, eos: int | None):
         seed=args.seed, ignore_eos=args.ignore_eos, eos_token_id=eos, max_len=args.max_len,
         backend=backend, device=args.device, drafter_device=args.drafter_device,
         drafter_core=args.drafter_core,
-        target_core=args.target_core, dtype=args.dtype, controlled_alpha=args.controlled_alpha)
+        target_core=args.target_core, dtype=args.dtype, drafter_dtype=args.drafter_dtype,
+        controlled_alpha=args.controlled_alpha)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -49,10 +49,13 @@ class DraftClient:
     """Submit-then-collect drafting of one batch of requests at a time."""
 
     def __init__(self, cfg: DraftConfig):
+        from runtime.drafter import preferred_dtype
         from runtime.runner import ModelSpec, RunnerConfig
         from runtime.workers import WorkerSpec, InlineWorker, ProcessWorker, ThreadWorker
         self.cfg = cfg
-        runner = RunnerConfig(spec=ModelSpec(path=cfg.model), device=cfg.device, dtype=cfg.dtype,
+        # the drafter runs in the dtype its directory asks for (the shipped one: bfloat16)
+        dtype = preferred_dtype(cfg.model) or cfg.dtype
+        runner = RunnerConfig(spec=ModelSpec(path=cfg.model), device=cfg.device, dtype=dtype,
                               max_slots=cfg.max_slots, max_len=cfg.max_len + cfg.k + 1)
         spec = WorkerSpec(role="drafter", runner=runner, label=cfg.label,
                           core=cfg.core if cfg.backend == "process" else None)
