@@ -347,6 +347,9 @@ def test_cli_calibrates_and_writes_a_loadable_model(tmp_path, capsys):
     obj = json.loads(capsys.readouterr().out)
     fit = obj["meta"]["fits"]["verify"]
     assert fit["n_heldout"] == round(0.3 * fit["n"])
+    replay = read_model(out)["meta"]["replay"]          # written by calibrate itself
+    assert replay["serial_target"] == pytest.approx(1.0)
+    assert {"contention_target", "overhead_serial", "jitter_cv"} <= set(replay)
 
 
 def test_cli_truncated_trace_names_the_line(tmp_path, capsys):

@@ -23,9 +23,29 @@ def test_default_plan_holds_out_other_k_batch_and_arrivals():
         assert {x.mode for x in held if x.workload == r.workload} == {"sd-sep", "psd"}
     order = [r.role for r in plan.runs]       # interleaved, not all calibration first
     assert order.index("validate") < max(i for i, x in enumerate(order) if x == "calibrate")
-    names = [r.name for r in plan.runs]
+    configs = [r.config for r in plan.runs]
     first_poisson = min(i for i, r in enumerate(plan.runs) if r.arrivals == "poisson")
-    assert names.index(plan.poisson_from) < first_poisson
+    assert configs.index(plan.poisson_from) < first_poisson
+
+
+@pytest.mark.parametrize("repeats,seed", [(1, 0), (2, 0), (3, 5)])
+def test_plan_repeats_in_seeded_rounds_with_pairs_back_to_back(repeats, seed):
+    plan = default_plan(repeats=repeats, seed=seed)
+    configs = [r.config for r in plan.runs]
+    n = len(set(configs))
+    assert len(plan.runs) == n * repeats and len({r.name for r in plan.runs}) == len(plan.runs)
+    for i in range(repeats):                  # every round runs every configuration once
+        assert sorted(configs[i * n:(i + 1) * n]) == sorted(set(configs))
+    for i, r in enumerate(plan.runs):         # SD and PSD of one workload back to back
+        if r.mode != "ar":
+            mates = [j for j, x in enumerate(plan.runs) if x.workload == r.workload
+                     and x.mode != r.mode and (j // n) == (i // n)]
+            assert len(mates) == 1 and abs(mates[0] - i) == 1
+    assert default_plan(repeats=repeats, seed=seed) == plan          # seeded
+    if repeats > 1:
+        assert all(r.name == f"{r.config}_r{i // n + 1}" for i, r in enumerate(plan.runs))
+        other = default_plan(repeats=repeats, seed=seed + 1)
+        assert [r.name for r in other.runs] != [r.name for r in plan.runs]
 
 
 def test_plan_checks():
@@ -81,6 +101,48 @@ def test_quick_demo_end_to_end(quick_demo):
     md = (out / "report.md").read_text()
     for name in held:
         assert name in md
+
+
+def test_block_of_is_the_pair_of_one_repeat():
+    from validation.runs import block_of
+    plan = default_plan(repeats=2)
+    for i, r in enumerate(plan.runs):
+        block = block_of(plan.runs, i)
+        assert r in block and len({x.rep for x in block}) == 1
+        assert len(block) == (1 if r.mode == "ar" else 2)
+
+
+def test_repeats_past_the_deadline_are_skipped_with_their_pair(tmp_path):
+    """A deadline already passed: every first repeat runs, no later one does."""
+    import time
+
+    from runtime_engine_util import prompts, tiny_pair
+    from validation.runs import run_plan
+    pair = tiny_pair(tmp_path / "models")
+    plan = default_plan(quick=True, repeats=2)
+    skipped = []
+    got = run_plan(plan, str(pair["target"]), str(pair["noisy"]), tmp_path / "t",
+                   prompt_ids=prompts(4, seed=3), deadline=time.perf_counter(),
+                   on_skip=skipped.append)
+    assert [m.spec.name for m in got] == [r.name for r in plan.runs if r.rep == 1]
+    assert {s.name for s in skipped} == {r.name for r in plan.runs if r.rep == 2}
+
+
+def test_demo_reanalyses_its_own_traces(quick_demo, tmp_path, capsys):
+    """`psdlab demo --traces DIR` re-runs calibration, validation and report on the traces an
+    earlier demo wrote, with the same roles and the same measured values."""
+    result, out = quick_demo
+    assert main(["demo", "--traces", str(out / "traces"), "-o", str(tmp_path / "again"),
+                 "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert set(again["held_out"]) == set(result.held_out)
+    assert [r["name"] for r in again["runs"]] == [m.spec.name for m in result.measured]
+    first = {(r.run, r.metric): r.measured for r in result.validation.rows}
+    rows = {(r["run"], r["metric"]): r["measured"] for r in again["validation"]["rows"]}
+    assert rows and all(rows[k] == pytest.approx(v) for k, v in first.items() if v is not None)
+    assert (tmp_path / "again" / "report.md").is_file()
+    assert main(["demo", "--traces", str(tmp_path / "nope"), "-o", str(tmp_path / "x")]) == 2
+    assert "--traces" in capsys.readouterr().err
 
 
 def test_quick_demo_replays_measured_requests(quick_demo):

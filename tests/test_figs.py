@@ -237,7 +237,9 @@ def test_validation_heldout_csv(figs):
     assert rows and {r["run"] for r in rows} == {"sd_k1.jsonl", "sd_k3.jsonl", "psd_k1.jsonl",
                                                  "psd_k3.jsonl"}
     for r in rows:
-        assert _f(r["rel_error"]) == pytest.approx(_f(r["predicted"]) / _f(r["measured"]) - 1)
+        # the CSV rounds each column on its own: compare to the CSV's precision
+        assert _f(r["rel_error"]) == pytest.approx(_f(r["predicted"]) / _f(r["measured"]) - 1,
+                                                   rel=1e-5, abs=1e-6)
         if r["metric"] in ("mean_draft_time_s", "mean_verify_time_s"):
             assert abs(_f(r["rel_error"])) < 0.25    # same cost model family: close
 

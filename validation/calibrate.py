@@ -8,7 +8,8 @@ Every phase of every step is one observation of a forward-pass cost model
   ``context`` = the phase's context tokens (``Phase.context``: sum over its sequences of the
   tokens already in the KV cache; 0 in traces that do not record it, which leaves
   ``per_context`` unidentified).
-- ``draft`` (drafter): ``k = tokens / seqs`` one-token forwards, the j-th with context
+- ``draft`` (drafter): ``k`` one-token forwards (the longest proposal of the phase, from the
+  rows that verified its drafts: ``with_draft_forwards``; else tokens / seqs), the j-th with context
   ``context + j * seqs``, so the phase time is
   ``k*base + tokens*(per_seq + per_token) + per_context*(k*context + seqs*k*(k-1)/2)``;
   ``per_seq`` and ``per_token`` cannot be told apart here and the sum is reported as
@@ -16,14 +17,23 @@ Every phase of every step is one observation of a forward-pass cost model
 - ``prefill`` (target, or drafter when the phase ran on the drafter's own device): one forward
   over the prompts.
 
-Each is fitted by :func:`validation.fit.fit_nonneg` (relative-error NNLS, 95% CIs, held-out
-error); a warning is raised when a held-out error exceeds 10%.  The acceptance models come from
-:mod:`validation.acceptance_fit`.
+Each is fitted by :func:`validation.fit.fit_nonneg` (relative-error NNLS for the shape, then
+rescaled so the predicted total time equals the measured total: ``match_total``, so a model
+file is unbiased for the mean on its own; 95% CIs, held-out error); a warning is raised when a
+held-out error exceeds 10%.  The acceptance models come from :mod:`validation.acceptance_fit`.
+
+**Serial and overlapped phases.**  A phase that ran while the other device was busy (a PSD
+step that drafted one batch while verifying the other) runs slower than alone when the two
+devices share anything (two cores of one CPU share memory bandwidth and cache).  The cost
+models are therefore fitted on the *serial* steps (AR, SD, PSD start-up and tail; all steps of
+a fit that has no serial phases), and the overlapped phases calibrate the contention model of
+:mod:`validation.replay_model` (with the controller overhead per step and the step-time
+spread), stored as ``Calibration.replay`` and in the model file's ``meta.replay``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -53,17 +63,70 @@ class Calibration:
     skipped_phases: int = 0
     notes: tuple[str, ...] = field(default=())
     warnings: tuple[str, ...] = field(default=())
+    replay: Any = None      # validation.replay_model.ReplayParams (None: not measured)
+    verify_table: tuple[tuple[int, int, float, int], ...] = ()   # (seqs, tokens, median s, n)
 
 
 def phase_context(phase: Phase) -> float:
     return float(getattr(phase, "context", 0) or 0)
 
 
+@dataclass(frozen=True)
+class DraftPhase(Phase):
+    """A draft phase with its number of one-token drafting passes (the longest proposal among
+    its sequences, read from the verification of its drafts)."""
+    forwards: int = 0
+
+
+def _proposals(step: Any) -> list[int]:
+    return [v.proposed for v in step.verified if v.proposed > 0]
+
+
+def with_draft_forwards(trace: Trace) -> Trace:
+    """The trace with each draft phase's pass count attached (``DraftPhase``) where the rows
+    that verified its drafts are found -- the same step for a serial SD step, else the next
+    step that verifies -- and agree with it (as many sequences, as many tokens).  A sequence
+    near the end of its output drafts fewer than k tokens, so tokens / sequences undercounts
+    the passes of such a phase."""
+    steps, out = trace.steps, []
+    for i, s in enumerate(steps):
+        if not any(p.kind in ("draft", "verify") and not isinstance(p, DraftPhase)
+                   for p in s.phases):
+            out.append(s)
+            continue
+        serial_sd = not s.overlapped and any(p.kind == "verify" for p in s.phases)
+        src = s if serial_sd else next((x for x in steps[i + 1:] if x.verified), None)
+        props = _proposals(src) if src is not None else []
+        phases = []
+        for p in s.phases:
+            if (p.kind == "draft" and not isinstance(p, DraftPhase) and props
+                    and len(props) == p.seqs and sum(props) == p.tokens):
+                p = DraftPhase(**{f.name: getattr(p, f.name) for f in fields(Phase)},
+                               forwards=max(props))
+            phases.append(p)
+        out.append(replace(s, phases=tuple(padded_verify(s, phases))))
+    return replace(trace, steps=out)
+
+
+def padded_verify(step: Any, phases: list[Phase]) -> list[Phase]:
+    """Verify phases with ``tokens`` = the padded batch the target computes, sequences x
+    (1 + longest proposal), when every row had one pending token (tokens = sequences + sum of
+    proposals): the runtime pads ragged rows, so a capped row costs as much as a full one."""
+    rows = [v.proposed for v in step.verified]
+    out = []
+    for p in phases:
+        if (p.kind == "verify" and rows and len(rows) == p.seqs
+                and p.tokens == p.seqs + sum(rows)):
+            p = replace(p, tokens=p.seqs * (1 + max(rows)))
+        out.append(p)
+    return out
+
+
 def phase_features(kind: str, phase: Phase) -> dict[str, float]:
     """The cost-model terms (by name) whose coefficients sum to this phase's time."""
     seqs, tokens, ctx = float(phase.seqs), float(phase.tokens), phase_context(phase)
     if kind == "draft":
-        k = tokens / seqs
+        k = float(getattr(phase, "forwards", 0) or tokens / seqs)
         return {"base": k, "per_seq": tokens, "per_token": tokens,
                 "per_context": k * ctx + seqs * k * (k - 1) / 2}
     return {"base": 1.0, "per_seq": seqs, "per_token": tokens, "per_context": ctx}
@@ -116,7 +179,7 @@ def design(fit: str, phases: Sequence[Phase]) -> np.ndarray:
 
 
 def fit_costs(groups: dict[str, list[tuple[Phase, float]]], *, holdout: float,
-              seed: int) -> dict[str, LinearFit]:
+              seed: int, match_total: bool = True) -> dict[str, LinearFit]:
     fits = {}
     for name, rows in groups.items():
         if not rows:
@@ -127,7 +190,8 @@ def fit_costs(groups: dict[str, list[tuple[Phase, float]]], *, holdout: float,
             # no context recorded: the draft column's k(k-1)/2 growth term alone would give
             # per_context a value that really belongs to the per-token terms; fix it at 0
             X[:, FITS[name][1].index("per_context")] = 0.0
-        fits[name] = fit_nonneg(X, y, FITS[name][1], holdout=holdout, seed=seed)
+        fits[name] = fit_nonneg(X, y, FITS[name][1], holdout=holdout, seed=seed,
+                                match_total=match_total)
     return fits
 
 
@@ -159,15 +223,38 @@ def _messages(fits: dict[str, LinearFit], groups) -> tuple[list[str], list[str]]
     return notes, warnings
 
 
+#: fewest serial phases a fit needs before the overlapped ones are left out of it
+MIN_SERIAL = 8
+
+
+def serial_groups(traces: Sequence[Trace]) -> tuple[dict[str, list[tuple[Phase, float]]], int,
+                                                    list[str]]:
+    """Phases to fit on, by fit: the serial steps' phases, or every step's for a fit with fewer
+    than MIN_SERIAL serial phases (with a note)."""
+    from validation.replay_model import serial_only
+    every, skipped = collect_phases(traces)
+    serial, _ = collect_phases([serial_only(t) for t in traces])
+    notes = []
+    for name, rows in serial.items():
+        if len(rows) < MIN_SERIAL and len(every[name]) > len(rows):
+            serial[name] = every[name]
+            notes.append(f"{name}: too few serial phases ({len(rows)}); fitted on overlapped "
+                         f"phases too")
+    return serial, skipped, notes
+
+
 def calibrate(traces: Sequence[Trace], *, holdout: float = 0.2, seed: int = 0) -> Calibration:
     """Fit cost and acceptance models to traces (module docstring)."""
+    from validation.replay_model import replay_params_of
     if not traces:
         raise ValueError("traces: need at least one trace")
-    groups, skipped = collect_phases(traces)
+    traces = [with_draft_forwards(t) for t in traces]
+    groups, skipped, group_notes = serial_groups(traces)
     if not any(groups.values()):
         raise ValueError("traces: no timed phases with sequences and tokens to fit")
     fits = fit_costs(groups, holdout=holdout, seed=seed)
     notes, warnings = _messages(fits, groups)
+    notes = group_notes + notes
     if skipped:
         notes.append(f"{skipped} phases with no sequences, tokens or duration were skipped")
     try:
@@ -176,17 +263,44 @@ def calibrate(traces: Sequence[Trace], *, holdout: float = 0.2, seed: int = 0) -
     except ValueError as exc:
         acceptance = None
         notes.append(str(exc))
-    return Calibration(costs=fits, acceptance=acceptance,
-                       sources=tuple(sorted({t.run.source for t in traces})),
-                       ks=tuple(sorted({t.run.k for t in traces})),
-                       ms=tuple(sorted({t.run.m for t in traces})), skipped_phases=skipped,
-                       notes=tuple(notes), warnings=tuple(warnings))
+    cal = Calibration(costs=fits, acceptance=acceptance,
+                      sources=tuple(sorted({t.run.source for t in traces})),
+                      ks=tuple(sorted({t.run.k for t in traces})),
+                      ms=tuple(sorted({t.run.m for t in traces})), skipped_phases=skipped,
+                      notes=tuple(notes), warnings=tuple(warnings))
+    replay = replay_params_of(cal, traces)
+    return replace(cal, replay=replay, verify_table=verify_table(traces, replay.overlap_target))
+
+
+#: fewest phases of one (sequences, tokens) shape for a verify-table entry
+MIN_TABLE = 5
+
+
+def verify_table(traces: Sequence[Trace], overlap: float = 1.0
+                 ) -> tuple[tuple[int, int, float, int], ...]:
+    """Median solo time of the target's decode passes by (sequences, padded tokens) over the
+    calibration traces (overlapped phases divided by the overlap factor), for the shapes seen
+    at least MIN_TABLE times.  A CPU's GEMM time is not monotonic in the rows it multiplies
+    (kernel blocking: 4 x 5 rows can run faster than 2 x 5 or 3 x 5), which no affine model
+    says; the replay uses this table for the shapes it has and the affine fit elsewhere."""
+    from collections import defaultdict
+    times: dict[tuple[int, int], list[float]] = defaultdict(list)
+    for tr in traces:
+        for st in tr.steps:
+            if any(p.kind == "prefill" for p in st.phases):
+                continue
+            for p in st.phases:
+                if p.kind == "verify" and p.seqs > 0 and p.end > p.start:
+                    d = (p.end - p.start) / (overlap if st.overlapped else 1.0)
+                    times[(int(p.seqs), int(p.tokens))].append(d)
+    return tuple((sq, tk, float(np.median(v)), len(v)) for (sq, tk), v in sorted(times.items())
+                 if len(v) >= MIN_TABLE)
 
 
 def predict_phases(cal: Calibration, traces: Sequence[Trace]) -> dict[str, tuple[np.ndarray,
                                                                                np.ndarray]]:
     """Predicted and measured phase times, by fit, for traces not necessarily fitted on."""
-    groups, _ = collect_phases(traces)
+    groups, _ = collect_phases([with_draft_forwards(t) for t in traces])
     out = {}
     for name, rows in groups.items():
         if rows and name in cal.costs:

@@ -2,11 +2,16 @@
 
 For each measured trace the simulator is configured like the run (mode, k, batch size m, the
 runtime's batch manager) with the calibrated cost models (``validation.sim_costs``: decode and
-prefill fits, plus the controller overhead and overlap slowdown of
-``validation.replay_model``) and the calibrated acceptance model, and replays the measured workload: the same arrival times, prompt lengths and
-output lengths (``sim.workloads`` replay).  The simulator is stochastic in acceptance, so it is
+prefill fits, plus the controller overhead of ``validation.replay_model`` and the multipliers
+of ``validation.replay_scales``: proposal cap, overlap contention) and the calibrated
+acceptance model, and replays the measured workload: the same arrival times, prompt lengths
+and output lengths (``sim.workloads`` replay).  The simulator is stochastic in acceptance, so it is
 run with several seeds and each metric is averaged over them.  Every metric comes from
 ``analysis.metrics.summarize`` on both sides.
+
+Repeated runs of one configuration (same mode and workload) are compared as one: the measured
+value of each metric is the median over the repeats, and ``(max - min) / median`` over them is
+kept as the measurement's own spread (the noise floor of that comparison).
 
 Errors: relative, ``(predicted - measured) / measured``, for times and rates; for the PSD/SD
 gain (``throughput(PSD) / throughput(SD) - 1``) the difference in percentage points.  The
@@ -17,7 +22,7 @@ from __future__ import annotations
 import csv
 import os
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -97,20 +102,26 @@ def write_replay(trace: Trace, path: str | os.PathLike) -> str:
 
 def sim_config(trace: Trace, model_path: str, replay_path: str, *, seed: int = 0,
                params: Any = None, acceptance: dict[str, Any] | None = None,
-               jitter: dict[str, Any] | None = None):
+               jitter: dict[str, Any] | None = None,
+               overlap_share: tuple[float, float] | None = None):
     """A SimConfig that replays ``trace``'s workload with the calibrated models, the
-    controller overhead and the overlap slowdown of ``params`` (a ReplayParams)."""
+    controller overhead and the overlap contention of ``params`` (a ReplayParams), applied to
+    ``overlap_share`` of the decode time (``validation.replay_scales``)."""
     import validation.sim_costs as sc
     from sim.config import ModelConfig, ServerConfig, SimConfig, TraceConfig
     from validation.model_file import acceptance_spec, read_model
     from validation.replay_model import ReplayParams
+    from validation.replay_scales import decode_scales
 
     run = trace.run
     mode = run.mode
     if mode not in ("ar", "sd", "sd-sep", "psd"):
         raise ValueError(f"trace: mode {mode!r} cannot be replayed")
     params = params or ReplayParams()
-    t_scale, d_scale = params.scales(mode)
+    acc: dict[str, Any] = {"name": "none"}
+    if mode != "ar":
+        acc = acceptance or acceptance_spec(read_model(model_path))
+    t_scale, d_scale = decode_scales(trace, model_path, params, acc, overlap_share)
     server = ServerConfig(mode=mode, k=max(run.k, 1) if mode != "ar" else 0, m=run.m,
                           policy="rebalance" if mode == "psd" else "paper")
     devices = run.devices or {}
@@ -120,13 +131,11 @@ def sim_config(trace: Trace, model_path: str, replay_path: str, *, seed: int = 0
                                             scale=t_scale,
                                             prefill_scale=params.prefill_target))
     drafter = None
-    acc: dict[str, Any] = {"name": "none"}
     if mode != "ar":
         drafter = ModelConfig(name=str((run.models or {}).get("drafter", "drafter")),
                               device=str(devices.get("drafter", "sim:drafter")),
                               cost=sc.cost_spec(model_path, "drafter", scale=d_scale,
                                                 prefill_scale=params.prefill_drafter))
-        acc = acceptance or acceptance_spec(read_model(model_path))
     return SimConfig(server=server, target=target, drafter=drafter, acceptance=acc,
                      workload={"name": "replay", "path": replay_path},
                      requests=len(trace.requests), seed=seed,
@@ -144,12 +153,20 @@ def predict(trace: Trace, model_path: str, *, seeds: Sequence[int] = DEFAULT_SEE
 
     if not seeds:
         raise ValueError("seeds: need at least one")
+    from validation.replay_scales import overlap_share
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         replay = write_replay(trace, Path(tmp) / "workload.csv")
+        share = None
+        if trace.run.mode == "psd":
+            # the contention applies to overlapped steps only: one pass to see which share
+            # of the replay's decode time overlaps, then the seeds with that share
+            probe = simulate(sim_config(trace, model_path, replay, seed=seeds[0],
+                                        params=params, acceptance=acceptance, jitter=jitter))
+            share = overlap_share(probe.trace)
         runs, first = [], None
         for seed in seeds:
             cfg = sim_config(trace, model_path, replay, seed=seed, params=params,
-                             acceptance=acceptance, jitter=jitter)
+                             acceptance=acceptance, jitter=jitter, overlap_share=share)
             res = simulate(cfg)
             runs.append(flatten(res.metrics))
             first = first or res.trace
@@ -174,17 +191,48 @@ def compare_metrics(run: str, measured: dict[str, float | None],
 
 @dataclass
 class TraceComparison:
-    """A measured trace, its replay in the simulator, and the rows comparing them."""
+    """A measured trace (or repeats of one configuration: ``repeats``), its replay in the
+    simulator, and the rows comparing them."""
     name: str
     trace: Trace
     measured: dict[str, float | None]
     predicted: dict[str, float | None]
     rows: list[Row]
     sim_trace: Trace | None = None
+    repeats: list[Trace] = field(default_factory=list)
+    spread: dict[str, float | None] = field(default_factory=dict)
 
 
-def compare_trace(name: str, trace: Trace, model_path: str, **kw: Any) -> TraceComparison:
-    measured = flatten(summarize(trace))
-    predicted, sim_trace = predict(trace, model_path, **kw)
-    return TraceComparison(name, trace, measured, predicted,
-                           compare_metrics(name, measured, predicted), sim_trace)
+def median_metrics(traces: Sequence[Trace]) -> tuple[dict[str, float | None],
+                                                      dict[str, float | None]]:
+    """Per metric, the median over repeated runs and their spread ((max - min) / median)."""
+    runs = [flatten(summarize(t)) for t in traces]
+    med: dict[str, float | None] = {}
+    spread: dict[str, float | None] = {}
+    for key in runs[0]:
+        vals = [r.get(key) for r in runs]
+        if any(v is None for v in vals):
+            med[key] = spread[key] = None
+            continue
+        med[key] = float(np.median(vals))
+        spread[key] = (float((max(vals) - min(vals)) / abs(med[key]))
+                       if med[key] and len(vals) > 1 else None)
+    return med, spread
+
+
+def merged(traces: Sequence[Trace]) -> Trace:
+    """One trace holding the steps of all repeats (the first one's run info and requests), for
+    statistics over steps such as the closed form's mean phase times."""
+    if len(traces) == 1:
+        return traces[0]
+    return Trace(traces[0].run, [s for t in traces for s in t.steps], list(traces[0].requests))
+
+
+def compare_trace(name: str, trace: Trace | Sequence[Trace], model_path: str,
+                  **kw: Any) -> TraceComparison:
+    """Compare one trace, or the median of repeated runs of one workload, with its replay."""
+    reps = [trace] if isinstance(trace, Trace) else list(trace)
+    measured, spread = median_metrics(reps)
+    predicted, sim_trace = predict(reps[0], model_path, **kw)
+    return TraceComparison(name, reps[0], measured, predicted,
+                           compare_metrics(name, measured, predicted), sim_trace, reps, spread)

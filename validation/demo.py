@@ -5,9 +5,10 @@
 2. Run the plan of ``validation.runs`` on this machine: AR, SD (drafter on its own core, no
    overlap) and PSD over the shipped held-out prompts, at several k, batch sizes and arrival
    patterns, writing one trace per run.
-3. Calibrate the simulator on the ``calibrate`` runs (``validation.calibrate``; cost models on
-   their serial steps), store the controller overhead and the overlap slowdown they show
-   (``validation.replay_model``) in the model file, and write ``model.json``.
+3. Calibrate the simulator on the ``calibrate`` runs (``validation.calibrate``: cost models on
+   their serial steps, the overlap contention, controller overhead and spread they show,
+   ``validation.replay_model``) and write ``model.json`` -- the same file ``psdlab calibrate``
+   writes from those traces.
 4. Replay every run in the calibrated simulator (``validation.validate``); the ``validate``
    runs were not used for the fit: other k, another batch size, Poisson arrivals; the
    ``repeat`` runs repeat a calibration configuration, so their errors show how much the
@@ -27,7 +28,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from analysis.trace import read_trace
+from validation.report import spread_rows
 from validation.runs import Measured, Plan, default_plan, run_plan
+
+
+#: seconds kept for calibration, replay and report after the last run
+ANALYSIS_S = 45.0
 
 
 @dataclass
@@ -48,6 +54,7 @@ class DemoResult:
                 "held_out": list(self.held_out),
                 "summary": self.validation.summary(only=set(self.held_out)),
                 "noise_floor": self.validation.summary(only=set(self.repeats)),
+                "repeat_spread": spread_rows(self.validation),
                 "runs": [{"name": m.spec.name, "role": m.spec.role, "mode": m.spec.mode,
                           "k": m.spec.k, "m": m.spec.batch, "arrivals": m.spec.arrivals,
                           "rate": m.rate, "wall_s": m.wall_s, "trace": m.path}
@@ -80,16 +87,14 @@ def calibrate_runs(measured: Sequence[Measured], out_dir: str) -> str:
     """Fit on the calibration runs; write model.json with the replay parameters."""
     from validation.calibrate import calibrate
     from validation.model_file import write_model
-    from validation.replay_model import replay_params, serial_only, store_replay_params
     os.makedirs(out_dir, exist_ok=True)
     cal = [m for m in measured if m.spec.role == "calibrate"]
     if not cal:
         raise ValueError("plan: no calibration runs")
     traces = [read_trace(m.path) for m in cal]
     path = os.path.join(out_dir, "model.json")
-    calibration = calibrate([serial_only(t) for t in traces], holdout=0.2, seed=0)
+    calibration = calibrate(traces, holdout=0.2, seed=0)
     write_model(path, calibration, traces=[os.path.basename(m.path) for m in cal])
-    store_replay_params(path, replay_params(traces, path))
     return path
 
 
@@ -120,9 +125,10 @@ def demo(out_dir: str, *, quick: bool = False, plan: Plan | None = None,
          target: str | None = None, draft: str | None = None,
          prompt_ids: Sequence[Sequence[int]] | None = None, backend: str | None = None,
          progress: bool = True, quiet: bool = False,
-         seeds: Sequence[int] = (0, 1, 2, 3, 4)) -> DemoResult:
+         seeds: Sequence[int] = (0, 1, 2, 3, 4), budget_s: float | None = 840.0) -> DemoResult:
     """The whole main job (module docstring); ``quiet`` silences stderr, ``progress`` the
-    bars."""
+    bars.  ``budget_s``: seconds for the whole demo (model preparation included); repeats
+    that would run past it less ANALYSIS_S are skipped (``validation.runs.run_plan``)."""
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     plan = plan or default_plan(quick)
@@ -143,10 +149,12 @@ def demo(out_dir: str, *, quick: bool = False, plan: Plan | None = None,
     try:
         measured = run_plan(plan, target_dir, drafter_dir, trace_dir, tokenizer=tokenizer,
                             prompt_ids=prompt_ids, backend=backend, on_run=bars.on_run,
-                            on_request=bars.on_request)
+                            on_request=bars.on_request, on_skip=bars.on_skip,
+                            deadline=None if budget_s is None else t0 + budget_s - ANALYSIS_S)
     finally:
         bars.close()
     timings["runs_s"] = time.perf_counter() - t0 - timings["prepare_s"]
+    timings["skipped_runs"] = len(plan.runs) - len(measured)
     return analyse(out_dir, measured, plan, target_dir, drafter_dir, seeds=seeds,
                    quiet=quiet, timings=timings, t0=t0)
 
@@ -163,10 +171,12 @@ def analyse(out_dir: str, measured: Sequence[Measured], plan: Plan, target_dir: 
     _say("psdlab demo: replaying every run in the calibrated simulator", quiet)
     from validation.validate import validate
     named = [(m.spec.name, read_trace(m.path)) for m in measured]
-    validation = validate(model_path, named, seeds=seeds)
-    roles = {m.spec.name: m.spec.role for m in measured}
+    validation = validate(model_path, named, seeds=seeds,
+                          groups={m.spec.name: m.spec.config for m in measured})
+    roles = {m.spec.config: m.spec.role for m in measured}
     held = {n for n, r in roles.items() if r == "validate"}
     repeats = {n for n, r in roles.items() if r == "repeat"}
+    roles.update({m.spec.name: m.spec.role for m in measured})
     lines = headline(validation, held)
     timings["total_s"] = time.perf_counter() - t0
     from validation.report import write_report
@@ -181,22 +191,75 @@ def analyse(out_dir: str, measured: Sequence[Measured], plan: Plan, target_dir: 
     return result
 
 
+def reanalyse(trace_dir: str, out_dir: str, *, seeds: Sequence[int] = (0, 1, 2, 3, 4),
+              quiet: bool = True) -> DemoResult:
+    """Steps 3-5 again on the traces a demo wrote (``TRACE_DIR/*.jsonl``, run order = the
+    order the runs were made, read from each trace's run record), into ``out_dir``."""
+    from validation.runs import RunSpec
+    paths = sorted(os.path.join(trace_dir, f) for f in os.listdir(trace_dir)
+                   if f.endswith(".jsonl"))
+    measured = []
+    for path in paths:
+        tr = read_trace(path)
+        extra = tr.run.extra or {}
+        if "demo_run" not in extra or "demo_role" not in extra:
+            raise ValueError(f"{path}: not a psdlab demo trace (no demo_run/demo_role in its "
+                             f"run record)")
+        timed = any(r.arrival > 0 for r in tr.requests)
+        spec = RunSpec(extra["demo_run"], tr.run.mode, tr.run.k, tr.run.m,
+                       "poisson" if timed else "offline", extra["demo_role"],
+                       extra.get("demo_config", ""))
+        start = min((s.start for s in tr.steps), default=0.0)
+        measured.append((extra.get("run_started", os.path.getmtime(path)), start,
+                         Measured(spec, path, 0.0, extra.get("poisson_rate"))))
+    if not measured:
+        raise FileNotFoundError(f"--traces: no .jsonl traces in {trace_dir}")
+    measured.sort(key=lambda x: (x[0], x[1]))
+    runs = [m for *_, m in measured]
+    first = read_trace(runs[0].path)
+    offline = [m.spec.config for m in runs if m.spec.arrivals == "offline"]
+    plan = Plan(runs=tuple(m.spec for m in runs), num_prompts=len(first.requests),
+                max_new_tokens=int((first.run.workload or {}).get("max_new_tokens", 32)),
+                poisson_from=offline[0] if offline else "")
+    models = first.run.models or {}
+    return analyse(out_dir, runs, plan, str(models.get("target", "")),
+                   str(models.get("drafter", "")), seeds=seeds, quiet=quiet)
+
+
+def _configs(measured: Sequence[Measured], role: str) -> list[str]:
+    return list(dict.fromkeys(m.spec.config for m in measured if m.spec.role == role))
+
+
 def _intro(plan: Plan, target: str, drafter: str, timings: dict[str, float],
            measured: Sequence[Measured]) -> list[str]:
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     rate = next((m.rate for m in measured if m.rate), None)
+    configs = {m.spec.config for m in measured}
+    reps = " / ".join(str(n) for n in sorted({sum(x.spec.config == c for x in measured)
+                                              for c in configs}))
     lines = [f"Target `{os.path.basename(target.rstrip('/'))}`, drafter "
              f"`{os.path.basename(drafter.rstrip('/'))}`; {plan.num_prompts} prompts, "
              f"up to {plan.max_new_tokens} new tokens each (seeded lengths down to "
              f"{1 - plan.output_spread:.0%} of that; greedy, EOS ignored), "
              f"{len(plan.runs)} runs on one set of workers (drafter and target each on its "
-             f"own CPU core).",
-             f"Calibrated on: {', '.join(m.spec.name for m in measured if m.spec.role == 'calibrate')}. "
-             f"Held out: {', '.join(m.spec.name for m in measured if m.spec.role == 'validate')}.",
+             f"own CPU core): {len(configs)} configurations, each run {reps} time(s) in seeded "
+             f"random rounds with the SD and PSD runs of a configuration back to back; "
+             f"the comparisons use the median over a configuration's runs.",
+             f"Calibrated on: {', '.join(_configs(measured, 'calibrate'))}. "
+             f"Held out: {', '.join(_configs(measured, 'validate'))}.",
              f"Model preparation {timings.get('prepare_s', 0):.0f} s, runs "
              f"{timings.get('runs_s', 0):.0f} s; load average (1 min) at the start of the runs "
              f"{timings.get('load_at_start', float('nan')):.2f}, at the end {load[0]:.2f} / "
              f"{load[1]:.2f} / {load[2]:.2f} (1 / 5 / 15 min) on {os.cpu_count()} CPUs."]
+    if timings.get("skipped_runs"):
+        lines.append(f"{timings['skipped_runs']:.0f} repeat run(s) skipped to stay within the "
+                     f"time budget (every configuration ran at least once).")
+    if "runs_s" not in timings:
+        loads = [(read_trace(m.path).run.extra or {}).get("load_1min") for m in measured]
+        loads = [x for x in loads if isinstance(x, (int, float))]
+        lines[-1] = ("Re-analysed from the traces of an earlier demo (nothing was run now); "
+                     "load average (1 min) at the start of its runs: "
+                     + (f"{min(loads):.2f} to {max(loads):.2f}." if loads else "not recorded."))
     if rate:
         lines.append(f"Poisson runs: {rate:.3f} requests/s ({plan.load:g} x the rate the "
                      f"`{plan.poisson_from}` run served).")
@@ -225,6 +288,10 @@ class _Bars:
         self.outer.set_postfix_str(spec.name)
         self.inner = self._tqdm(total=self.requests, unit="req", desc=f"  {spec.name}",
                                 position=1, leave=False, file=sys.stderr)
+
+    def on_skip(self, spec: Any) -> None:
+        if self.outer is not None:
+            self.outer.update(1)
 
     def on_request(self, done: int, total: int) -> None:
         if self.inner is not None:

@@ -17,6 +17,12 @@ prediction is the relative error.
   the model is fitted on the rest and its mean absolute relative error on the set-aside rows is
   reported (plus the relative error of their total time).  The returned coefficients come from
   a fit on all rows.
+- ``match_total``: the relative-error minimiser is biased low for the *mean* when times are
+  noisy (for one constant column it is sum(1/y) / sum(1/y^2) < mean(y)), and throughput and
+  latency depend on total time.  With ``match_total`` the fitted coefficients (and their
+  intervals) are rescaled so that the predicted total equals the measured total over the rows
+  fitted: the relative-error fit gives the shape across phase sizes, the total gives the level.
+  The held-out error uses the same procedure on the training rows only.
 """
 from __future__ import annotations
 
@@ -98,6 +104,12 @@ def _nnls(X: np.ndarray, y: np.ndarray, keep: np.ndarray) -> np.ndarray:
     return coef
 
 
+def total_scale(X: np.ndarray, y: np.ndarray, coef: np.ndarray) -> float:
+    """(measured total) / (predicted total) over the rows; 1 when nothing is predicted."""
+    pred = float(np.sum(X @ coef))
+    return float(np.sum(y)) / pred if pred > 0 else 1.0
+
+
 def _intervals(X: np.ndarray, y: np.ndarray, keep: np.ndarray,
                coef: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     lo, hi = coef.copy(), coef.copy()
@@ -128,7 +140,7 @@ def _rel_errors(X: np.ndarray, y: np.ndarray, coef: np.ndarray) -> tuple[float, 
 
 
 def fit_nonneg(X, y, names: tuple[str, ...] | list[str], *, holdout: float = 0.2,
-               seed: int = 0) -> LinearFit:
+               seed: int = 0, match_total: bool = False) -> LinearFit:
     """Fit y ~ X @ coef with coef >= 0 (see the module docstring).  Rows with y <= 0 must have
     been removed by the caller."""
     X = np.asarray(X, dtype=float)
@@ -144,11 +156,14 @@ def fit_nonneg(X, y, names: tuple[str, ...] | list[str], *, holdout: float = 0.2
     keep = identifiable_columns(X)
     coef = _nnls(X, y, keep)
     lo, hi = _intervals(X, y, keep, coef)
+    if match_total:
+        level = total_scale(X, y, coef)
+        coef, lo, hi = coef * level, lo * level, hi * level
     fit_err, _ = _rel_errors(X, y, coef)
     pred = X @ coef
     ratio = y[pred > 0] / pred[pred > 0]
     cv = float(np.std(ratio) / np.mean(ratio)) if len(ratio) > 1 else float("nan")
-    held_err, held_total, n_test = _heldout(X, y, holdout, seed)
+    held_err, held_total, n_test = _heldout(X, y, holdout, seed, match_total)
     return LinearFit(names=tuple(names), coef=tuple(map(float, coef)),
                      ci_low=tuple(map(float, lo)), ci_high=tuple(map(float, hi)),
                      identified=tuple(map(bool, keep)), n=len(y), heldout_error=held_err,
@@ -156,8 +171,8 @@ def fit_nonneg(X, y, names: tuple[str, ...] | list[str], *, holdout: float = 0.2
                      residual_cv=cv)
 
 
-def _heldout(X: np.ndarray, y: np.ndarray, holdout: float,
-             seed: int) -> tuple[float, float, int]:
+def _heldout(X: np.ndarray, y: np.ndarray, holdout: float, seed: int,
+             match_total: bool = False) -> tuple[float, float, int]:
     n_test = int(round(holdout * len(y)))
     if n_test < 1 or len(y) - n_test < 2:
         return float("nan"), float("nan"), 0
@@ -165,5 +180,7 @@ def _heldout(X: np.ndarray, y: np.ndarray, holdout: float,
     test, train = order[:n_test], order[n_test:]
     keep = identifiable_columns(X[train])
     coef = _nnls(X[train], y[train], keep)
+    if match_total:
+        coef = coef * total_scale(X[train], y[train], coef)
     err, total = _rel_errors(X[test], y[test], coef)
     return err, total, n_test

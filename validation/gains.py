@@ -12,8 +12,9 @@ same requests: arrival times, prompt and output lengths).  For a pair:
   - V: speedup = (t + V + o) / (E[max(t, V)] + o) times the ratio of tokens emitted per
   verification (PSD / SD), with E[max] for independent gamma-distributed t and V
   (``analysis.theory.jitter``; deterministic: max(t, V)); a third variant multiplies t and
-  V by the overlap slowdown calibrated for the replay (``validation.replay_model``), the
-  contention a shared machine adds when both run at once.  It is compared with the measured
+  V by the overlap slowdown calibrated for the replay (``validation.replay_model``: from the
+  contention model at these t and V when the model file has one, else the constant factors),
+  the contention a shared machine adds when both run at once.  It is compared with the measured
   decode-throughput speedup, as a relative error of the speedup.  It assumes full batches, so
   ``validation.validate`` applies it to offline pairs only.
 """
@@ -81,10 +82,13 @@ class ClosedForm:
 
 
 def closed_form(sd: Trace, psd: Trace,
-                slowdown: tuple[float, float] | None = None) -> ClosedForm:
+                slowdown: tuple[float, float] | None = None,
+                contention: tuple[float, float] | None = None) -> ClosedForm:
     """Closed-form PSD/SD decode speedup from the SD trace's measured t and V (module doc);
     with ``slowdown`` = (target, drafter) factors (``validation.replay_model``), also the
-    speedup when overlapped phases run that much slower than alone."""
+    speedup when overlapped phases run that much slower than alone; with ``contention`` =
+    (c_target, c_drafter) the factors come from the contention model at these t and V
+    instead (``validation.replay_model.contention_scales``)."""
     t, V = _phase_times(sd, "draft"), _phase_times(sd, "verify")
     if t.size == 0 or V.size == 0:
         raise ValueError("trace: the SD trace has no decode steps with draft and verify phases")
@@ -97,6 +101,9 @@ def closed_form(sd: Trace, psd: Trace,
     e_max = expected_max(tm, vm, tcv, vcv, "gamma")
     ratio = _emitted_per_verification(psd) / _emitted_per_verification(sd)
     slow = None
+    if contention is not None and any(contention):
+        from validation.replay_model import contention_scales
+        slowdown = contention_scales(tm, vm, contention[1], contention[0])
     if slowdown is not None:
         st, sdr = slowdown
         e_slow = expected_max(sdr * tm, st * vm, tcv, vcv, "gamma")

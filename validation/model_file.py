@@ -22,6 +22,9 @@ written with its ``write_fit``, which checks every role builds), times in second
        "acceptance_fit": {rates with 95% CIs, trials, Beta with CIs, VSR, notes},
        "fits": {"verify" | "draft" | "prefill" | "drafter_prefill": {coef, ci95, identified,
                 n, n_heldout, heldout_error, heldout_total_error, fit_error, residual_cv}},
+       "replay": {overlap contention and factors, controller overhead per step, step-time
+                  spread: validation.replay_model.ReplayParams},
+       "tables": {"target": [[seqs, padded tokens, median solo seconds, phases], ...]},
        "calibration": {"traces", "sources", "k", "m", "holdout", "seed", "notes",
                        "warnings"}}}
 
@@ -76,6 +79,9 @@ def meta_doc(cal: Calibration, *, traces: Sequence[str] = (), holdout: float = 0
         "acceptance": acceptance,
         "acceptance_fit": None if cal.acceptance is None else cal.acceptance.to_dict(),
         "fits": {name: fit.to_dict() for name, fit in cal.costs.items()},
+        **({"replay": cal.replay.to_dict()} if cal.replay is not None else {}),
+        **({"tables": {"target": [list(r) for r in cal.verify_table]}}
+           if cal.verify_table else {}),
         "calibration": {"traces": list(traces), "sources": list(cal.sources),
                         "k": list(cal.ks), "m": list(cal.ms), "holdout": holdout, "seed": seed,
                         "notes": list(cal.notes), "warnings": list(cal.warnings)},

@@ -1,36 +1,38 @@
-"""What a replay needs beyond the per-phase fits: mean corrections, overlap slowdown and
-controller overhead.
+"""What a replay needs beyond the per-phase fits: overlap contention, controller overhead,
+step-time spread.
 
-Four effects in measured traces that the per-phase cost fits alone do not carry:
+Measured by ``validation.calibrate`` on its traces (``replay_params_of``), stored in the model
+file's ``meta.replay`` and read back by ``load_replay_params`` (defaults: no overlap effect, no
+overhead).  The cost fits themselves are already unbiased for the mean (``match_total`` of
+``validation.fit``), so the serial and prefill scales below are 1 for a model written by
+``psdlab calibrate`` (older model files stored the mean correction here; it is still applied).
 
-- **Mean correction**: the fits minimise the *relative* squared error (``validation.fit``),
-  which is right for the shape across phase sizes but biased low for the mean when phase times
-  are noisy (a machine shared with other jobs gives long right tails): the minimiser of
-  sum((c - y)/y)^2 is sum(1/y) / sum(1/y^2) < mean(y).  Throughput and latency depend on the
-  total time, so each fit is rescaled by (total measured) / (total predicted) over the serial
-  calibration phases it was fitted on (and prefills alike).
-- **Overlap slowdown**: when the drafter and the target run at the same time each runs slower
-  than alone if they share anything -- on a CPU, two cores share the memory bandwidth and the
-  last-level cache, and both compete with the controller process (and anything else on the
-  machine).  So the cost models are fitted on *serial* phases only (steps that did not
-  overlap) and the overlapped phases get their own scale, (total measured) / (total
-  predicted) over the overlapped phases of the calibration traces, per role; a PSD replay uses
-  it.  ``slowdown`` = overlapped scale / serial scale says how much slower overlapping made
-  each model.
+- **Overlap contention**: when the drafter and the target run at the same time each runs
+  slower than alone if they share anything -- on a CPU, two cores share the memory bandwidth
+  and the last-level cache (and the controller process).  The cost models are fitted on serial
+  phases; for an overlapped phase the trace's start/end times give ``o``, how long the other
+  device was busy during it.  The contention model: while both run, a role progresses at rate
+  ``1 - c`` of its solo speed, so a phase of solo time ``w`` that overlapped for ``o`` lasts
+  ``w + c * o``; ``c`` per role is the least-squares fit of (measured - fitted serial time) on
+  ``o`` over the overlapped phases.  For a replay, with solo times ``a`` (draft) and ``b``
+  (verify) of a full step at the run's k and m, both start together, ``o = min(a / (1 - c_d),
+  b / (1 - c_t))`` and the scales are ``1 + c * o / w`` per role (``contention_scales``): a
+  phase overlapped for only part of its time is slowed only for that part, which a constant
+  factor would not say when k makes drafting much longer or shorter than verification.  The
+  constant factors (total measured / total fitted over the overlapped phases, ``overlap_*``)
+  are kept too; the closed form's "calibrated overlap slowdown" variant uses them.
+- **Proposal cap**: ``draft_cap`` = 1 when the calibration traces show the engine drafting
+  fewer than k tokens for a sequence near the end of its output; the replay then corrects the
+  simulator's always-k drafting (``validation.draft_cap``).
 - **Controller overhead**: a step lasts longer than its critical path (draft + verify one after
   the other, or the longer of the two when overlapped) by the controller's own work: collecting
   drafts, submitting the verification, bookkeeping.  Measured per decode step, separately for
   serial steps (AR, SD) and overlapped ones (PSD), and added to the target's decode pass.
-
 - **Spread**: PSD's step is the longer of two phases, and E[max(t, V)] > max(E t, E V) when
   they vary (``analysis.theory.jitter``); the step-to-step CV of measured / fitted decode
   phase times (relative to a rolling median, so slow drift is not counted) is kept as
   ``jitter_cv`` and the replay draws gamma step-time jitter with it (mean 1, so the mean
   times stay as calibrated).
-
-``replay_params(traces, model_path)`` measures all of them on calibration traces; the result
-is stored in the model file's ``meta.replay`` (``store_replay_params``) and read back by
-``load_replay_params`` (defaults: no correction, no overhead).
 """
 from __future__ import annotations
 
@@ -54,15 +56,29 @@ class ReplayParams:
     prefill_target: float = 1.0         # measured / fitted, target prefills
     prefill_drafter: float = 1.0        # measured / fitted, drafter prefills
     jitter_cv: float = 0.0              # CV of measured / fitted decode phase times
+    contention_target: float = 0.0      # c: target's lost speed while the drafter runs
+    contention_drafter: float = 0.0     # c: drafter's lost speed while the target runs
+    draft_cap: float = 0.0              # 1: the engine caps proposals at the output budget
 
     def overhead(self, mode: str) -> float:
         return self.overhead_overlapped if mode == "psd" else self.overhead_serial
 
-    def scales(self, mode: str) -> tuple[float, float]:
-        """(target, drafter) decode-cost multipliers for a replay of this mode."""
-        if mode == "psd":
+    def scales(self, mode: str, draft: float | None = None,
+               verify: float | None = None) -> tuple[float, float]:
+        """(target, drafter) decode-cost multipliers for a replay of this mode; for PSD with
+        the solo times of a full step (``draft``, ``verify``) from the contention model,
+        else the constant overlap factors."""
+        if mode != "psd":
+            return self.serial_target, self.serial_drafter
+        if draft is None or verify is None or draft <= 0 or verify <= 0 or not self.contention:
             return self.overlap_target, self.overlap_drafter
-        return self.serial_target, self.serial_drafter
+        t, d = contention_scales(self.serial_drafter * draft, self.serial_target * verify,
+                                 self.contention_drafter, self.contention_target)
+        return self.serial_target * t, self.serial_drafter * d
+
+    @property
+    def contention(self) -> bool:
+        return bool(self.contention_target or self.contention_drafter)
 
     @property
     def slowdown(self) -> tuple[float, float]:
@@ -78,6 +94,57 @@ class ReplayParams:
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
+
+
+#: contention coefficients are clipped to this range (c < 0: faster while overlapped)
+C_RANGE = (-0.5, 0.9)
+
+
+def contention_scales(draft: float, verify: float, c_d: float,
+                      c_t: float) -> tuple[float, float]:
+    """(target, drafter) time multipliers of an overlapped step whose solo times are ``draft``
+    and ``verify`` (module docstring): both start together, each runs at ``1 - c`` of its solo
+    speed until the first one finishes."""
+    o = min(draft / (1.0 - c_d), verify / (1.0 - c_t))
+    return 1.0 + c_t * o / verify, 1.0 + c_d * o / draft
+
+
+def _overlap(a: Any, b: Any) -> float:
+    return max(0.0, min(a.end, b.end) - max(a.start, b.start))
+
+
+def fit_contention(cal: Any, traces: Sequence[Trace]) -> tuple[float, float]:
+    """(c_target, c_drafter): least squares of (measured - fitted solo time) on the time the
+    other device was busy, over the overlapped steps with one draft and one verify phase."""
+    from validation.calibrate import design
+    rows: dict[str, list[tuple[float, float]]] = {"verify": [], "draft": []}
+    for tr in traces:
+        for s in tr.steps:
+            if not s.overlapped or not _is_decode(s):
+                continue
+            d = [p for p in s.phases if p.kind == "draft"]
+            v = [p for p in s.phases if p.kind == "verify"]
+            if len(d) != 1 or len(v) != 1:
+                continue
+            o = _overlap(d[0], v[0])
+            for name, ph in (("draft", d[0]), ("verify", v[0])):
+                if name in cal.costs and ph.seqs > 0 and ph.tokens > 0:
+                    w = float(cal.costs[name].predict(design(name, [ph]))[0])
+                    rows[name].append((o, (ph.end - ph.start) - w))
+    out = []
+    for name in ("verify", "draft"):
+        o = np.array([r[0] for r in rows[name]])
+        excess = np.array([r[1] for r in rows[name]])
+        c = float(o @ excess / (o @ o)) if o.size and o @ o > 0 else 0.0
+        out.append(float(np.clip(c, *C_RANGE)))
+    return out[0], out[1]
+
+
+def caps_proposals(traces: Sequence[Trace]) -> bool:
+    """Whether the engine drafted fewer than k tokens for some sequence (at the end of its
+    output budget: ``validation.draft_cap``)."""
+    return any(0 <= v.proposed < tr.run.k for tr in traces if tr.run.k > 0
+               for s in tr.steps for v in s.verified)
 
 
 def _is_decode(step) -> bool:
@@ -146,21 +213,31 @@ def _spread(cal: Any, traces: Sequence[Trace]) -> float:
 
 
 def replay_params(traces: Sequence[Trace], model_path: str) -> ReplayParams:
-    """Mean corrections, overlap scales and overheads from calibration traces (module doc)."""
+    """Replay parameters of a model file's fits on (calibration) traces (module doc)."""
+    from validation.calibrate import with_draft_forwards
     from validation.model_file import read_model
-    cal = calibration_view(read_model(model_path))
+    return replay_params_of(calibration_view(read_model(model_path)),
+                            [with_draft_forwards(t) for t in traces])
+
+
+def replay_params_of(cal: Any, traces: Sequence[Trace]) -> ReplayParams:
+    """Overlap contention and scales, overheads and spread of a Calibration's fits on
+    (calibration) traces (module doc)."""
     serial_tr = [serial_only(t) for t in traces]
     serial = _scales(cal, serial_tr)
     over = _scales(cal, [overlapped_only(t) for t in traces])
     ser_t, ser_d = serial.get("verify", 1.0), serial.get("draft", 1.0)
     o_serial, o_over = step_overheads(traces)
+    c_t, c_d = fit_contention(cal, traces)
     return ReplayParams(overhead_serial=o_serial, overhead_overlapped=o_over,
                         serial_target=ser_t, serial_drafter=ser_d,
                         overlap_target=over.get("verify", ser_t),
                         overlap_drafter=over.get("draft", ser_d),
                         prefill_target=serial.get("prefill", 1.0),
                         prefill_drafter=serial.get("drafter_prefill", 1.0),
-                        jitter_cv=_spread(cal, serial_tr))
+                        jitter_cv=_spread(cal, serial_tr),
+                        contention_target=c_t, contention_drafter=c_d,
+                        draft_cap=1.0 if caps_proposals(traces) else 0.0)
 
 
 def store_replay_params(model_path: str, params: ReplayParams) -> None:
@@ -179,9 +256,12 @@ def load_replay_params(model: dict[str, Any]) -> ReplayParams:
     vals = {}
     for key, default in asdict(ReplayParams()).items():
         v = raw.get(key, default)
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) and v >= 0
-        if ok and not key.startswith("overhead") and v == 0:
-            ok = False                    # a zero scale would make passes free
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
+        if ok and key.startswith("contention"):
+            ok = C_RANGE[0] <= v <= C_RANGE[1]
+        elif ok:
+            ok = v > 0 or (v == 0 and key.startswith(("overhead", "jitter", "draft_cap")))
+            # a zero scale would make passes free
         vals[key] = float(v) if ok else default
     return ReplayParams(**vals)
 

@@ -18,6 +18,8 @@ import csv
 import os
 from typing import Any, Iterable, Mapping, Sequence
 
+import numpy as np
+
 from validation.compare import Row
 
 ROW_COLUMNS = ("run", "metric", "label", "unit", "measured", "predicted", "error",
@@ -132,6 +134,39 @@ def run_rows(named: Sequence[tuple[str, Any]], roles: Mapping[str, str] | None =
     return out
 
 
+SPREAD_KEYS = ("throughput_tok_s", "tpot.mean", "e2e.p99")
+
+
+def spread_rows(validation: Any) -> list[dict[str, Any]]:
+    """Per configuration run more than once: the repeats, their load, and the spread
+    ((max - min) / median) of the headline metrics -- the measurement's own noise."""
+    out = []
+    for c in validation.comparisons:
+        if len(c.repeats) < 2:
+            continue
+        loads = [(t.run.extra or {}).get("load_1min") for t in c.repeats]
+        out.append({"config": c.name, "repeats": len(c.repeats),
+                    "load_1min": " / ".join("n/a" if not isinstance(x, (int, float))
+                                            else f"{x:.2f}" for x in loads),
+                    **{k: c.spread.get(k) for k in SPREAD_KEYS}})
+    return out
+
+
+def _spread_md(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    def pct(x: Any) -> str:
+        return "n/a" if x is None else f"{100 * x:.1f}%"
+    body = [[r["config"], str(r["repeats"]), r["load_1min"], *(pct(r[k]) for k in SPREAD_KEYS)]
+            for r in rows]
+    med = ["median", "", "", *(pct(float(np.median(v))) if v else "n/a" for v in
+                               ([r[k] for r in rows if r[k] is not None] for k in SPREAD_KEYS))]
+    return ["## Noise floor: spread between repeats of one configuration", "",
+            "Each configuration ran more than once (seeded random order, SD and PSD of one "
+            "configuration back to back); the comparisons use the median over the repeats. "
+            "(max - min) / median over the repeats is the machine's own run-to-run noise.", "",
+            md_table(["config", "runs", "load (1 min) per run", "throughput", "mean TPOT",
+                      "p99 e2e"], body + [med]), ""]
+
+
 def calibration_rows(model: Mapping[str, Any]) -> list[dict[str, Any]]:
     fits = (model.get("meta") or {}).get("fits") or {}
     out = []
@@ -197,6 +232,11 @@ def write_report(out_dir: str, validation: Any, named: Sequence[tuple[str, Any]]
     scope = "held-out runs" if summary_runs is not None else "all runs compared"
     md += [f"## Against the targets (worst |error| over the {scope})", "",
            md_table(SUMMARY_HEADER, summary_cells(validation.summary(summary_runs))), ""]
+    spreads = spread_rows(validation)
+    if spreads:
+        files["repeats"] = write_csv(os.path.join(out_dir, "repeats.csv"),
+                                     ("config", "repeats", "load_1min", *SPREAD_KEYS), spreads)
+        md += _spread_md(spreads)
     if noise_runs:
         md += ["## Noise floor: calibration configurations run again", "",
                "The same configurations as calibration runs, measured again at the end: "
@@ -227,14 +267,14 @@ def write_report(out_dir: str, validation: Any, named: Sequence[tuple[str, Any]]
           fmt_value(r["throughput_tok_s"], "tok/s"), fmt_value(r["tpot.mean"], "s"),
           fmt_value(r["e2e.p99"], "s"), fmt_value(r["acceptance_rate"])] for r in runs]), ""]
     rp = validation.params
-    md += ["## Calibration", "", f"Model file: `{os.path.basename(validation.model_path)}`. "
+    md += ["## Calibration", "", f"Model file: `{os.path.basename(validation.model_path)}` "
+           f"(phase-time fits on serial steps, unbiased for the mean). "
            f"Controller overhead per decode step: {1e3 * rp.overhead_serial:.2f} ms serial, "
-           f"{1e3 * rp.overhead_overlapped:.2f} ms overlapped; mean corrections of the fits "
-           f"(measured / fitted, serial phases): target x{rp.serial_target:.3f}, drafter "
-           f"x{rp.serial_drafter:.3f}, prefill x{rp.prefill_target:.3f} / "
-           f"x{rp.prefill_drafter:.3f}; overlap slowdown (overlapped / serial): target "
-           f"x{rp.slowdown[0]:.3f}, drafter x{rp.slowdown[1]:.3f}; step-time jitter CV "
-           f"{rp.jitter_cv:.3f}; simulator seeds "
+           f"{1e3 * rp.overhead_overlapped:.2f} ms overlapped; overlap contention (share of "
+           f"solo speed lost while the other device runs): target "
+           f"{rp.contention_target:+.3f}, drafter {rp.contention_drafter:+.3f}; overlapped / "
+           f"serial time over the calibration runs: target x{rp.slowdown[0]:.3f}, drafter "
+           f"x{rp.slowdown[1]:.3f}; step-time jitter CV {rp.jitter_cv:.3f}; simulator seeds "
            f"averaged: {len(validation.seeds)}.",
            "",
            md_table(["fit", "term", "estimate (ms)", "95% CI (ms)", "held-out error"],

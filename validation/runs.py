@@ -7,8 +7,17 @@ again at the end: its prediction error is the machine's own drift, the noise flo
 comparison) or ``reference`` (for the report only).  All runs serve the same requests (the
 shipped held-out prompts, greedy, EOS ignored, each with its own seeded output length,
 ``Plan.output_lengths``) on one set of workers -- drafter and target each in its own process
-on its own core -- so only the schedule changes between runs.  Calibration and held-out runs are interleaved, so that a busy
-spell of a shared machine hits both alike.
+on its own core -- so only the schedule changes between runs.
+
+Measurement design against drift of the machine's speed (a shared machine's speed wanders by
+tens of percent over minutes, and any drift between calibration and held-out runs would read
+as model error): every configuration is run ``repeats`` times; each round runs every
+configuration once in a seeded random order, the SD and PSD runs of one configuration back to
+back (in seeded random order), so calibration and held-out runs are interleaved and a slow
+spell hits both alike, and a PSD/SD gain is measured on two runs minutes apart at most.  The
+validation compares the median over a configuration's repeats with the prediction
+(``validation.validate``: runs named ``CONFIG_rN`` are repeats of ``CONFIG``), and the spread
+between repeats is reported as the noise floor.  A warm-up run (not traced) precedes them all.
 
 Poisson runs take their rate from a measured offline run (``Plan.poisson_from``): ``load`` times
 the requests per second that run served, so the arrival pattern fits this machine's speed.
@@ -24,6 +33,7 @@ AR run (or a reference pass when the plan does not start with AR).
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -43,8 +53,12 @@ class RunSpec:
     batch: int
     arrivals: str = "offline"
     role: str = "calibrate"
+    config: str = ""                   # the configuration repeated (default: the name)
+    rep: int = 1                       # which repeat of the configuration (1 = first)
 
     def __post_init__(self) -> None:
+        if not self.config:
+            object.__setattr__(self, "config", self.name)
         check_choice("mode", self.mode, RUN_MODES)
         check_int("k", self.k, 0 if self.mode == "ar" else 1, 16)
         check_int("batch", self.batch, 1, 64)
@@ -62,7 +76,7 @@ class Plan:
     runs: tuple[RunSpec, ...]
     num_prompts: int = 16
     max_new_tokens: int = 32
-    poisson_from: str = "sd_k4_m4"      # offline run whose measured rate sets Poisson arrivals
+    poisson_from: str = "sd_k4_m4"      # offline config whose first run's rate sets Poisson rates
     load: float = 1.0                   # Poisson rate = load * that run's requests per second
     seed: int = 0
     controlled_alpha: float | None = None   # controlled acceptance (runtime.controlled)
@@ -79,11 +93,11 @@ class Plan:
         if len(set(names)) != len(names):
             raise ValueError("runs: names must be unique")
         if any(r.arrivals == "poisson" for r in self.runs):
-            src = [r for r in self.runs if r.name == self.poisson_from]
-            if not src or src[0].arrivals != "offline":
+            src = [i for i, r in enumerate(self.runs) if r.config == self.poisson_from]
+            if not src or self.runs[src[0]].arrivals != "offline":
                 raise ValueError(f"poisson_from: {self.poisson_from!r} must name an offline run")
             first_poisson = min(i for i, r in enumerate(self.runs) if r.arrivals == "poisson")
-            if names.index(self.poisson_from) > first_poisson:
+            if src[0] > first_poisson:
                 raise ValueError("poisson_from: must run before the first Poisson run")
 
     @property
@@ -107,25 +121,56 @@ def _pair(k: int, m: int, role: str, arrivals: str = "offline") -> list[RunSpec]
             RunSpec(f"psd_k{k}_m{m}{tag}", "psd", k, m, arrivals, role)]
 
 
-def default_plan(quick: bool = False) -> Plan:
-    """Calibrate on k in {2, 4} at m = 4 offline; hold out k = 3 and 5, m = 2, and Poisson
-    arrivals (each as an SD/PSD pair).  ``quick``: a short plan for tests and smoke runs."""
+def repeated_order(blocks: Sequence[Sequence[RunSpec]], repeats: int, seed: int,
+                   first: str | None = None) -> tuple[RunSpec, ...]:
+    """``repeats`` rounds, each running every block once in a seeded random order (the runs of
+    a block back to back, in seeded random order); with ``first``, the block holding that
+    config leads the first round.  With more than one round, run names get ``_rN``."""
+    import numpy as np
+    check_int("repeats", repeats, 1, 20)
+    rng = np.random.default_rng(seed)
+    out: list[RunSpec] = []
+    for r in range(repeats):
+        perm = [int(i) for i in rng.permutation(len(blocks))]
+        lead = [i for i in perm if first in {x.config for x in blocks[i]}] if first else []
+        if r == 0 and lead:
+            perm.remove(lead[0])
+            perm.insert(0, lead[0])
+        for i in perm:
+            runs = list(blocks[i])
+            if len(runs) > 1 and rng.random() < 0.5:
+                runs.reverse()
+            out += [replace(x, name=f"{x.name}_r{r + 1}" if repeats > 1 else x.name, rep=r + 1)
+                    for x in runs]
+    return tuple(out)
+
+
+def block_of(runs: Sequence[RunSpec], i: int) -> list[RunSpec]:
+    """Run i and the runs next to it of the same repeat and workload (its SD/PSD pair)."""
+    def mate(j: int) -> bool:
+        return (0 <= j < len(runs) and runs[j].rep == runs[i].rep
+                and runs[j].workload == runs[i].workload)
+    lo, hi = i, i
+    while mate(lo - 1):
+        lo -= 1
+    while mate(hi + 1):
+        hi += 1
+    return list(runs[lo:hi + 1])
+
+
+def default_plan(quick: bool = False, repeats: int | None = None, seed: int = 0) -> Plan:
+    """Calibrate on k in {2, 4} at m = 4 offline (and AR); hold out k = 3 and 5, m = 2, and
+    Poisson arrivals (each as an SD/PSD pair); every configuration ``repeats`` times (default
+    2; 1 with ``quick``) in seeded random rounds (module docstring).  ``quick``: a short plan
+    for tests and smoke runs (m = 2, k in {2, 4} calibrated, k = 3 held out)."""
     if quick:
-        runs = (_pair(2, 2, "calibrate") + _pair(4, 2, "calibrate") + _pair(3, 2, "validate"))
-        return Plan(runs=tuple(runs), num_prompts=4, max_new_tokens=12, poisson_from="sd_k4_m2")
-    cal = [RunSpec("ar_m4", "ar", 0, 4, role="calibrate")] + _pair(4, 4, "calibrate")
-    val = _pair(3, 4, "validate")
-    cal += _pair(2, 4, "calibrate")
-    val += _pair(5, 4, "validate") + _pair(4, 2, "validate") + _pair(4, 4, "validate", "poisson")
-    order: list[RunSpec] = []
-    while cal or val:                      # interleave calibration and held-out runs
-        order.extend(cal[:2])
-        cal = cal[2:]
-        order.extend(val[:2])
-        val = val[2:]
-    order += [RunSpec(f"{r.name}_repeat", r.mode, r.k, r.batch, r.arrivals, "repeat")
-              for r in _pair(4, 4, "repeat")]
-    return Plan(runs=tuple(order))
+        blocks = [_pair(2, 2, "calibrate"), _pair(4, 2, "calibrate"), _pair(3, 2, "validate")]
+        return Plan(runs=repeated_order(blocks, repeats or 1, seed), num_prompts=4,
+                    max_new_tokens=12, poisson_from="sd_k4_m2", seed=seed)
+    blocks = [[RunSpec("ar_m4", "ar", 0, 4, role="calibrate")], _pair(4, 4, "calibrate"),
+              _pair(2, 4, "calibrate"), _pair(3, 4, "validate"), _pair(5, 4, "validate"),
+              _pair(4, 2, "validate"), _pair(4, 4, "validate", "poisson")]
+    return Plan(runs=repeated_order(blocks, repeats or 2, seed, first="sd_k4_m4"), seed=seed)
 
 
 # ---------------------------------------------------------------------------- requests
@@ -169,10 +214,15 @@ def engine_config(plan: Plan, spec: RunSpec, base: Any) -> Any:
 def run_plan(plan: Plan, target_dir: str, drafter_dir: str, out_dir: str | os.PathLike, *,
              tokenizer: Any = None, prompt_ids: Sequence[Sequence[int]] | None = None,
              backend: str | None = None, on_run: Callable[[RunSpec, int, int], None] | None = None,
-             on_request: Callable[[int, int], None] | None = None) -> list[Measured]:
+             on_request: Callable[[int, int], None] | None = None,
+             deadline: float | None = None,
+             on_skip: Callable[[RunSpec], None] | None = None) -> list[Measured]:
     """Run every run of the plan on one set of workers; traces go to ``out_dir/NAME.jsonl``.
     ``on_run(spec, i, n)`` is called before each run, ``on_request(done, total)`` as requests
-    finish (progress bars)."""
+    finish (progress bars).  ``deadline`` (a ``time.perf_counter()`` time): a repeat (rep >= 2)
+    whose block -- the SD/PSD pair it belongs to -- would not end before it, judged by the
+    first repeats' wall times, is skipped with its block (``on_skip(spec)``), so the plan
+    keeps its time budget on a slower machine; first repeats always run."""
     from runtime.engine import Engine, EngineConfig
     from runtime.requests import Request
     from runtime.runner import ModelSpec
@@ -200,7 +250,18 @@ def run_plan(plan: Plan, target_dir: str, drafter_dir: str, out_dir: str | os.Pa
                            zip(items, lengths)], None,
                           config=replace(base, mode="ar", max_num_seqs=None))
             reference = {o.id: o.token_ids for o in ref.outputs}
+        walls: dict[str, float] = {}
+        skip: set[str] = set()
         for i, spec in enumerate(plan.runs):
+            if spec.rep > 1 and deadline is not None and spec.name not in skip:
+                block = block_of(plan.runs, i)
+                need = sum(walls.get(r.config, 0.0) for r in block)
+                if time.perf_counter() + need > deadline:
+                    skip.update(r.name for r in block)
+            if spec.name in skip:
+                if on_skip is not None:
+                    on_skip(spec)
+                continue
             if on_run is not None:
                 on_run(spec, i, len(plan.runs))
             times = ([0.0] * len(items) if spec.arrivals == "offline"
@@ -208,8 +269,10 @@ def run_plan(plan: Plan, target_dir: str, drafter_dir: str, out_dir: str | os.Pa
             reqs = [Request(rid, ids, t, None, n)
                     for (rid, ids), t, n in zip(items, times, lengths)]
             path = out / f"{spec.name}.jsonl"
-            extra = {"demo_run": spec.name, "demo_role": spec.role, "workload_key": spec.workload,
-                     "load_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
+            extra = {"demo_run": spec.name, "demo_role": spec.role, "demo_config": spec.config,
+                     "workload_key": spec.workload,
+                     "load_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+                     "run_started": time.time()}
             if spec.arrivals == "poisson":
                 extra["poisson_rate"] = rate
             res = eng.run(reqs, str(path), config=engine_config(plan, spec, base),
@@ -221,9 +284,10 @@ def run_plan(plan: Plan, target_dir: str, drafter_dir: str, out_dir: str | os.Pa
                 raise RuntimeError(f"run {spec.name}: {res.error}")
             results.append(Measured(spec, str(path), res.wall_s,
                                     rate if spec.arrivals == "poisson" else None))
+            walls.setdefault(spec.config, res.wall_s)
             if spec.mode == "ar" and reference is None:
                 reference = {o.id: o.token_ids for o in res.outputs}
-            if spec.name == plan.poisson_from:
+            if spec.config == plan.poisson_from and rate is None:
                 reqs_done = res.trace.requests
                 span = max(r.finish for r in reqs_done) - min(r.arrival for r in reqs_done)
                 rate = plan.load * len(reqs_done) / span

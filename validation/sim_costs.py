@@ -11,7 +11,9 @@ hundreds misses the prefill by a factor.  This model uses the prefill fit for pa
 cached context (``context == 0``: in the simulator only prefills -- fresh or recomputed after a
 preemption -- start from an empty cache) and the decode fit for the rest, plus ``overhead``
 seconds per decode pass (the controller's time around a step that no phase records); decode
-passes are multiplied by ``scale`` (the overlap slowdown of ``validation.replay_model``),
+passes are multiplied by ``scale`` (the overlap slowdown of ``validation.replay_model``); a
+decode pass whose (sequences, tokens) shape the calibration measured often enough takes the
+measured median from the model file's ``meta.tables`` instead of the fit (``table``);
 prefills by ``prefill_scale`` (both are the mean corrections of ``validation.replay_model``).
 
 Spec::
@@ -45,10 +47,24 @@ class CalibratedCost(CostModel):
     overhead: float = 0.0
     scale: float = 1.0
     prefill_scale: float = 1.0
+    table: tuple[tuple[int, int, float], ...] = ()   # measured decode passes by shape
     kind = NAME
 
+    def _decode(self, s, t, c):
+        fit = self.decode.forward_time(s, t, c)
+        if not self.table:
+            return fit
+        look = {(sq, tk): v for sq, tk, v in self.table}
+        if type(s) is float and type(t) is float:
+            return look.get((int(s), int(t)), fit)
+        sa, ta = np.broadcast_arrays(np.asarray(s), np.asarray(t))
+        tab = np.array([look.get((int(a), int(b)), np.nan) for a, b in zip(sa.ravel(),
+                                                                          ta.ravel())])
+        tab = tab.reshape(sa.shape)
+        return np.where(np.isnan(tab), fit, tab)
+
     def _time(self, s, t, c):
-        dec = self.scale * self.decode.forward_time(s, t, c) + self.overhead
+        dec = self.scale * self._decode(s, t, c) + self.overhead
         pre = self.prefill_scale * self.prefill.forward_time(s, t, c)
         if type(c) is float:
             return pre if c == 0.0 else dec
@@ -61,7 +77,8 @@ class CalibratedCost(CostModel):
 
 
 def calibrated_cost(path: str, role: str, overhead: float = 0.0, scale: float = 1.0,
-                    prefill_scale: float = 1.0, where: str = "cost") -> CalibratedCost:
+                    prefill_scale: float = 1.0, where: str = "cost",
+                    table: bool = True) -> CalibratedCost:
     doc = load_fit(path, f"{where}.path")
     roles = doc["roles"]
     if role not in roles:
@@ -70,7 +87,10 @@ def calibrated_cost(path: str, role: str, overhead: float = 0.0, scale: float = 
     pre_name = f"{role}:prefill"
     prefill = (cost_from_role(roles[pre_name], f"{where}[{path}:{pre_name}]")
                if pre_name in roles else decode)
-    return CalibratedCost(decode=decode, prefill=prefill,
+    rows = ((doc.get("meta") or {}).get("tables") or {}).get(role) or [] if table else []
+    shapes = tuple((int(r[0]), int(r[1]), float(r[2])) for r in rows
+                   if isinstance(r, list) and len(r) >= 3 and float(r[2]) > 0)
+    return CalibratedCost(decode=decode, prefill=prefill, table=shapes,
                           overhead=check_nonnegative(f"{where}.overhead", overhead),
                           scale=check_range(f"{where}.scale", scale, 0.0, 100.0, lo_open=True),
                           prefill_scale=check_range(f"{where}.prefill_scale", prefill_scale,
@@ -79,9 +99,10 @@ def calibrated_cost(path: str, role: str, overhead: float = 0.0, scale: float = 
 
 def _make(spec: Mapping[str, Any], where: str) -> CostModel:
     check_fields(spec, where, required=("path", "role"),
-                 optional=("overhead", "scale", "prefill_scale"))
+                 optional=("overhead", "scale", "prefill_scale", "table"))
     return calibrated_cost(str(spec["path"]), str(spec["role"]), spec.get("overhead", 0.0),
-                           spec.get("scale", 1.0), spec.get("prefill_scale", 1.0), where)
+                           spec.get("scale", 1.0), spec.get("prefill_scale", 1.0), where,
+                           bool(spec.get("table", True)))
 
 
 def cost_spec(path: str, role: str, overhead: float = 0.0, scale: float = 1.0,

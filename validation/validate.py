@@ -11,6 +11,7 @@ folds it into the next decode step, so the two count different steps near every 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -18,8 +19,9 @@ import numpy as np
 
 from analysis.metrics import summarize
 from analysis.trace import Trace
-from validation.compare import (DEFAULT_SEEDS, Row, TraceComparison, compare_trace, flatten)
-from validation.gains import GainResult, closed_form, gain_rows, pair_traces
+from validation.compare import (DEFAULT_SEEDS, Row, TraceComparison, compare_trace, flatten,
+                                merged)
+from validation.gains import GainResult, closed_form, gain_rows, pair_traces, workload_key
 from validation.replay_model import ReplayParams, load_replay_params
 
 #: summary checks: (label, row metric, row source, bound, error kind)
@@ -94,21 +96,47 @@ def trace_name(path: str, trace: Trace, used: set[str]) -> str:
     return name
 
 
+_REPEAT = re.compile(r"^(.+)_r\d+$")
+
+
+def config_name(name: str) -> str:
+    """The configuration a run repeats: ``NAME_rN`` -> ``NAME``; other names are their own."""
+    m = _REPEAT.match(name)
+    return m.group(1) if m else name
+
+
+def group_repeats(traces: Sequence[tuple[str, Trace]], groups: dict[str, str] | None = None
+                  ) -> list[tuple[str, list[Trace]]]:
+    """(config, [traces]) in first-seen order: runs map to configs by ``groups`` (default
+    ``config_name``) and are grouped only when mode and workload agree (else kept apart)."""
+    out: dict[str, list[Trace]] = {}
+    for name, tr in traces:
+        cfg = (groups or {}).get(name) or config_name(name)
+        first = out.get(cfg)
+        if first is not None and (first[0].run.mode != tr.run.mode
+                                  or workload_key(first[0]) != workload_key(tr)):
+            cfg = name
+        out.setdefault(cfg, []).append(tr)
+    return list(out.items())
+
+
 def validate(model_path: str, traces: Sequence[tuple[str, Trace]], *,
              seeds: Sequence[int] = DEFAULT_SEEDS, params: ReplayParams | None = None,
              acceptance: dict[str, Any] | None = None, jitter: dict[str, Any] | None = None,
-             progress: Any = None) -> Validation:
-    """Replay each named trace; pair SD and PSD traces of one workload for the gain."""
+             progress: Any = None, groups: dict[str, str] | None = None) -> Validation:
+    """Replay each named trace, or each configuration's repeats as one (``group_repeats``:
+    measured = median over them); pair SD and PSD configurations of one workload for the
+    gain."""
     if not traces:
         raise ValueError("traces: need at least one trace")
     params = model_params(model_path) if params is None else params
     comps: list[TraceComparison] = []
     notes: list[str] = []
-    for name, tr in traces:
-        if not tr.requests:
+    for name, reps in group_repeats(traces, groups):
+        if not all(tr.requests for tr in reps):
             notes.append(f"{name}: no request records; skipped")
             continue
-        comps.append(compare_trace(name, tr, model_path, seeds=tuple(seeds), params=params,
+        comps.append(compare_trace(name, reps, model_path, seeds=tuple(seeds), params=params,
                                    acceptance=acceptance, jitter=jitter))
         if progress is not None:
             progress(name)
@@ -116,7 +144,9 @@ def validate(model_path: str, traces: Sequence[tuple[str, Trace]], *,
     gains = []
     for sd, psd in pair_traces([(c.name, c.trace) for c in comps]):
         a, b = by_name[sd], by_name[psd]
-        cf = _closed_form(a.trace, b.trace, f"{sd}/{psd}", notes, params.slowdown)
+        cf = _closed_form(merged(a.repeats or [a.trace]), merged(b.repeats or [b.trace]),
+                          f"{sd}/{psd}", notes, params.slowdown,
+                          (params.contention_target, params.contention_drafter))
         label = f"{psd} vs {sd}"
         gains.append(GainResult(label, sd, psd, gain_rows(label, a.measured, b.measured,
                                                           a.predicted, b.predicted, cf), cf))
@@ -124,14 +154,15 @@ def validate(model_path: str, traces: Sequence[tuple[str, Trace]], *,
 
 
 def _closed_form(sd: Trace, psd: Trace, label: str, notes: list[str],
-                 slowdown: tuple[float, float] | None = None) -> Any:
+                 slowdown: tuple[float, float] | None = None,
+                 contention: tuple[float, float] | None = None) -> Any:
     """The closed form for an offline pair (None, with a note, otherwise): it is a
     steady-state model of full batches, which timed arrivals do not keep."""
     if any(r.arrival > 0 for r in sd.requests):
         notes.append(f"{label}: timed arrivals; the closed form (full batches) is not compared")
         return None
     try:
-        return closed_form(sd, psd, slowdown)
+        return closed_form(sd, psd, slowdown, contention)
     except ValueError as exc:
         notes.append(f"{label}: no closed form ({exc})")
         return None

@@ -1,7 +1,9 @@
 """`psdlab calibrate TRACE... -o MODEL.json`: fit the simulator's cost and acceptance models to
 psdlab traces and MineDraft trace files (told apart by content), print the coefficients with
 95% confidence intervals and held-out errors, and write the model file the simulator loads
-(``{"name": "fitted", "path": MODEL.json, "role": ...}``)."""
+(``{"name": "fitted", "path": MODEL.json, "role": ...}``).  The file also holds what a replay
+needs beyond the fits (overlap contention, controller overhead, step-time spread:
+``meta.replay``), so `psdlab validate --model MODEL.json` uses it as the demo does."""
 from __future__ import annotations
 
 import argparse
@@ -76,6 +78,17 @@ def _acceptance_lines(acc: dict | None) -> list[str]:
     return lines + [beta]
 
 
+def _replay_lines(rp: dict | None) -> list[str]:
+    if not rp:
+        return []
+    return [f"replay: controller overhead per decode step {1e3 * rp['overhead_serial']:.2f} ms "
+            f"serial, {1e3 * rp['overhead_overlapped']:.2f} ms overlapped; overlap "
+            f"contention (share of solo speed lost while the other device runs) target "
+            f"{rp['contention_target']:+.3f}, drafter {rp['contention_drafter']:+.3f}; step-time "
+            f"jitter CV {rp['jitter_cv']:.3f}; proposals capped at the output budget: "
+            f"{'yes' if rp.get('draft_cap') else 'no'}"]
+
+
 def run(args: argparse.Namespace) -> int:
     from analysis.checks import check_range
     from validation.calibrate import calibrate
@@ -95,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
     info = meta["calibration"]
     print(f"calibrated on {len(traces)} trace(s) (sources: {', '.join(info['sources'])}; "
           f"k: {', '.join(map(str, info['k']))}; m: {', '.join(map(str, info['m']))})")
-    print("\n".join(_cost_lines(meta["fits"]) + _acceptance_lines(meta["acceptance_fit"])))
+    print("\n".join(_cost_lines(meta["fits"]) + _acceptance_lines(meta["acceptance_fit"])
+                    + _replay_lines(meta.get("replay"))))
     for note in info["notes"]:
         print(f"note: {note}")
     for warning in info["warnings"]:

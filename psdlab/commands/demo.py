@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 
 def register(subparsers) -> None:
@@ -15,7 +16,8 @@ def register(subparsers) -> None:
                     "this CPU (drafter and target on their own cores) over the shipped "
                     "prompts at several k, batch sizes and arrival patterns, calibrate the "
                     "simulator on some runs, predict the held-out others and write a report "
-                    "folder. The default plan (15 runs of 16 prompts x 32 tokens) is sized "
+                    "folder. The default plan (13 configurations x 2 repeats of 16 prompts x 32 "
+                    "tokens, in seeded random order) is sized "
                     "for about 15 minutes on an idle 2-core machine; --prompts and "
                     "--max-new-tokens scale it, --quick runs a short plan.")
     p.add_argument("-o", "--output", default="psdlab-demo", metavar="REPORT_DIR",
@@ -34,6 +36,17 @@ def register(subparsers) -> None:
                    help="target model directory (HF format) instead of the real pair")
     p.add_argument("--draft", default=None, metavar="DIR",
                    help="drafter model directory (with --target)")
+    p.add_argument("--repeats", type=int, default=None, metavar="N",
+                   help="runs per configuration, in seeded random rounds; the comparison "
+                        "uses their median (1..20, default 2; 1 with --quick)")
+    p.add_argument("--seed", type=int, default=None, metavar="S",
+                   help="seed of the run order (default 0)")
+    p.add_argument("--time-budget", type=float, default=840.0, metavar="S",
+                   help="seconds for the whole demo; repeats that would not finish in time "
+                        "are skipped (default 840; 0 = no limit)")
+    p.add_argument("--traces", default=None, metavar="TRACE_DIR",
+                   help="do not run anything: calibrate, validate and report again on the "
+                        "traces an earlier demo wrote (REPORT_DIR/traces)")
     p.add_argument("--json", action="store_true",
                    help="print the result (summary, runs, files) as one JSON object")
     p.set_defaults(func=run)
@@ -45,10 +58,16 @@ def run(args: argparse.Namespace) -> int:
                          "real pair)")
     from dataclasses import replace
 
-    from analysis.checks import check_int
-    from validation.demo import demo
+    from analysis.checks import check_int, check_range
+    from validation.demo import demo, reanalyse
     from validation.runs import default_plan
-    plan = default_plan(args.quick)
+    if args.traces is not None:
+        if not os.path.isdir(args.traces):
+            raise FileNotFoundError(f"--traces: no such directory: {args.traces}")
+        return _print(reanalyse(args.traces, args.output, quiet=True), args.json)
+    repeats = None if args.repeats is None else check_int("--repeats", args.repeats, 1, 20)
+    seed = 0 if args.seed is None else check_int("--seed", args.seed, 0)
+    plan = default_plan(args.quick, repeats=repeats, seed=seed)
     if args.prompts is not None:
         plan = replace(plan, num_prompts=check_int("--prompts", args.prompts, 1, 18))
     if args.max_new_tokens is not None:
@@ -56,9 +75,14 @@ def run(args: argparse.Namespace) -> int:
                                                       2, 512))
     if args.controlled_alpha is not None:
         plan = replace(plan, controlled_alpha=args.controlled_alpha)
+    budget = check_range("--time-budget", args.time_budget, 0.0, 86400.0)
     result = demo(args.output, plan=plan, target=args.target, draft=args.draft,
-                  quiet=args.json)
-    if args.json:
+                  quiet=args.json, budget_s=budget or None)
+    return _print(result, args.json)
+
+
+def _print(result, as_json: bool) -> int:
+    if as_json:
         print(json.dumps(result.to_dict(), default=str))
         return 0
     print(f"report: {result.files['report']}")

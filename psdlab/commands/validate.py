@@ -20,7 +20,9 @@ def register(subparsers) -> None:
                     "lengths) in the simulator calibrated by `psdlab calibrate`, and compare "
                     "throughput, TTFT, TPOT and end-to-end latency (mean/p50/p90/p99) and "
                     "acceptance with the measurement; for an SD and a PSD trace of the same "
-                    "workload also the PSD/SD gain, from the simulator and the closed form.")
+                    "workload also the PSD/SD gain, from the simulator and the closed form. "
+                    "Traces named NAME_rN (same mode and workload) are repeats of NAME and "
+                    "are compared as one: the median over them, with their spread.")
     p.add_argument("traces", nargs="+", metavar="TRACE",
                    help="measured trace (psdlab JSONL or MineDraft trace file)")
     p.add_argument("--model", required=True, metavar="MODEL.json",
