@@ -211,8 +211,9 @@ def test_drafter_is_a_smaller_llama_with_the_targets_tokenizer(real_pair, real_m
     assert drafter.config.vocab_size == target.config.vocab_size
     assert drafter.config.hidden_size == target.config.hidden_size
     assert drafter.config.num_hidden_layers < target.config.num_hidden_layers
-    n_d = sum(p.numel() for p in drafter.parameters())
-    n_t = sum(p.numel() for p in target.parameters())
+    # cheaper: well under the target's per-token weights (the embedding/head is shared by both)
+    n_d = sum(p.numel() for n, p in drafter.named_parameters() if "embed_tokens" not in n)
+    n_t = sum(p.numel() for n, p in target.named_parameters() if "embed_tokens" not in n)
     assert n_d < 0.6 * n_t
     t_dir, d_dir = Path(real_pair.target_dir), Path(real_pair.drafter_dir)
     assert (d_dir / "tokenizer.json").read_bytes() == (t_dir / "tokenizer.json").read_bytes()
