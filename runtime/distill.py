@@ -84,19 +84,6 @@ def _generate_batch(model: Any, tok: Any, chunk: list[str], max_new_tokens: int,
     return out
 
 
-@torch.no_grad()
-def collect_features(target: Any, seqs: Sequence[TokenSeq], n_kept: int) -> Features:
-    """Run the target teacher-forced once per sequence; keep layer ``n_kept``'s output and the end."""
-    feats = Features([], [], [])
-    for s in seqs:
-        ids = torch.tensor([s.ids])
-        res = target.model(input_ids=ids, output_hidden_states=True)
-        feats.hidden.append(res.hidden_states[n_kept][0].clone())
-        feats.final.append(res.last_hidden_state[0].clone())
-        feats.start.append(len(s.prompt) - 1)  # the position that predicts the first generated token
-    return feats
-
-
 def new_layers_hidden(drafter: Any, hidden: torch.Tensor, n_kept: int) -> torch.Tensor:
     """Drafter's final normed hidden [T, H] from the kept-layer output [T, H] (one sequence)."""
     h = hidden.unsqueeze(0)
