@@ -83,6 +83,20 @@ def bench_runtime(target: ModelSpec, drafter: ModelSpec, requests: list[Request]
     return fig
 
 
+def cycle_requests(requests: list[Request], n: int) -> list[Request]:
+    """The first ``n`` requests, the list repeated as often as needed (repeats get ids
+    ``"<id>#2"``, ``"<id>#3"``, ...): a batch larger than the prompt set still holds distinct
+    sequences of the same prompts (greedy: a repeat generates the same tokens)."""
+    if not requests:
+        raise ValueError("requests: the prompts file holds no prompts")
+    out = []
+    for i in range(n):
+        r = requests[i % len(requests)]
+        rep = i // len(requests)
+        out.append(replace(r, id=f"{r.id}#{rep + 1}") if rep else r)
+    return out
+
+
 def merge_summaries(items: list[dict]) -> dict[str, Any]:
     """Pool rounds: decode throughput = all decode tokens / all decode time; phase times,
     acceptance and overlap are means over rounds."""

@@ -186,9 +186,10 @@ def literal_greedy_sd(target: Any, drafter: Any, prompt: Sequence[int], n_new: i
     return seq[len(prompt):], counts
 
 
-def build_drafter_model(target: Any, spec: Any) -> Any:
+def build_drafter_model(target: Any, spec: Any, mlp_width: int | None = None) -> Any:
     """In-memory drafter (LlamaForCausalLM) from a loaded target; new layers start as copies of
-    the target layers named in ``spec.init_from`` (or of the last target layer)."""
+    the target layers named in ``spec.init_from`` (or of the last target layer), pruned to
+    ``mlp_width`` MLP neurons when given (`prune_mlp`)."""
     from runtime.drafter import drafter_config, drafter_state_from_target
 
     cfg = type(target.config).from_dict(drafter_config(target.config.to_dict(), spec))
@@ -206,7 +207,26 @@ def build_drafter_model(target: Any, spec: Any) -> Any:
     if [m for m in missing if m != "lm_head.weight"]:
         raise ValueError(f"drafter tensors not initialised: {missing[:4]}")
     drafter.tie_weights()
+    if mlp_width is not None:
+        for j in range(spec.new_layers):
+            prune_mlp(drafter.model.layers[len(spec.kept_layers) + j].mlp, mlp_width)
     return drafter.eval()
+
+
+@torch.no_grad()
+def prune_mlp(mlp: Any, width: int) -> None:
+    """Keep the ``width`` neurons of a SwiGLU MLP with the largest ||up row|| x ||down column||,
+    moved to the front, and zero the others.  Zero neurons stay zero under training (their
+    gradients are zero), so the layer can be stored slim (`runtime.drafter.slim_mlp_state`)."""
+    n = mlp.down_proj.weight.shape[1]
+    if not 1 <= width <= n:
+        raise ValueError(f"mlp_width: must be in [1, {n}], got {width}")
+    score = mlp.up_proj.weight.norm(dim=1) * mlp.down_proj.weight.norm(dim=0)
+    order = torch.argsort(score, descending=True)
+    for lin, axis in ((mlp.gate_proj, 0), (mlp.up_proj, 0), (mlp.down_proj, 1)):
+        w = lin.weight.index_select(axis, order)
+        w.narrow(axis, width, n - width).zero_()
+        lin.weight.copy_(w)
 
 
 def trainable_state(drafter: Any, n_kept: int, train_norm: bool) -> dict[str, torch.Tensor]:

@@ -137,11 +137,51 @@ def drafter_state_from_target(target_state: dict[str, Any], spec: DrafterSpec,
         match = _LAYER_KEY.match(key)
         if match is not None and int(match.group(1)) >= spec.num_layers:
             raise ValueError(f"{spec.weights_file}: tensor {key} is beyond the drafter's {spec.num_layers} layers")
+        if match is not None:
+            ref = target_state.get(f"model.layers.0.{match.group(2)}")
+            value = pad_slim_mlp(key, value, tuple(ref.shape) if ref is not None else None,
+                                 spec.weights_file)
         out[key] = value
     missing = [f"model.layers.{i}." for i in range(spec.num_layers)
                if not any(k.startswith(f"model.layers.{i}.") for k in out)]
     if missing:
         raise ValueError(f"{spec.weights_file}: no weights for drafter layers {missing}")
+    return out
+
+
+#: MLP projections of a new layer that may be narrower than the target's (slim layers):
+#: the axis along the intermediate (neuron) dimension
+_SLIM_AXES = {"mlp.gate_proj.weight": 0, "mlp.up_proj.weight": 0, "mlp.down_proj.weight": 1}
+
+
+def pad_slim_mlp(key: str, value: Any, shape: tuple[int, ...] | None, source: str) -> Any:
+    """A new layer's tensor at the target layer's shape: MLP projections stored with fewer
+    neurons (a slim layer) get zero neurons appended, which leaves the layer's function
+    unchanged (a zero gate/up row gives a zero activation; a zero down column adds nothing).
+    Any other shape mismatch is an error."""
+    if shape is None or tuple(value.shape) == shape:
+        return value
+    suffix = key.split(".", 3)[3]
+    axis = _SLIM_AXES.get(suffix)
+    ok = (axis is not None and value.dim() == len(shape) and value.shape[axis] < shape[axis]
+          and all(value.shape[d] == shape[d] for d in range(len(shape)) if d != axis))
+    if not ok:
+        raise ValueError(f"{source}: tensor {key} has shape {tuple(value.shape)}, "
+                         f"the target's layers have {shape}")
+    import torch
+    pad = list(shape)
+    pad[axis] = shape[axis] - value.shape[axis]
+    return torch.cat([value, value.new_zeros(pad)], dim=axis)
+
+
+def slim_mlp_state(state: dict[str, Any], width: int) -> dict[str, Any]:
+    """Cut the MLP projections of layer tensors to their first ``width`` neurons (the inverse of
+    `pad_slim_mlp` for a layer whose other neurons are zero)."""
+    out = {}
+    for key, value in state.items():
+        match = _LAYER_KEY.match(key)
+        axis = _SLIM_AXES.get(match.group(2)) if match is not None else None
+        out[key] = value if axis is None else value.narrow(axis, 0, min(width, value.shape[axis]))
     return out
 
 

@@ -55,6 +55,9 @@ class EngineConfig:
     dtype: str = "float32"
     drafter_dtype: str | None = None    # default: what the drafter directory asks for, else dtype
     controlled_alpha: float | None = None
+    idle_spin_s: float = 1.0            # process backend: a worker waiting for its next command
+                                        # busy-polls this long before it blocks (not when the
+                                        # two workers share a core)
 
     def __post_init__(self) -> None:
         check_choice("mode", self.mode, MODES)
@@ -67,6 +70,7 @@ class EngineConfig:
         check_range("top_p", self.top_p, 0.0, 1.0, lo_open=True)
         check_int("max_len", self.max_len, minimum=2)
         check_choice("backend", self.backend, ("inline", "thread", "process"))
+        check_range("idle_spin_s", self.idle_spin_s, 0.0, 60.0)
         check_choice("dtype", self.dtype, ("float32", "float16", "bfloat16"))
         if self.drafter_dtype is not None:
             check_choice("drafter_dtype", self.drafter_dtype, ("float32", "float16", "bfloat16"))
@@ -123,12 +127,13 @@ class Engine:
                             temperature=cfg.temperature, top_p=cfg.top_p)
         streams = cfg.device.startswith("cuda") and cfg.mode != "sd"
         d_device = cfg.device if cfg.mode == "sd" else (cfg.drafter_device or cfg.device)
-        specs = [WorkerSpec("target", base, t_label, core=t_core, stream=streams)]
+        spin = cfg.idle_spin_s if d_core != t_core else 0.0
+        specs = [WorkerSpec("target", base, t_label, core=t_core, stream=streams, spin_s=spin)]
         if cfg.mode != "ar":
             self.drafter_dtype = cfg.drafter_dtype or preferred_dtype(drafter.path) or cfg.dtype
             specs.append(WorkerSpec("drafter", replace(base, spec=drafter, seed=cfg.seed + 1,
                                                        device=d_device, dtype=self.drafter_dtype),
-                                    d_label, core=d_core, stream=streams))
+                                    d_label, core=d_core, stream=streams, spin_s=spin))
         self.workers = start_workers(cfg.backend, specs)
         self.target = self.workers["target"]
         self.drafter = self.workers.get("drafter")

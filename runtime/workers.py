@@ -43,6 +43,8 @@ class WorkerSpec:
     label: str                 # device label written in the trace, e.g. "cpu:1", "cuda:0/s1"
     core: int | None = None    # process backend: the CPU core to pin to
     stream: bool = False       # thread backend on CUDA: run on a private stream
+    spin_s: float = 0.0        # process backend: busy-wait this long for the next command
+                               # before blocking (keeps an idle core awake between steps)
 
 
 @dataclass
@@ -138,6 +140,20 @@ class ThreadWorker:
 
 
 # ------------------------------------------------------------------------- process
+def _await_command(conn: Any, spin_s: float) -> None:
+    """Return when a command (or EOF) is ready: poll in a busy loop for up to ``spin_s``
+    seconds, then block.  On a virtual machine a vCPU that sleeps between steps is descheduled
+    by the host and wakes up slow (SD-separate idles each core half the time); spinning keeps it
+    running, as GPU serving loops busy-poll.  The bound stops an idle worker from holding its
+    core between runs."""
+    if spin_s > 0:
+        deadline = time.perf_counter() + spin_s
+        while time.perf_counter() < deadline:
+            if conn.poll(0):
+                return
+    conn.poll(None)
+
+
 def _child_main(conn: Any, spec: WorkerSpec, threads: int) -> None:
     """Entry point of a worker process: pin, limit threads, load, then serve commands."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the controller handles Ctrl-C
@@ -159,6 +175,7 @@ def _child_main(conn: Any, spec: WorkerSpec, threads: int) -> None:
     conn.send(("ok", runner.info(), 0.0, 0.0))
     while True:
         try:
+            _await_command(conn, spec.spin_s)
             msg = conn.recv()
         except (EOFError, OSError):
             return

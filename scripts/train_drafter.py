@@ -1,6 +1,6 @@
 """Distil the SmolLM2 drafter from the target (self-distillation), and save what it adds.
 
-    python scripts/train_drafter.py [--keep 14] [--new-layers 2] [--synth-prompts 2000] [--epochs 2]
+    python scripts/train_drafter.py [--keep 16] [--new-layers 2] [--synth-prompts 2000] [--epochs 2]
 
 Steps: convert the target once (``runtime.pair.prepare_target``); let the target write
 ``--synth-prompts`` user requests of its own in the shipped styles (``runtime.distill_data``;
@@ -26,8 +26,11 @@ import torch
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--keep", type=int, default=14, help="target layers kept (the first N)")
+    ap.add_argument("--keep", type=int, default=16, help="target layers kept (the first N)")
     ap.add_argument("--new-layers", type=int, default=2, help="trained layers on top")
+    ap.add_argument("--mlp-width", type=int, default=0,
+                    help="MLP neurons of each new layer (0: the target's); narrower layers are "
+                         "stored slim and zero-padded when the drafter is built")
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--init-from", choices=("last", "next"), default="next",
                     help="new layers start as copies of the target's last layers or of the "
@@ -106,12 +109,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from analysis.checks import check_int, check_positive
     from runtime import distill, distill_data
-    from runtime.drafter import DATA_DIR, DrafterSpec, file_sha256, save_drafter_spec
+    from runtime.drafter import (DATA_DIR, DrafterSpec, file_sha256, save_drafter_spec,
+                                 slim_mlp_state)
     from runtime.pair import prepare_target
 
     check_int("--keep", args.keep, 1, 29)
     check_int("--new-layers", args.new_layers, 0, 4)
     check_int("--epochs", args.epochs, 1, 100)
+    check_int("--mlp-width", args.mlp_width, 0, 1 << 20)
     check_int("--synth-prompts", args.synth_prompts, 0, 100000)
     check_int("--samples", args.samples, 0, 16)
     check_int("--corpus-chunks", args.corpus_chunks, 0, 100000)
@@ -142,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     valid_feats = distill_data.features(feat_model, valid, args.keep)
     del feat_model
     log(f"features of {sum(len(s.gen) for s in seqs)} tokens ({len(seqs)} sequences)", t0)
-    drafter = distill.build_drafter_model(target, spec)
+    drafter = distill.build_drafter_model(target, spec, args.mlp_width or None)
     del target
     before = distill.feature_acceptance(drafter, valid_feats, args.keep, 4)
     log(f"validation mean acceptance length (k=4) before training: {before[0]:.3f}", t0)
@@ -156,12 +161,15 @@ def main(argv: list[str] | None = None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     weights = out_dir / spec.weights_file
     tensors = distill.trainable_state(drafter, args.keep, train_norm=True)
+    if args.mlp_width:
+        tensors = slim_mlp_state(tensors, args.mlp_width)
     save_file({k: v.to(torch.float16).contiguous() for k, v in tensors.items()}, str(weights),
               metadata={"format": "pt"})
     info = {"seed": args.seed, "epochs": args.epochs, "lr": args.lr, "init_from": args.init_from,
             "ce_weight": args.ce_weight, "feat_weight": args.feat_weight,
             "synth_prompts": args.synth_prompts, "samples": args.samples,
             "corpus_chunks": args.corpus_chunks, "accum": args.accum, "keep": args.keep,
+            "mlp_width": args.mlp_width or None,
             "max_new_tokens": args.max_new_tokens, "train_sequences": len(seqs),
             "train_tokens": sum(len(s.gen) for s in seqs), "train_kl": round(stats["kl"], 4),
             "valid_sequences": len(valid), "valid_agree": round(after[1], 4),

@@ -104,7 +104,8 @@ def test_seq_stops_at_eos_and_budget():
 @pytest.mark.parametrize("kw,msg", [({"k": 0}, "k: must be in"), ({"mode": "tree"}, "mode:"),
                                     ({"top_p": 0.0}, "top_p"), ({"batch": 0}, "batch"),
                                     ({"controlled_alpha": 0.5, "temperature": 1.0},
-                                     "controlled_alpha: needs greedy")])
+                                     "controlled_alpha: needs greedy"),
+                                    ({"idle_spin_s": -1.0}, "idle_spin_s: must be in")])
 def test_engine_config_rejects_bad_input_in_one_line(kw, msg):
     with pytest.raises(ValueError, match=msg) as info:
         EngineConfig(**kw)
@@ -265,12 +266,23 @@ def test_bench_figures_follow_the_closed_form():
     assert fig["lossless"] is False
 
 
+def test_cycle_requests_repeats_prompts_with_distinct_ids():
+    from runtime.bench import cycle_requests
+    reqs = [Request(f"p{i}", (i + 1, 2)) for i in range(3)]
+    out = cycle_requests(reqs, 7)
+    assert [r.id for r in out] == ["p0", "p1", "p2", "p0#2", "p1#2", "p2#2", "p0#3"]
+    assert [r.prompt_ids for r in out] == [reqs[i % 3].prompt_ids for i in range(7)]
+    assert cycle_requests(reqs, 2) == reqs[:2]
+    with pytest.raises(ValueError, match="requests: the prompts file holds no prompts"):
+        cycle_requests([], 4)
+
+
 @needs_two_cores
 def test_cli_bench_runtime_json(models, tmp_path, capsys):
     from psdlab.cli import main
     pfile = write_prompt_ids(tmp_path / "p.jsonl", prompts(4, seed=12))
     code = main(["bench-runtime", "--target", str(models["target"]), "--draft",
-                 str(models["noisy"]), "--prompts", str(pfile), "--num-prompts", "4",
+                 str(models["noisy"]), "--prompts", str(pfile), "--num-prompts", "6",
                  "--batch", "2", "--k", "3", "--max-new-tokens", "8", "--max-len", "128",
                  "--rounds", "1", "--trace-dir", str(tmp_path / "tr"), "--json"])
     assert code == 0
@@ -279,6 +291,7 @@ def test_cli_bench_runtime_json(models, tmp_path, capsys):
         assert isinstance(fig[key], float) and fig[key] > 0, (key, fig)
     assert isinstance(fig["overlap"], float) and 0.0 <= fig["overlap"] <= 1.0, fig
     assert 1.0 <= fig["predicted_gain"] <= 2.0 and fig["lossless"] is True
+    assert fig["requests"] == 6                        # 4 prompts, cycled to 6 requests
     t = read_trace(tmp_path / "tr" / "psd_r1.jsonl")
     assert t.run.devices == {"target": "cpu:1", "drafter": "cpu:0"}
 

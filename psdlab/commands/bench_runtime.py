@@ -14,8 +14,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "measured t, V, PSD/SD throughput ratios, the closed-form prediction "
                     "(t+V)/max(t,V) and the overlap.")
     p.add_argument("--k", type=int, default=4)
-    p.add_argument("--batch", type=int, default=4, help="m")
-    p.add_argument("--num-prompts", type=int, default=8)
+    p.add_argument("--batch", type=int, default=16,
+                   help="m (default 16: on one CPU core the target's verification of 16 "
+                        "sequences costs more than the drafter's k passes, t < V, the regime "
+                        "PSD is for; at m = 4 the shipped drafter is the slower side)")
+    p.add_argument("--num-prompts", type=int, default=32,
+                   help="requests (the prompts are repeated when the file holds fewer)")
     p.add_argument("--rounds", type=int, default=2,
                    help="repeat the SD / PSD runs this many times, interleaved")
     p.add_argument("--prompts", default=None, help="prompts file (default: shipped held-out)")
@@ -30,6 +34,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--drafter-dtype", choices=("float32", "float16", "bfloat16"), default=None,
                    help="drafter dtype (default: what the drafter asks for, e.g. the shipped "
                         "drafter runs in bfloat16; else --dtype)")
+    p.add_argument("--idle-spin-s", type=float, default=1.0,
+                   help="a worker waiting for its next command busy-polls this many seconds "
+                        "before it sleeps (keeps idle cores awake between steps; 0: sleep)")
     p.add_argument("--steps-fraction", type=float, default=1.0,
                    help="measure over the first fraction of steps (the paper's tail cut)")
     p.add_argument("--trace-dir", default=None, help="write sd/psd traces here")
@@ -41,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from analysis.checks import check_int
     from runtime import session
-    from runtime.bench import bench_runtime, format_report
+    from runtime.bench import bench_runtime, cycle_requests, format_report
     from runtime.engine import EngineConfig
     from runtime.runner import ModelSpec
     check_int("num_prompts", args.num_prompts, minimum=1)
@@ -51,10 +58,11 @@ def run(args: argparse.Namespace) -> int:
                         ignore_eos=True, max_len=args.max_len, backend=backend,
                         device=args.device, drafter_core=args.drafter_core,
                         target_core=args.target_core, dtype=args.dtype,
-                        drafter_dtype=args.drafter_dtype)
+                        drafter_dtype=args.drafter_dtype, idle_spin_s=args.idle_spin_s)
     models = session.resolve_models(args.target, args.draft, True, progress=not args.json)
     tokenizer = session.load_tokenizer(models.tokenizer)
-    requests = session.load_requests(args.prompts, tokenizer, "offline", args.num_prompts)
+    requests = cycle_requests(session.load_requests(args.prompts, tokenizer, "offline"),
+                              args.num_prompts)
     fig = bench_runtime(ModelSpec(models.target), ModelSpec(models.drafter), requests, base,
                         args.trace_dir, tokenizer, quiet=args.json, rounds=args.rounds,
                         steps_fraction=args.steps_fraction)

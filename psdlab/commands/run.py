@@ -49,6 +49,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--drafter-dtype", choices=("float32", "float16", "bfloat16"), default=None,
                    help="drafter dtype (default: what the drafter asks for, e.g. the shipped "
                         "drafter runs in bfloat16; else --dtype)")
+    p.add_argument("--idle-spin-s", type=float, default=1.0,
+                   help="a worker waiting for its next command busy-polls this many seconds "
+                        "before it sleeps (keeps idle cores awake between steps; 0: sleep)")
     p.add_argument("--json", action="store_true", help="print the metrics summary as JSON")
     p.add_argument("--engine", choices=("psdlab", "vllm"), default="psdlab",
                    help="psdlab's own runtime, or vLLM v1 (modes ar, sd = vLLM's draft-model "
@@ -66,7 +69,7 @@ def engine_config(args: argparse.Namespace, eos: int | None):
         backend=backend, device=args.device, drafter_device=args.drafter_device,
         drafter_core=args.drafter_core,
         target_core=args.target_core, dtype=args.dtype, drafter_dtype=args.drafter_dtype,
-        controlled_alpha=args.controlled_alpha)
+        controlled_alpha=args.controlled_alpha, idle_spin_s=args.idle_spin_s)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,133 @@
+"""Worker plumbing: the idle wait (busy-poll, then block) and which workers spin."""
+from __future__ import annotations
+
+import multiprocessing as mp
+import threading
+import time
+
+import pytest
+
+from runtime.workers import _await_command
+
+torch = pytest.importorskip("torch")
+
+from runtime.engine import Engine, EngineConfig  # noqa: E402
+from runtime.runner import ModelSpec  # noqa: E402
+from runtime_engine_util import needs_two_cores, shared_pair  # noqa: E402
+
+models = pytest.fixture(scope="module")(shared_pair)
+
+
+def _send_later(conn, delay: float, msg) -> threading.Thread:
+    th = threading.Thread(target=lambda: (time.sleep(delay), conn.send(msg)))
+    th.start()
+    return th
+
+
+@pytest.mark.parametrize("spin_s", [0.0, 0.05, 5.0])
+def test_await_command_returns_once_a_command_is_ready(spin_s):
+    a, b = mp.Pipe()
+    th = _send_later(a, 0.2, ("verify", ()))
+    t0 = time.perf_counter()
+    _await_command(b, spin_s)                # inside, after, or without the spin window
+    waited = time.perf_counter() - t0
+    th.join()
+    assert b.poll(0) and b.recv() == ("verify", ())
+    assert 0.15 < waited < 2.0               # waited for the message, did not spin out 5 s
+
+
+def test_await_command_busy_polls_then_blocks():
+    a, b = mp.Pipe()
+    th = _send_later(a, 0.6, None)
+    c0, t0 = time.process_time(), time.perf_counter()
+    _await_command(b, 0.2)
+    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+    th.join()
+    assert wall > 0.5
+    assert 0.03 < cpu < 0.45                 # ~0.2 s of spinning, then asleep until the message
+
+
+def test_await_command_returns_on_a_closed_pipe():
+    a, b = mp.Pipe()
+    a.close()
+    t0 = time.perf_counter()
+    _await_command(b, 10.0)
+    assert time.perf_counter() - t0 < 1.0
+    with pytest.raises(EOFError):
+        b.recv()
+
+
+@needs_two_cores
+@pytest.mark.parametrize("mode,spins", [("sd-sep", True), ("psd", True), ("sd", False)])
+def test_workers_spin_only_on_cores_of_their_own(models, mode, spins):
+    cfg = EngineConfig(mode=mode, batch=2, max_new_tokens=4, backend="process", idle_spin_s=0.5)
+    with Engine(cfg, ModelSpec(str(models["target"])), ModelSpec(str(models["other"]))) as eng:
+        got = {w.spec.role: w.spec.spin_s for w in eng.workers.values()}
+    assert got == ({"target": 0.5, "drafter": 0.5} if spins else {"target": 0.0, "drafter": 0.0})
+
+
+def test_draft_feeds_unseen_tokens_in_one_batched_pass(models):
+    """Rows of 1-3 unseen tokens (bonus token, or last draft + bonus) go through one ragged
+    forward, not one forward per slot; the proposals equal slot-by-slot feeding."""
+    from runtime.runner import ModelRunner, RunnerConfig
+
+    cfg = RunnerConfig(ModelSpec(str(models["noisy"])), max_slots=4, max_len=64)
+    prompts = [[5, 9, 11, 3], [7, 2], [13, 14, 15, 16, 17], [4]]
+    rows = [[21, 22, 23], [24], [25, 26], [27]]
+
+    def prefilled():
+        r = ModelRunner(cfg)
+        r.feed([0, 1, 2, 3], [0] * 4, prompts)
+        return r
+
+    batched = prefilled()
+    calls = []
+    forward = batched._forward
+    batched._forward = lambda *a, **kw: calls.append(len(a[0])) or forward(*a, **kw)
+    got, _ = batched.draft([0, 1, 2, 3], [len(p) for p in prompts], rows, [3, 3, 3, 3])
+    assert calls == [4, 4, 4]                    # three passes of the whole batch
+
+    serial = prefilled()                          # reference: heads fed one slot at a time
+    for slot, (p, r) in enumerate(zip(prompts, rows)):
+        if len(r) > 1:
+            serial.feed([slot], [len(p)], [r[:-1]])
+    keep = [len(p) + len(r) - 1 for p, r in zip(prompts, rows)]
+    want, _ = serial.draft([0, 1, 2, 3], keep, [[r[-1]] for r in rows], [3, 3, 3, 3])
+    assert got == want
+
+
+def test_padded_width_leaves_the_slow_gemm_row_counts():
+    from runtime.runner import SLOW_GEMM_ROWS, padded_width
+    for batch in range(1, 9):
+        for width in range(1, 20):
+            got = padded_width(batch, width, True)
+            assert got >= width and batch * got not in SLOW_GEMM_ROWS
+            assert got == width or batch * width in SLOW_GEMM_ROWS
+            assert padded_width(batch, width, False) == width
+    assert padded_width(3, 5, True) == 6 and padded_width(1, 12, True) == 16
+
+
+def test_padding_a_forward_does_not_change_its_results(models):
+    """A 3 x 5 verification is padded to 3 x 6 in fp32 on CPU; the emitted tokens and the
+    logits of the real positions are those of the unpadded forward."""
+    from runtime.runner import ModelRunner, RunnerConfig
+
+    def runner(pad: bool):
+        r = ModelRunner(RunnerConfig(ModelSpec(str(models["target"])), max_slots=4, max_len=64))
+        r.pad_slow_gemm = pad
+        r.feed([0, 1, 2], [0] * 3, [[5, 9, 11, 3], [7, 2, 8, 8], [13, 14, 15, 16]])
+        return r
+
+    seen = []
+    padded, plain = runner(True), runner(False)
+    forward = padded.model.forward
+    padded.model.forward = lambda tokens, *a, **kw: seen.append(tuple(tokens.shape)) or forward(
+        tokens, *a, **kw)
+    args = ([0, 1, 2], [4, 4, 4], [[1], [2], [3]], [[4, 5, 6, 7]] * 3, None)
+    assert padded.verify(*args) == plain.verify(*args)
+    assert seen == [(3, 6)]
+    rows = [[9, 8, 7, 6, 5]] * 3
+    a = padded._forward([0, 1, 2], rows)
+    b = plain._forward([0, 1, 2], rows)
+    assert a.shape[1] == 6 and b.shape[1] == 5
+    torch.testing.assert_close(a[:, :5], b, atol=1e-4, rtol=1e-4)
