@@ -142,10 +142,11 @@ class ThreadWorker:
 # ------------------------------------------------------------------------- process
 def _await_command(conn: Any, spin_s: float) -> None:
     """Return when a command (or EOF) is ready: poll in a busy loop for up to ``spin_s``
-    seconds, then block.  On a virtual machine a vCPU that sleeps between steps is descheduled
-    by the host and wakes up slow (SD-separate idles each core half the time); spinning keeps it
-    running, as GPU serving loops busy-poll.  The bound stops an idle worker from holding its
-    core between runs."""
+    seconds, then block.  On a virtual machine a vCPU that sleeps between steps can be
+    descheduled by the host and wake up slow (SD-separate idles each core half the time);
+    spinning keeps it running, as GPU serving loops busy-poll (on this project's 2-core VM an
+    interleaved A/B test stayed within the run-to-run noise).  The bound stops an idle worker
+    from holding its core between runs."""
     if spin_s > 0:
         deadline = time.perf_counter() + spin_s
         while time.perf_counter() < deadline:
