@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from psdlab.commands.run import add_worker_args
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -27,16 +29,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-len", type=int, default=1024)
     p.add_argument("--target", default=None)
     p.add_argument("--draft", default=None)
-    p.add_argument("--drafter-core", type=int, default=0)
-    p.add_argument("--target-core", type=int, default=1)
     p.add_argument("--device", default="cpu", help="cpu, or cuda:N (two streams on one GPU)")
-    p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32")
-    p.add_argument("--drafter-dtype", choices=("float32", "float16", "bfloat16"), default=None,
-                   help="drafter dtype (default: what the drafter asks for, e.g. the shipped "
-                        "drafter runs in bfloat16; else --dtype)")
-    p.add_argument("--idle-spin-s", type=float, default=1.0,
-                   help="a worker waiting for its next command busy-polls this many seconds "
-                        "before it sleeps (keeps idle cores awake between steps; 0: sleep)")
+    add_worker_args(p)
     p.add_argument("--steps-fraction", type=float, default=1.0,
                    help="measure over the first fraction of steps (the paper's tail cut)")
     p.add_argument("--trace-dir", default=None, help="write sd/psd traces here")

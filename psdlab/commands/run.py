@@ -6,6 +6,19 @@ import json
 import sys
 
 
+def add_worker_args(p: argparse.ArgumentParser) -> None:
+    """Where and how the two workers run (shared with bench-runtime)."""
+    p.add_argument("--drafter-core", type=int, default=0)
+    p.add_argument("--target-core", type=int, default=1)
+    p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32")
+    p.add_argument("--drafter-dtype", choices=("float32", "float16", "bfloat16"), default=None,
+                   help="drafter dtype (default: what the drafter asks for, e.g. the shipped "
+                        "drafter runs in bfloat16; else --dtype)")
+    p.add_argument("--idle-spin-s", type=float, default=1.0,
+                   help="a worker waiting for its next command busy-polls this many seconds "
+                        "before it sleeps (keeps idle cores awake between steps; 0: sleep)")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "run", help="run AR / SD / SD-sep / PSD for real and write a step-level trace",
@@ -43,15 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="CUDA: put the drafter on this GPU (default: a second stream on --device)")
     p.add_argument("--backend", choices=("process", "thread", "inline"), default=None,
                    help="worker backend (default: process on CPU, thread on CUDA)")
-    p.add_argument("--drafter-core", type=int, default=0)
-    p.add_argument("--target-core", type=int, default=1)
-    p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32")
-    p.add_argument("--drafter-dtype", choices=("float32", "float16", "bfloat16"), default=None,
-                   help="drafter dtype (default: what the drafter asks for, e.g. the shipped "
-                        "drafter runs in bfloat16; else --dtype)")
-    p.add_argument("--idle-spin-s", type=float, default=1.0,
-                   help="a worker waiting for its next command busy-polls this many seconds "
-                        "before it sleeps (keeps idle cores awake between steps; 0: sleep)")
+    add_worker_args(p)
     p.add_argument("--json", action="store_true", help="print the metrics summary as JSON")
     p.add_argument("--engine", choices=("psdlab", "vllm"), default="psdlab",
                    help="psdlab's own runtime, or vLLM v1 (modes ar, sd = vLLM's draft-model "
