@@ -12,6 +12,10 @@ paper's code counts ``is_prompt_run == 0``):
 - ``decode_throughput_tok_s`` (the paper's throughput): tokens emitted in decode steps / summed
   wall time (end - start) of those steps, over the first ``steps_fraction`` of all steps in time
   order (ceil of the fraction times the step count), to cut the drain tail as the paper does.
+- ``steady_decode_throughput_tok_s``: the same over the decode steps (within ``steps_fraction``)
+  that start before the last request is admitted -- the steady state, while requests still
+  wait and every batch refills as soon as a sequence finishes; the drain tail after it runs
+  ever fewer sequences.  ``steady_decode_steps`` counts them.  None without request records.
 - ``ttft`` = first_token - arrival; ``tpot`` = (finish - first_token) / (output_len - 1) over
   requests with output_len > 1; ``e2e`` = finish - arrival; each as mean/p50/p90/p99.
 - ``acceptance_rate`` (= ``vsr``): accepted / proposed draft tokens over all verified rows;
@@ -38,7 +42,8 @@ from analysis.checks import check_range
 from analysis.stats import clip_intervals, covered_length, percentiles, union_length
 from analysis.trace import StepRecord, Trace
 
-__all__ = ["summarize", "percentiles", "decode_steps", "first_steps", "is_decode_step"]
+__all__ = ["summarize", "percentiles", "decode_steps", "first_steps", "is_decode_step",
+           "steady_steps"]
 
 
 def _ratio(num: float, den: float) -> float | None:
@@ -95,6 +100,8 @@ def _decode_metrics(trace: Trace, steps_fraction: float) -> dict[str, Any]:
     tokens = sum(v.emitted for s in steps for v in s.verified)
     wall = float(sum(s.end - s.start for s in steps))
     all_decode = [s for s in trace.steps if is_decode_step(s)]
+    steady = steady_steps(trace, steps)
+    steady_tokens = sum(v.emitted for s in steady for v in s.verified)
     return {
         "steps_fraction": float(steps_fraction),
         "prefill_steps": len(trace.steps) - len(all_decode),
@@ -102,8 +109,20 @@ def _decode_metrics(trace: Trace, steps_fraction: float) -> dict[str, Any]:
         "decode_tokens": int(tokens),
         "decode_time_s": wall,
         "decode_throughput_tok_s": _ratio(tokens, wall),
+        "steady_decode_steps": len(steady) if trace.requests else None,
+        "steady_decode_throughput_tok_s": (_ratio(steady_tokens, float(sum(
+            s.end - s.start for s in steady))) if trace.requests else None),
         "overlap_fraction": (_ratio(sum(s.overlapped for s in all_decode), len(all_decode))),
     }
+
+
+def steady_steps(trace: Trace, steps: list[StepRecord] | None = None) -> list[StepRecord]:
+    """Decode steps (of ``steps``, default all) that start before the last admission."""
+    steps = decode_steps(trace) if steps is None else steps
+    if not trace.requests:
+        return []
+    last = max(r.admitted for r in trace.requests)
+    return [s for s in steps if s.start < last]
 
 
 def _acceptance_metrics(trace: Trace) -> dict[str, Any]:

@@ -19,6 +19,9 @@ Specs (``make_acceptance(spec)``):
   ``beyond = "clip"`` (default) returns the measured count (a lower bound), ``beyond =
   "geometric"`` extends it with geometric draws at the trace's per-token acceptance rate.  An
   inline ``{"name": "replay", "counts": [...], "proposed": k}`` replays a list instead.
+- ``{"name": "matches", "requests": {ID: "0111.1..."}, "fallback": SPEC}``: each request's
+  greedy match pattern, position by position (``sim.acceptance_matches``): exact for greedy
+  decoding at any k, for the requests and positions it knows.
 
 Interface: ``request_params(rng, n)`` gives the per-request parameter drawn at arrival (the
 alpha for geometric and beta; rates[0] for positional; the index of the record the request would
@@ -301,8 +304,11 @@ def make_acceptance(spec: Mapping[str, Any], where: str = "acceptance") -> Accep
         return BetaAcceptance(mean, conc)
     if name == "replay":
         return _make_replay(spec, where)
+    if name == "matches":
+        from sim.acceptance_matches import make_matches
+        return make_matches(spec, where)
     raise ValueError(f"{where}.name: unknown acceptance model {name!r}; known: "
                      f"{', '.join(ACCEPTANCE_MODELS)}")
 
 
-ACCEPTANCE_MODELS = ("geometric", "positional", "beta", "replay")
+ACCEPTANCE_MODELS = ("geometric", "positional", "beta", "replay", "matches")

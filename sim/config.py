@@ -9,7 +9,8 @@ Layout of a config file (see ``sim/configs/*.toml``)::
 
     seed = 0
     requests = 200
-    [server]      mode, k, k_choices, m, policy, kv_blocks, block_size, max_interval_steps
+    [server]      mode, k, k_choices, m, policy, kv_blocks, block_size, max_interval_steps,
+                  report_capped (trace rows record proposals capped at the output budget)
     [target]      name, device, cost = {name = "roofline", ...}
     [drafter]     name, device, cost = {...}          (not needed for mode = "ar")
     [acceptance]  name = "geometric", alpha = 0.8, ...
@@ -42,6 +43,7 @@ class ServerConfig:
     kv_blocks: int = 0             # KV-cache capacity in blocks; 0 = unlimited
     block_size: int = 16           # tokens per KV block
     max_interval_steps: int = 512  # fast path: most steps advanced at once
+    report_capped: bool = False    # trace rows: proposals as an engine capping them records
 
     def __post_init__(self) -> None:
         check_choice("server.mode", self.mode, MODES)
@@ -58,6 +60,9 @@ class ServerConfig:
         check_int("server.kv_blocks", self.kv_blocks, 0)
         check_int("server.block_size", self.block_size, 1, 4096)
         check_int("server.max_interval_steps", self.max_interval_steps, 1, 1 << 16)
+        if not isinstance(self.report_capped, bool):
+            raise ValueError(f"server.report_capped: expected true or false, got "
+                             f"{self.report_capped!r}")
 
 
 @dataclass(frozen=True)

@@ -103,8 +103,11 @@ def build(config: SimConfig) -> Built:
     if srv.mode != "ar":
         drafter = make_cost_model(dict(config.drafter.cost), "drafter.cost")
         acceptance = make_acceptance(dict(config.acceptance))
-    params = (acceptance.request_params(np.random.default_rng(s_par), n)
-              if acceptance is not None else np.zeros(n))
+    params = np.zeros(n)
+    if acceptance is not None and getattr(acceptance, "needs_keys", False):
+        params = acceptance.request_params(np.random.default_rng(s_par), n, keys=reqs.keys)
+    elif acceptance is not None:
+        params = acceptance.request_params(np.random.default_rng(s_par), n)
     traj = sample_trajectories(np.random.default_rng(s_acc), acceptance,
                                np.asarray(params, dtype=float), karr, prompt, output)
     jitter = make_jitter(dict(config.jitter) if config.jitter else None)
@@ -118,6 +121,7 @@ def build(config: SimConfig) -> Built:
                 block_size=srv.block_size, target=target, drafter=drafter,
                 target_dev=config.target.device, drafter_dev=drafter_dev, arrival=arrival,
                 prompt=prompt, output=output, traj=traj, jitter=JitterStreams(jitter, s_jit))
+    core.report_capped = srv.report_capped
     devices = {"target": config.target.device}
     models = {"target": config.target.name}
     if drafter is not None:

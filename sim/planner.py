@@ -21,8 +21,9 @@ fast path and the SimPy path give bit-identical clocks.
 
 Costs (``sim.costs`` contract): verify = target.forward_time(n, sum_i (k_i + 1), ctx); drafting
 = sum over passes j < max k_i of drafter.forward_time(n_j, n_j, ctx_j + j n_j) over the n_j
-sequences with k_i > j (for one k: k passes over all n, contexts ctx + j n); prefill =
-forward_time(n, tokens, 0).  k_i is per request (``server.k_choices``) or the same for all.
+sequences with k_i > j (for one k: k passes over all n, contexts ctx + j n), plus the
+drafter's ``phase_overhead`` once per drafting phase; prefill = forward_time(n, tokens, 0).
+k_i is per request (``server.k_choices``) or the same for all.
 """
 from __future__ import annotations
 
@@ -123,6 +124,9 @@ class Planner:
         total = np.where(npass[0] > 0, per[0], 0.0)
         for j in range(1, per.shape[0]):
             total = total + np.where(npass[j] > 0, per[j], 0.0)
+        phase = float(getattr(self.c.drafter, "phase_overhead", 0.0))
+        if phase:
+            total = total + np.where(npass[0] > 0, phase, 0.0)
         return total
 
     def set_work(self, ids: np.ndarray, M: np.ndarray) -> SetWork:

@@ -31,9 +31,12 @@ def step_records(core, p) -> list[StepRecord]:
             ids, idx = rows
             order = np.argsort(ids, kind="stable")
             ids, idx = ids[order], idx[order]
+            prop, got = karr[ids], acc[idx].astype(np.int64)
+            if getattr(core, "report_capped", False):
+                prop, got = capped_rows(core, ids, idx)
             verified = tuple(Verified(req=r, proposed=kk, accepted=a, emitted=e)
-                             for r, kk, a, e in zip(ids.tolist(), karr[ids].tolist(),
-                                                    acc[idx].tolist(), emit[idx].tolist()))
+                             for r, kk, a, e in zip(ids.tolist(), prop.tolist(),
+                                                    got.tolist(), emit[idx].tolist()))
         vb = db = None
         if p.verify_batch is not None:
             vb = int(p.verify_batch[j]) if p.verify_batch[j] >= 0 else None
@@ -45,6 +48,17 @@ def step_records(core, p) -> list[StepRecord]:
                                               and db is not None),
                               preempted=tuple(core.preempted_now) if j == 0 else ()))
     return out
+
+
+def capped_rows(core, ids: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(proposed, accepted) as an engine that caps proposals at the output budget records
+    them (``server.report_capped``): a request with R tokens still to generate proposes
+    min(k, R - 1) and accepts at most that.  Only the record changes: the emitted tokens
+    are the same either way, and the step's cost still charges k draft tokens."""
+    done = core.traj.ctx[idx] - core.prompt[ids]          # tokens generated so far
+    remaining = core.output[ids] - done
+    prop = np.clip(np.minimum(core.karr[ids], remaining - 1), 0, None)
+    return prop, np.minimum(core.traj.acc[idx].astype(np.int64), prop)
 
 
 def _verified_rows(p, j: int):

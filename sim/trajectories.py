@@ -32,7 +32,8 @@ class Trajectories:
 def sample_trajectories(rng: np.random.Generator, acceptance, params: np.ndarray,
                         k: np.ndarray, prompt: np.ndarray, output: np.ndarray) -> Trajectories:
     """Draw every request's accepted counts, round by round (round r = every request's
-    (r+1)-th verification, vectorised over the requests still generating).
+    (r+1)-th verification, vectorised over the requests still generating).  A model with
+    ``sample_at`` (``sim.acceptance_matches``) also gets each request's output position.
 
     ``acceptance`` is None for AR (k = 0: one token per step, nothing drawn)."""
     n = output.size
@@ -47,17 +48,21 @@ def sample_trajectories(rng: np.random.Generator, acceptance, params: np.ndarray
     # compact arrays of the requests still generating (ids ascending), shrunk every round
     ids = np.flatnonzero(remaining > 0)
     par, kk, rem = params[ids], k[ids], remaining[ids]
+    pos = np.ones(ids.size, dtype=np.int64)         # output position of the next draft token
+    at_pos = getattr(acceptance, "sample_at", None)
     nsteps = np.zeros(n, dtype=np.int64)
     rounds = []
     while ids.size:
-        acc = np.asarray(acceptance.sample(rng, par, kk), dtype=np.int64)
+        acc = np.asarray(acceptance.sample(rng, par, kk) if at_pos is None
+                         else at_pos(rng, par, kk, pos), dtype=np.int64)
         emit = np.minimum(acc + 1, rem)
         rounds.append((ids, acc, emit))
         rem = rem - emit
+        pos = pos + emit
         keep = rem > 0
         if not keep.all():
             nsteps[ids[~keep]] = len(rounds)          # done after this many verifications
-            ids, par, kk, rem = ids[keep], par[keep], kk[keep], rem[keep]
+            ids, par, kk, rem, pos = ids[keep], par[keep], kk[keep], rem[keep], pos[keep]
     return _assemble(n, nsteps, prompt, rounds, ar=False)
 
 

@@ -10,10 +10,11 @@ Specs (``make_workload(spec)``; LEN is a length spec of sim/lengths.py, default 
   inter-arrivals with mean 1/r and coefficient of variation c (shape 1/c^2; c = 1 is Poisson,
   c > 1 bursty, c < 1 smoother).
 - ``{"name": "replay", "path": "w.csv" | "w.jsonl"}``: rows with arrival (s), prompt_len,
-  output_len.  CSV needs a header naming those columns (others are ignored); JSONL needs one
-  object per line with those keys.  Rows are sorted by arrival (stable); ``generate(rng, n)``
-  takes the first n after sorting, all of them for n = None.  A malformed line raises
-  ValueError "FILE:LINE: field 'x': ...".
+  output_len, and optionally ``key`` (the request's id in a measured trace; an acceptance model
+  that knows requests by id, ``sim.acceptance_matches``, reads it).  CSV needs a header naming
+  those columns (others are ignored); JSONL needs one object per line with those keys.
+  Rows are sorted by arrival (stable); ``generate(rng, n)`` takes the first n after sorting,
+  all of them for n = None.  A malformed line raises ValueError "FILE:LINE: field 'x': ...".
 
 ``Workload.generate(rng, n) -> RequestSet`` draws from the generator it is given (arrivals
 first, then prompt lengths, then output lengths), so the same seed gives the same requests.
@@ -41,10 +42,12 @@ FIELDS = ("arrival", "prompt_len", "output_len")
 
 @dataclass(frozen=True, eq=False)
 class RequestSet:
-    """n requests: sorted arrival times (s) and integer prompt/output lengths >= 1 (read-only)."""
+    """n requests: sorted arrival times (s) and integer prompt/output lengths >= 1 (read-only);
+    ``keys``: optional request ids (replay files with a ``key`` column)."""
     arrival: np.ndarray
     prompt_len: np.ndarray
     output_len: np.ndarray
+    keys: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         arrays = {}
@@ -65,6 +68,10 @@ class RequestSet:
                 raise ValueError(f"RequestSet.{name}: length {arrays[name].size} != {n} arrivals")
             if n and arrays[name].min() < 1:
                 raise ValueError(f"RequestSet.{name}: every length must be >= 1")
+        if self.keys is not None:
+            object.__setattr__(self, "keys", tuple(str(k) for k in self.keys))
+            if len(self.keys) != n:
+                raise ValueError(f"RequestSet.keys: length {len(self.keys)} != {n} arrivals")
         arr = arrays["arrival"]
         if n and (not np.isfinite(arr).all() or arr.min() < 0 or (np.diff(arr) < 0).any()):
             raise ValueError("RequestSet.arrival: must be finite, >= 0 and sorted")
@@ -104,8 +111,9 @@ class Workload:
         if self.rows is not None:
             total = len(self.rows)
             m = total if n is None else check_int("n", n, 0, total)
+            keys = None if self.rows.keys is None else self.rows.keys[:m]
             return RequestSet(self.rows.arrival[:m], self.rows.prompt_len[:m],
-                              self.rows.output_len[:m])
+                              self.rows.output_len[:m], keys)
         if n is None:
             raise ValueError(f"n: required for a {self.kind!r} workload (only replay has a size)")
         n = check_int("n", n, 0)
@@ -162,6 +170,11 @@ def make_workload(spec: Mapping[str, Any], where: str = "workload") -> Workload:
 
 # ---------------------------------------------------------------------------- replay files
 
+def _key(row: Mapping[str, Any]) -> str | None:
+    key = row.get("key")
+    return None if key is None or key == "" else str(key)
+
+
 def _parse_row(row: Mapping[str, Any], where: str) -> tuple[float, int, int]:
     out: list[Any] = []
     for key in FIELDS:
@@ -196,7 +209,7 @@ def _rows_csv(fh, name: str):
     for row in reader:
         if None in row:
             raise ValueError(f"{name}:{reader.line_num}: more values than header columns")
-        yield _parse_row(row, f"{name}:{reader.line_num}")
+        yield _parse_row(row, f"{name}:{reader.line_num}"), _key(row)
 
 
 def _rows_jsonl(fh, name: str):
@@ -210,7 +223,7 @@ def _rows_jsonl(fh, name: str):
             raise ValueError(f"{where}: not valid JSON ({exc.msg})") from None
         if not isinstance(obj, dict):
             raise ValueError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-        yield _parse_row(obj, where)
+        yield _parse_row(obj, where), _key(obj)
 
 
 def read_requests(path: str | os.PathLike) -> RequestSet:
@@ -220,10 +233,13 @@ def read_requests(path: str | os.PathLike) -> RequestSet:
     if ext not in (".csv", ".jsonl", ".json"):
         raise ValueError(f"workload.path: {name}: expected a .csv or .jsonl file")
     with open(path, encoding="utf-8", newline="") as fh:
-        rows = list(_rows_csv(fh, name) if ext == ".csv" else _rows_jsonl(fh, name))
-    if not rows:
+        parsed = list(_rows_csv(fh, name) if ext == ".csv" else _rows_jsonl(fh, name))
+    if not parsed:
         raise ValueError(f"workload.path: {name}: no requests")
-    arr = np.asarray(rows, dtype=float)
+    arr = np.asarray([row for row, _ in parsed], dtype=float)
     order = np.argsort(arr[:, 0], kind="stable")
     arr = arr[order]
-    return RequestSet(arr[:, 0], arr[:, 1].astype(np.int64), arr[:, 2].astype(np.int64))
+    keys = [key for _, key in parsed]
+    named = None if all(k is None for k in keys) else tuple(
+        "" if keys[i] is None else keys[i] for i in order)
+    return RequestSet(arr[:, 0], arr[:, 1].astype(np.int64), arr[:, 2].astype(np.int64), named)

@@ -30,10 +30,10 @@ def _verify_time(seqs, tokens, ctx):
     return v["base"] + v["per_seq"] * seqs + v["per_token"] * tokens + v["per_context"] * ctx
 
 
-def _draft_time(seqs, k, ctx):
+def _draft_time(seqs, k, ctx, phase=0.0):
     d = DRAFT
-    return sum(d["base"] + d["per_token"] * seqs + d["per_context"] * (ctx + j * seqs)
-               for j in range(k))
+    return phase + sum(d["base"] + d["per_token"] * seqs + d["per_context"] * (ctx + j * seqs)
+                       for j in range(k))
 
 
 def _accepted(rng, k, alpha=None):
@@ -45,7 +45,8 @@ def _accepted(rng, k, alpha=None):
 
 
 def make_trace(k: int, m: int = 8, n_steps: int = 300, seed: int = 0, noise: float = 0.03,
-               beta: tuple[float, float] | None = None, prefill_every: int = 10) -> Trace:
+               beta: tuple[float, float] | None = None, prefill_every: int = 10,
+               draft_phase: float = 0.0) -> Trace:
     """A hand-built SD trace with known costs (multiplicative Gaussian noise) and acceptance
     (positional rates, or per-request alpha ~ Beta(mean, concentration))."""
     rng = np.random.default_rng(seed)
@@ -64,7 +65,7 @@ def make_trace(k: int, m: int = 8, n_steps: int = 300, seed: int = 0, noise: flo
             t += d
         seqs = int(rng.integers(1, m + 1))
         ctx = int(rng.integers(40, 900)) * seqs
-        d = _draft_time(seqs, k, ctx) * jit()
+        d = _draft_time(seqs, k, ctx, draft_phase) * jit()
         phases.append(Phase("draft", "cpu:1", t, t + d, seqs, seqs * k, ctx))
         t += d
         d = _verify_time(seqs, seqs * (k + 1), ctx) * jit()
@@ -111,6 +112,61 @@ def test_recovers_known_coefficients_within_ci():
             assert fit.ci_high[i] - fit.ci_low[i] < 0.5 * true[term]
     assert verify.heldout_error < 0.05 and draft.heldout_error < 0.05
     assert not cal.warnings
+
+
+def test_fixed_cost_per_drafting_phase_is_told_from_the_per_pass_base(tmp_path):
+    """Drafting = per_phase + k passes.  Two k identify both; the model file keeps per_phase
+    as the drafter's phase_overhead and the simulator adds it once per drafting phase, so a
+    fit at k = 2 and 4 predicts k = 5; one k leaves it at 0, with a note."""
+    phase = 4e-3
+    traces = [make_trace(2, seed=1, draft_phase=phase), make_trace(4, seed=2, draft_phase=phase)]
+    cal = calibrate(traces, seed=0)
+    draft = cal.costs["draft"]
+    _covers(draft, {**DRAFT, "per_phase": phase})
+    path = str(tmp_path / "m.json")
+    write_model(path, cal)
+    from sim.costs import make_cost_model
+    from validation.sim_costs import calibrated_cost
+    fitted = make_cost_model(cost_spec(path, "drafter"))
+    assert fitted.phase_overhead == pytest.approx(draft.coefficients()["per_phase"])
+    assert calibrated_cost(path, "drafter", scale=2.0).phase_overhead == pytest.approx(
+        2 * fitted.phase_overhead)
+    six = make_trace(5, seed=3, draft_phase=phase, noise=0.0)
+    pred = predict_phases(cal, [six])["draft"]
+    assert np.allclose(pred[0], pred[1], rtol=0.03)
+    one = calibrate([make_trace(3, seed=4, draft_phase=phase)])
+    assert one.costs["draft"].coefficients().get("per_phase", 0.0) == 0.0
+    assert any("one k only" in n for n in one.notes)
+    write_model(str(tmp_path / "one.json"), one)
+    assert "phase_overhead" not in read_model(str(tmp_path / "one.json"))["roles"]["drafter"]
+
+
+def test_planner_adds_the_phase_overhead_once_per_drafting_phase(tmp_path):
+    from sim.config import config_from_dict
+    from sim.engine import simulate
+    doc = {"format": "psdlab.cost-fit", "version": 1, "meta": {}, "roles": {
+        "t": {"kind": "affine", "coef": {"base": 0.01, "per_seq": 0.0, "per_token": 0.0,
+                                         "per_context": 0.0}},
+        "d": {"kind": "affine", "coef": {"base": 0.002, "per_seq": 0.0, "per_token": 0.0,
+                                         "per_context": 0.0}, "phase_overhead": 0.005}}}
+    (tmp_path / "f.json").write_text(json.dumps(doc))
+    raw = {"seed": 0, "requests": 3, "server": {"mode": "sd-sep", "k": 3, "m": 3},
+           "target": {"name": "t", "cost": {"name": "fitted", "path": str(tmp_path / "f.json"),
+                                            "role": "t"}},
+           "drafter": {"name": "d", "cost": {"name": "fitted", "path": str(tmp_path / "f.json"),
+                                             "role": "d"}},
+           "acceptance": {"name": "geometric", "alpha": 0.5},
+           "workload": {"name": "offline", "prompt": {"name": "fixed", "value": 5},
+                        "output": {"name": "fixed", "value": 12}}}
+    drafts = [p.end - p.start for s in simulate(config_from_dict(raw)).trace.steps
+              for p in s.phases if p.kind == "draft"]
+    assert drafts and np.allclose(drafts, 0.005 + 3 * 0.002)
+    bad = dict(doc)
+    bad["roles"] = dict(doc["roles"], d=dict(doc["roles"]["d"], phase_overhead=-1))
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    raw["drafter"]["cost"]["path"] = str(tmp_path / "bad.json")
+    with pytest.raises(ValueError, match="phase_overhead"):
+        simulate(config_from_dict(raw))
 
 
 def test_confidence_intervals_cover_at_about_95_percent():

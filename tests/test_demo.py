@@ -48,6 +48,22 @@ def test_plan_repeats_in_seeded_rounds_with_pairs_back_to_back(repeats, seed):
         assert [r.name for r in other.runs] != [r.name for r in plan.runs]
 
 
+def test_default_plan_runs_held_out_configs_more_often():
+    plan = default_plan()
+    reps = {}
+    for r in plan.runs:
+        reps[r.config] = reps.get(r.config, 0) + 1
+    assert {reps[r.config] for r in plan.runs if r.role == "calibrate"} == {2}
+    assert {reps[r.config] for r in plan.runs if r.role == "validate"} == {3}
+    third = [r for r in plan.runs if r.rep == 3]
+    assert third and {r.role for r in third} == {"validate"}
+    for i, r in enumerate(plan.runs):         # pairs stay back to back in the short round too
+        if r.mode != "ar":
+            assert sum(1 for j in (i - 1, i + 1) if 0 <= j < len(plan.runs)
+                       and plan.runs[j].workload == r.workload
+                       and plan.runs[j].rep == r.rep) == 1
+
+
 def test_plan_checks():
     ok = RunSpec("a", "sd-sep", 2, 2)
     with pytest.raises(ValueError, match="names must be unique"):

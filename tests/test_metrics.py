@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -79,6 +80,23 @@ def test_steps_fraction_cuts_the_tail():
     assert s["decode_throughput_tok_s"] == pytest.approx(2.75)
     # 0.5 of 4 is exactly 2 steps; a hair more rounds up to 3
     assert summarize(psd_trace(), steps_fraction=0.51)["decode_steps"] == 2
+
+
+def test_steady_state_stops_at_the_last_admission():
+    # last admission at t = 1 (B and C): no decode step starts before it
+    s = summarize(psd_trace())
+    assert s["steady_decode_steps"] == 0 and s["steady_decode_throughput_tok_s"] is None
+
+    def admitted_at(t):
+        return Trace(RUN, psd_trace().steps, [replace(r, admitted=t) for r in psd_trace().requests])
+    s = summarize(admitted_at(1.5))                              # decode step 1 only
+    assert s["steady_decode_steps"] == 1
+    assert s["steady_decode_throughput_tok_s"] == pytest.approx(5 / 2)
+    late = admitted_at(4.5)
+    assert summarize(late)["steady_decode_steps"] == 2          # steps 1 and 2 start < 4.5
+    assert summarize(late)["steady_decode_throughput_tok_s"] == pytest.approx(11 / 4)
+    none = summarize(Trace(RUN, psd_trace().steps, []))
+    assert none["steady_decode_steps"] is None and none["steady_decode_throughput_tok_s"] is None
 
 
 def test_first_steps_counts_in_time_order():
@@ -265,6 +283,8 @@ def test_metric_invariants(trace, fraction):
     full = summarize(trace)
     assert s["decode_tokens"] <= full["decode_tokens"]
     assert s["decode_steps"] <= full["decode_steps"]
+    if s["steady_decode_steps"] is not None:
+        assert s["steady_decode_steps"] <= s["decode_steps"]
 
 
 @settings(deadline=None, max_examples=15)

@@ -103,3 +103,28 @@ def test_fast_path_equals_simpy_path_on_busy_runs(tmp_path, cfg):
     simulate(cfg, path="simpy", trace_path=str(tmp_path / "slow.jsonl"))
     simulate(cfg, path="fast", trace_path=str(tmp_path / "fast.jsonl"))
     assert (tmp_path / "fast.jsonl").read_bytes() == (tmp_path / "slow.jsonl").read_bytes()
+
+
+@settings(deadline=None, max_examples=25, suppress_health_check=[HealthCheck.too_slow])
+@given(cfg=configs())
+def test_capped_reporting_changes_only_the_proposal_counts(cfg):
+    """``server.report_capped``: rows record min(k, remaining - 1) proposals and accept at most
+    that; the schedule, the emitted tokens and the times are those of the uncapped run."""
+    import dataclasses
+    if cfg.server.mode == "ar":
+        return
+    capped_cfg = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server,
+                                                                     report_capped=True))
+    plain, capped = simulate(cfg).trace, simulate(capped_cfg).trace
+    assert [(s.start, s.end) for s in plain.steps] == [(s.start, s.end) for s in capped.steps]
+    out_len = {r.id: r.output_len for r in capped.requests}
+    made = Counter()
+    for a, b in zip(plain.steps, capped.steps):
+        for va, vb in zip(a.verified, b.verified):
+            assert (va.req, va.emitted) == (vb.req, vb.emitted)
+            remaining = out_len[vb.req] - 1 - made[vb.req]     # the prefill made one
+            assert vb.proposed == max(0, min(va.proposed, remaining - 1))
+            assert vb.accepted == min(va.accepted, vb.proposed)
+            assert 1 <= vb.emitted <= remaining
+            made[vb.req] += vb.emitted
+    assert all(made[r.id] == r.output_len - 1 for r in capped.requests)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from analysis.metrics import summarize
 from analysis.trace import (Phase, RequestRecord, RunInfo, StepRecord, Trace, Verified,
                             write_trace)
 from psdlab.cli import main
@@ -21,7 +22,7 @@ from sim.engine import simulate
 from sim.workloads import read_requests
 from validation.calibrate import calibrate
 from validation.compare import flatten, rel_error, write_replay
-from validation.gains import closed_form, pair_traces, workload_key
+from validation.gains import closed_form, gain_rows, pair_traces, workload_key
 from validation.model_file import write_model
 from validation.replay_model import (ReplayParams, contention_scales, load_replay_params,
                                      replay_params, serial_only, step_overheads,
@@ -110,6 +111,23 @@ def test_replay_file_is_the_measured_workload(tmp_path):
     assert list(rs.prompt_len) == [r.prompt_len for r in reqs]
     assert list(rs.output_len) == [r.output_len for r in reqs]
     assert np.allclose(rs.arrival, [r.arrival - reqs[0].arrival for r in reqs])
+    assert rs.keys == tuple(str(r.id) for r in reqs)
+
+
+def test_replay_keeps_the_admission_order_of_simultaneous_arrivals(tmp_path):
+    """A trace lists requests as they finish; offline requests (all arriving at 0) must be
+    replayed in the order the engine admitted them, or the replay serves other requests
+    first."""
+    tr = sim_trace("sd-sep", 3, 2, requests=8)
+    finish_order = [r.id for r in tr.requests]
+    admit_order = sorted(finish_order)            # the simulator admits in id order
+    assert finish_order != admit_order            # else the test would test nothing
+    rs = read_requests(write_replay(tr, tmp_path / "w.csv"))
+    assert list(rs.keys) == [str(i) for i in admit_order]
+    # a runtime names requests and admits them one at a time, in its own order
+    named = [replace(r, id=f"q{7 - r.id}", admitted=0.01 * r.id) for r in tr.requests]
+    rs = read_requests(write_replay(replace(tr, requests=named), tmp_path / "n.csv"))
+    assert list(rs.keys) == [f"q{7 - i}" for i in admit_order]
 
 
 def test_pairs_only_same_workload():
@@ -160,6 +178,31 @@ def test_closed_form_constant_times(d, v, gap):
                        slowdown=(2.0, 1.5))
     assert slow.speedup_slowdown == pytest.approx((d + v + gap) / (max(1.5 * d, 2 * v) + gap),
                                                   rel=1e-6)
+
+
+def test_closed_form_reads_full_batches_and_is_judged_in_the_steady_state():
+    """t and V come from the SD steps before the last admission; the judged comparison is
+    the steady-state speedup, the whole-run one (drain tail included) is only listed."""
+    def with_tail(mode, d, v):
+        tr = _hand_trace(mode, d, v, 0.0, n=10)
+        t, steps = tr.steps[-1].end, list(tr.steps)
+        for i in range(10, 16):                       # the drain: one sequence, half the cost
+            s = _step(i, t, d / 2, v / 2, mode == "psd")
+            steps.append(replace(s, verified=s.verified[:1]))
+            t = steps[-1].end
+        admitted = tr.steps[9].start                  # last admission: before step 9 starts
+        reqs = [replace(r, admitted=admitted, finish=t) for r in tr.requests]
+        return Trace(tr.run, steps, reqs)
+    sd, psd = with_tail("sd-sep", 0.1, 0.2), with_tail("psd", 0.1, 0.2)
+    cf = closed_form(sd, psd)
+    assert (cf.t, cf.V) == pytest.approx((0.1, 0.2))          # the drain's halves left out
+    rows = {r.metric: r for r in gain_rows("g", flatten(summarize(sd)), flatten(summarize(psd)),
+                                           None, None, cf)}
+    assert rows["speedup.steady"].measured == pytest.approx(0.3 / 0.2)
+    assert rows["speedup.steady"].error == pytest.approx(0.0, abs=1e-9)
+    assert rows["speedup.decode"].measured < rows["speedup.steady"].measured
+    assert closed_form(_hand_trace("sd-sep", 0.1, 0.2, 0.0, n=3),
+                       _hand_trace("psd", 0.1, 0.2, 0.0, n=3)).t == pytest.approx(0.1)
 
 
 def test_step_overheads_split_serial_and_overlapped():
@@ -263,7 +306,7 @@ def test_cli_json_table(cli_files, capsys):
     doc = json.loads(capsys.readouterr().out)
     metrics = {r["metric"] for r in doc["rows"]}
     for key in ("throughput_tok_s", "ttft.p99", "tpot.p50", "e2e.p90", "acceptance_rate",
-                "gain.throughput_tok_s", "speedup.decode"):
+                "gain.throughput_tok_s", "speedup.decode", "speedup.steady"):
         assert key in metrics
     assert {r["run"] for r in doc["rows"]} >= {"sd-sep_k3", "psd_k3"}
 
@@ -378,7 +421,8 @@ def test_overlap_share_of_overlapped_and_serial_steps():
 
 def test_verify_table_overrides_the_fit_for_measured_shapes(tmp_path):
     """A shape seen often enough in calibration keeps its measured median in the replay (the
-    CPU's GEMM time is not monotonic in rows); other shapes use the affine fit."""
+    CPU's GEMM time is not monotonic in rows); smaller shapes use the affine fit, larger ones
+    the largest shape's time plus the fit's increment."""
     from validation.calibrate import MIN_TABLE
     serial = _hand_trace("sd-sep", 0.1, 0.2, 0.0, n=MIN_TABLE + 3)
     cal = calibrate([serial], holdout=0.0)
@@ -392,9 +436,15 @@ def test_verify_table_overrides_the_fit_for_measured_shapes(tmp_path):
     (tmp_path / "t.json").write_text(json.dumps(doc))
     c = calibrated_cost(str(tmp_path / "t.json"), "target")
     assert c.forward_time(2, 10, 50) == pytest.approx(0.5)
-    fit = coef["base"] + 3 * coef["per_seq"] + 12 * coef["per_token"]
-    assert c.forward_time(3, 12, 50) == pytest.approx(fit)
-    assert np.allclose(c.forward_time(np.array([2, 3]), np.array([10, 12]), 50.0), [0.5, fit])
+    def fit(sq, tk):
+        return coef["base"] + sq * coef["per_seq"] + tk * coef["per_token"] + \
+            50 * coef["per_context"]
+    # past the table's largest shape: its time plus the fit's increment from there
+    beyond = 0.5 + fit(3, 12) - fit(2, 10)
+    assert c.forward_time(3, 12, 50) == pytest.approx(beyond)
+    assert c.forward_time(1, 4, 50) == pytest.approx(fit(1, 4))        # inside: the fit
+    assert np.allclose(c.forward_time(np.array([2, 3]), np.array([10, 12]), 50.0),
+                       [0.5, beyond])
     assert calibrated_cost(str(tmp_path / "t.json"), "target", table=False).forward_time(
         2, 10, 50) == pytest.approx(coef["base"] + 2 * coef["per_seq"] + 10 * coef["per_token"])
 

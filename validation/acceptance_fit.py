@@ -9,6 +9,8 @@
   concentration) is fitted to the alpha_i by the method of moments, with the binomial noise
   of short requests subtracted from their variance.  95% intervals by a seeded bootstrap over
   requests.
+- Greedy traces (all of them): each request's match pattern, position by position
+  (``validation.match_patterns``), the ``matches`` model, which then is the default.
 - Traces whose rows are spread from per-step totals (imported engines that log only totals, run
   extra ``verified_rows = "step-totals"``) identify neither; from those only the overall
   verification success rate is used, turned into a geometric per-token rate alpha.
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 from scipy import optimize
@@ -45,6 +47,7 @@ class AcceptanceFit:
     n_rows: int
     vsr: float                                   # accepted / proposed draft tokens
     notes: tuple[str, ...] = field(default=())
+    patterns: Any = None                         # validation.match_patterns.Patterns (greedy)
 
     def specs(self) -> dict[str, dict]:
         """Acceptance specs for ``sim.acceptance.make_acceptance``, by name: ``positional``
@@ -58,12 +61,18 @@ class AcceptanceFit:
         if self.concentration is not None and 0 < self.mean < 1:
             out["beta"] = {"name": "beta", "mean": self.mean,
                            "concentration": self.concentration}
+        if self.patterns is not None and "positional" in out:
+            out["matches"] = {"name": "matches", "requests": dict(self.patterns.patterns),
+                              "fallback": out["positional"]}
         return out
 
     @property
     def default(self) -> str:
-        """The spec name to use when none is asked for."""
-        return "positional" if self.method == "per-row" else "geometric"
+        """The spec name to use when none is asked for: the greedy match patterns when the
+        traces are greedy, else the per-position rates (per-row data) or geometric."""
+        if self.method != "per-row":
+            return "geometric"
+        return "matches" if self.patterns is not None and self.rates else "positional"
 
     def to_dict(self) -> dict:
         return {
@@ -75,6 +84,7 @@ class AcceptanceFit:
             else list(self.concentration_ci),
             "n_requests": self.n_requests, "n_rows": self.n_rows, "vsr": self.vsr,
             "notes": list(self.notes),
+            "match_patterns": None if self.patterns is None else self.patterns.to_dict(),
         }
 
 
@@ -177,10 +187,23 @@ def fit_acceptance(traces: Sequence[Trace], *, seed: int = 0) -> AcceptanceFit:
         notes.append("one request only: the per-request spread is not identified")
     if conc >= MAX_CONCENTRATION:
         notes.append("no per-request spread beyond binomial noise (concentration capped)")
+    from validation.match_patterns import match_patterns
+    patterns = match_patterns(traces) if all_greedy(traces) else None
+    if patterns is not None:
+        notes.append(f"greedy traces: match patterns of {len(patterns.patterns)} requests, "
+                     f"{patterns.coverage:.0%} of their positions known "
+                     f"({patterns.conflicts} disagreements between runs)")
     return AcceptanceFit(method="per-row", rates=rates, rates_ci=cis, trials=trials, mean=mu,
                          mean_ci=mean_ci, concentration=conc, concentration_ci=conc_ci,
                          n_requests=len(s), n_rows=len(p), vsr=float(a.sum() / p.sum()),
-                         notes=tuple(notes))
+                         notes=tuple(notes), patterns=patterns)
+
+
+def all_greedy(traces: Sequence[Trace]) -> bool:
+    """Every trace with draft rows was decoded greedily (``run.extra["temperature"] == 0``)."""
+    from validation.match_patterns import is_greedy
+    drafted = [t for t in traces if any(v.proposed > 0 for s in t.steps for v in s.verified)]
+    return bool(drafted) and all(is_greedy(t) for t in drafted)
 
 
 def _expected_accepted(alpha: float, k: np.ndarray) -> np.ndarray:

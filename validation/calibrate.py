@@ -10,10 +10,14 @@ Every phase of every step is one observation of a forward-pass cost model
   ``per_context`` unidentified).
 - ``draft`` (drafter): ``k`` one-token forwards (the longest proposal of the phase, from the
   rows that verified its drafts: ``with_draft_forwards``; else tokens / seqs), the j-th with context
-  ``context + j * seqs``, so the phase time is
-  ``k*base + tokens*(per_seq + per_token) + per_context*(k*context + seqs*k*(k-1)/2)``;
+  ``context + j * seqs``, plus a fixed cost per phase (``per_phase``: the first pass also
+  feeds the tokens the drafter has not seen, and the proposals and their probabilities go
+  back to the controller), so the phase time is ``per_phase + k*base +
+  tokens*(per_seq + per_token) + per_context*(k*context + seqs*k*(k-1)/2)``;
   ``per_seq`` and ``per_token`` cannot be told apart here and the sum is reported as
-  ``per_token``.  This per-forward form is what lets a fit at some k predict other k.
+  ``per_token``; ``per_phase`` needs traces at two k or more.  This per-forward form is what
+  lets a fit at some k predict other k (the model file keeps ``per_phase`` as the drafter's
+  ``phase_overhead``, which the simulator adds once per drafting phase).
 - ``prefill`` (target, or drafter when the phase ran on the drafter's own device): one forward
   over the prompts.
 
@@ -45,7 +49,7 @@ TERMS = ("base", "per_seq", "per_token", "per_context")
 #: fits, the role whose forward they describe, and the column order tried for identifiability
 FITS = {
     "verify": ("target", ("base", "per_token", "per_seq", "per_context")),
-    "draft": ("drafter", ("base", "per_token", "per_context", "per_seq")),
+    "draft": ("drafter", ("base", "per_token", "per_context", "per_seq", "per_phase")),
     "prefill": ("target", ("base", "per_token", "per_seq", "per_context")),
     "drafter_prefill": ("drafter", ("base", "per_token", "per_seq", "per_context")),
 }
@@ -128,8 +132,9 @@ def phase_features(kind: str, phase: Phase) -> dict[str, float]:
     if kind == "draft":
         k = float(getattr(phase, "forwards", 0) or tokens / seqs)
         return {"base": k, "per_seq": tokens, "per_token": tokens,
-                "per_context": k * ctx + seqs * k * (k - 1) / 2}
-    return {"base": 1.0, "per_seq": seqs, "per_token": tokens, "per_context": ctx}
+                "per_context": k * ctx + seqs * k * (k - 1) / 2, "per_phase": 1.0}
+    return {"base": 1.0, "per_seq": seqs, "per_token": tokens, "per_context": ctx,
+            "per_phase": 0.0}
 
 
 def step_fit_names(phases: Sequence[Phase], drafter_device: str | None,
@@ -209,6 +214,10 @@ def _messages(fits: dict[str, LinearFit], groups) -> tuple[list[str], list[str]]
         lost = [t for t, ok in zip(fit.names, fit.identified) if not ok
                 and not (name == "draft" and t == "per_seq")
                 and not (no_context and t == "per_context")]
+        if name == "draft" and "per_phase" in lost:
+            lost.remove("per_phase")
+            notes.append("draft: the traces draft one k only, so a fixed cost per drafting "
+                         "phase cannot be told from the per-pass base (per_phase fixed at 0)")
         if lost:
             notes.append(f"{name}: {', '.join(lost)} not identifiable from these traces "
                          f"(fixed at 0)")
@@ -282,10 +291,13 @@ def verify_table(traces: Sequence[Trace], overlap: float = 1.0
     calibration traces (overlapped phases divided by the overlap factor), for the shapes seen
     at least MIN_TABLE times.  A CPU's GEMM time is not monotonic in the rows it multiplies
     (kernel blocking: 4 x 5 rows can run faster than 2 x 5 or 3 x 5), which no affine model
-    says; the replay uses this table for the shapes it has and the affine fit elsewhere."""
+    says; the replay uses this table for the shapes it has and the affine fit elsewhere.
+    Tokens are counted at the padded width the target computes (``with_draft_forwards``: a
+    row of 5 and a row of 1 cost 2 x 5), which is what the simulator asks for."""
     from collections import defaultdict
     times: dict[tuple[int, int], list[float]] = defaultdict(list)
     for tr in traces:
+        tr = with_draft_forwards(tr)            # verify tokens at their padded width
         for st in tr.steps:
             if any(p.kind == "prefill" for p in st.phases):
                 continue
@@ -313,3 +325,8 @@ def forward_coefficients(fit: LinearFit) -> dict[str, float]:
     """The fit as per-forward CostModel coefficients (all four terms, 0 where unidentified)."""
     c = fit.coefficients()
     return {t: float(c.get(t, 0.0)) for t in TERMS}
+
+
+def phase_overhead(fit: LinearFit) -> float:
+    """The draft fit's fixed cost per drafting phase (seconds; 0 for other fits)."""
+    return float(fit.coefficients().get("per_phase", 0.0))

@@ -4,10 +4,14 @@ For each measured trace the simulator is configured like the run (mode, k, batch
 runtime's batch manager) with the calibrated cost models (``validation.sim_costs``: decode and
 prefill fits, plus the controller overhead of ``validation.replay_model`` and the multipliers
 of ``validation.replay_scales``: proposal cap, overlap contention) and the calibrated
-acceptance model, and replays the measured workload: the same arrival times, prompt lengths
-and output lengths (``sim.workloads`` replay).  The simulator is stochastic in acceptance, so it is
-run with several seeds and each metric is averaged over them.  Every metric comes from
-``analysis.metrics.summarize`` on both sides.
+acceptance model, and replays the measured workload: the same requests (their ids as the
+replay's keys), arrival times, prompt lengths and output lengths, in the order the run admitted
+them (``sim.workloads`` replay).  With the greedy match patterns (``sim.acceptance_matches``)
+the replay knows each request's acceptance position by position; otherwise the simulator is
+stochastic in acceptance.  Either way it is run with several seeds and each metric is averaged
+over them.  When the engine caps proposals at the output budget, the replay's rows record them
+capped too (``server.report_capped``), so the acceptance rates count alike.  Every metric
+comes from ``analysis.metrics.summarize`` on both sides.
 
 Repeated runs of one configuration (same mode and workload) are compared as one: the measured
 value of each metric is the median over the repeats, and ``(max - min) / median`` over them is
@@ -85,18 +89,28 @@ def rel_error(predicted: float | None, measured: float | None) -> float | None:
 
 # ---------------------------------------------------------------------------- the replay
 
+def _id_key(rid: Any) -> tuple:
+    """Ties in admission time (a simulator admits a batch at one instant) go by id: numbers
+    numerically, names as text."""
+    return (0, rid, "") if isinstance(rid, int) else (1, 0, str(rid))
+
+
 def write_replay(trace: Trace, path: str | os.PathLike) -> str:
-    """The measured workload as a replay CSV (arrival, prompt_len, output_len), arrivals
-    relative to the first one."""
-    reqs = sorted(trace.requests, key=lambda r: r.arrival)
+    """The measured workload as a replay CSV (arrival, prompt_len, output_len, key = the
+    request id, for acceptance models that know requests: ``sim.acceptance_matches``),
+    arrivals relative to the first one, in the order the run admitted them (ties in arrival
+    keep that order in the replay)."""
+    # the order the engine admitted them (a trace lists requests as they finished)
+    reqs = sorted(trace.requests, key=lambda r: (r.arrival, r.admitted, _id_key(r.id)))
     if not reqs:
         raise ValueError(f"trace: {trace.run.mode} run has no request records to replay")
     t0 = reqs[0].arrival
     with open(path, "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
-        w.writerow(["arrival", "prompt_len", "output_len"])
+        w.writerow(["arrival", "prompt_len", "output_len", "key"])
         for r in reqs:
-            w.writerow([repr(r.arrival - t0), max(1, r.prompt_len), max(1, r.output_len)])
+            w.writerow([repr(r.arrival - t0), max(1, r.prompt_len), max(1, r.output_len),
+                        str(r.id)])
     return os.fspath(path)
 
 
@@ -123,7 +137,8 @@ def sim_config(trace: Trace, model_path: str, replay_path: str, *, seed: int = 0
         acc = acceptance or acceptance_spec(read_model(model_path))
     t_scale, d_scale = decode_scales(trace, model_path, params, acc, overlap_share)
     server = ServerConfig(mode=mode, k=max(run.k, 1) if mode != "ar" else 0, m=run.m,
-                          policy="rebalance" if mode == "psd" else "paper")
+                          policy="rebalance" if mode == "psd" else "paper",
+                          report_capped=bool(params.draft_cap) and mode != "ar")
     devices = run.devices or {}
     target = ModelConfig(name=str((run.models or {}).get("target", "target")),
                          device=str(devices.get("target", "sim:target")),

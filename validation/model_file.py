@@ -37,7 +37,7 @@ import os
 from typing import Any, Sequence
 
 from sim.costs.fitted import load_fit, write_fit
-from validation.calibrate import TERMS, Calibration, forward_coefficients
+from validation.calibrate import TERMS, Calibration, forward_coefficients, phase_overhead
 
 #: role name in the file for each fit of validation.calibrate.FITS
 ROLE_OF_FIT = {"verify": "target", "draft": "drafter", "prefill": "target:prefill",
@@ -60,11 +60,14 @@ def role_docs(cal: Calibration) -> dict[str, dict[str, Any]]:
     """The fit file's ``roles``: one affine role per fitted phase kind."""
     roles = {}
     for fit_name, fit in cal.costs.items():
-        roles[ROLE_OF_FIT[fit_name]] = _clean({
+        doc = {
             "kind": "affine", "coef": forward_coefficients(fit),
             "ci95": {t: [lo, hi] for t, lo, hi in zip(fit.names, fit.ci_low, fit.ci_high)},
             "residual_cv": fit.residual_cv if math.isfinite(fit.residual_cv) else None,
-            "n": fit.n})
+            "n": fit.n}
+        if phase_overhead(fit) > 0:
+            doc["phase_overhead"] = phase_overhead(fit)
+        roles[ROLE_OF_FIT[fit_name]] = _clean(doc)
     return roles
 
 

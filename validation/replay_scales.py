@@ -56,7 +56,8 @@ def solo_step_times(trace: Trace, model_path: str) -> tuple[float | None, float 
         return None, None
     m, k = float(run.m), int(run.k)
     ctx = m * max(1.0, float(np.mean([r.prompt_len + r.output_len / 2 for r in reqs])))
-    draft = sum(float(drafter.forward_time(m, m, ctx + j * m)) for j in range(k))
+    draft = (sum(float(drafter.forward_time(m, m, ctx + j * m)) for j in range(k))
+             + drafter.phase_overhead)
     verify = float(target.forward_time(m, m * (k + 1), ctx))
     return draft, verify
 

@@ -94,6 +94,8 @@ def format_table(rows: Sequence[Row]) -> str:
 
 def _bound(item: Mapping[str, Any]) -> str:
     b = item["bound"]
+    if b is None:
+        return "none (listed)"
     return f"{b:g} pp" if item["kind"] == "pp" else f"{100 * b:g}%"
 
 
@@ -105,7 +107,8 @@ def _err(item: Mapping[str, Any], key: str) -> str:
 def summary_cells(summary: Sequence[Mapping[str, Any]]) -> list[list[str]]:
     return [[s["target"], s["source"], str(s["n"]), _err(s, "mean_abs_error"),
              _err(s, "max_abs_error"), s["worst_run"], _bound(s),
-             "yes" if s["within"] else "NO"] for s in summary]
+             "n/a" if s["within"] is None else "yes" if s["within"] else "NO"]
+            for s in summary]
 
 
 SUMMARY_HEADER = ["target", "by", "n", "mean |error|", "max |error|", "worst run", "bound",
@@ -213,8 +216,11 @@ def write_report(out_dir: str, validation: Any, named: Sequence[tuple[str, Any]]
                  roles: Mapping[str, str] | None = None, title: str = "psdlab validation",
                  intro: Sequence[str] = (), headline: Sequence[str] = (),
                  figures: bool = True, summary_runs: set[str] | None = None,
-                 noise_runs: set[str] | None = None) -> dict[str, str]:
-    """Write the CSVs, figures and ``report.md`` (module docstring); returns the file paths."""
+                 noise_runs: set[str] | None = None,
+                 alternatives: Sequence[tuple[str, Any]] = ()) -> dict[str, str]:
+    """Write the CSVs, figures and ``report.md`` (module docstring); returns the file paths.
+    ``alternatives``: (what differs, Validation) replays of the same runs under another
+    model, whose summaries over ``summary_runs`` are shown after the targets."""
     from validation.model_file import read_model
     roles = dict(roles or {})
     os.makedirs(out_dir, exist_ok=True)
@@ -232,6 +238,10 @@ def write_report(out_dir: str, validation: Any, named: Sequence[tuple[str, Any]]
     scope = "held-out runs" if summary_runs is not None else "all runs compared"
     md += [f"## Against the targets (worst |error| over the {scope})", "",
            md_table(SUMMARY_HEADER, summary_cells(validation.summary(summary_runs))), ""]
+    for label, alt in alternatives:
+        md += [f"### The same held-out runs {label}", "",
+               md_table(SUMMARY_HEADER, summary_cells([x for x in alt.summary(summary_runs)
+                                                        if x["source"] == "sim"])), ""]
     spreads = spread_rows(validation)
     if spreads:
         files["repeats"] = write_csv(os.path.join(out_dir, "repeats.csv"),

@@ -75,19 +75,22 @@ def gains(out_dir: str, validation: Any) -> str | None:
         vals = {r.metric + "|" + r.source: r for r in g.rows}
         thr = vals.get("gain.throughput_tok_s|sim")
         dec = vals.get("gain.decode_throughput_tok_s|sim")
-        cf = vals.get("speedup.decode|closed form")
+        cf = vals.get("speedup.steady|closed form")
         rows.append({"pair": g.name,
                      "measured_gain": thr.measured if thr else None,
                      "sim_gain": thr.predicted if thr else None,
                      "measured_decode_gain": dec.measured if dec else None,
                      "sim_decode_gain": dec.predicted if dec else None,
-                     "closed_form_decode_gain": (cf.predicted - 1.0) if cf else None})
+                     "measured_steady_decode_gain": (cf.measured - 1.0)
+                     if cf and cf.measured is not None else None,
+                     "closed_form_gain": (cf.predicted - 1.0) if cf else None})
     if not rows:
         return None
     keys = (("measured_gain", "measured", "#333333"), ("sim_gain", "simulator", "#d62728"),
             ("measured_decode_gain", "measured (decode)", "#999999"),
             ("sim_decode_gain", "simulator (decode)", "#ff9896"),
-            ("closed_form_decode_gain", "closed form (decode)", "#1f77b4"))
+            ("measured_steady_decode_gain", "measured (steady-state decode)", "#9ecae1"),
+            ("closed_form_gain", "closed form (steady state)", "#1f77b4"))
     fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(rows) + 2), 4.4))
     width = 0.8 / len(keys)
     for j, (key, label, color) in enumerate(keys):

@@ -121,17 +121,24 @@ def _pair(k: int, m: int, role: str, arrivals: str = "offline") -> list[RunSpec]
             RunSpec(f"psd_k{k}_m{m}{tag}", "psd", k, m, arrivals, role)]
 
 
-def repeated_order(blocks: Sequence[Sequence[RunSpec]], repeats: int, seed: int,
-                   first: str | None = None) -> tuple[RunSpec, ...]:
-    """``repeats`` rounds, each running every block once in a seeded random order (the runs of
-    a block back to back, in seeded random order); with ``first``, the block holding that
-    config leads the first round.  With more than one round, run names get ``_rN``."""
+def repeated_order(blocks: Sequence[Sequence[RunSpec]], repeats: int | Sequence[int],
+                   seed: int, first: str | None = None) -> tuple[RunSpec, ...]:
+    """Rounds, each running every block once in a seeded random order (the runs of a block
+    back to back, in seeded random order); ``repeats``: the number of rounds, or one count
+    per block (round r then runs the blocks whose count exceeds r).  With ``first``, the
+    block holding that config leads the first round.  With more than one round, run names
+    get ``_rN``."""
     import numpy as np
-    check_int("repeats", repeats, 1, 20)
+    counts = [repeats] * len(blocks) if isinstance(repeats, int) else list(repeats)
+    if len(counts) != len(blocks):
+        raise ValueError(f"repeats: {len(counts)} counts for {len(blocks)} blocks")
+    for c in counts:
+        check_int("repeats", c, 1, 20)
+    rounds = max(counts, default=1)
     rng = np.random.default_rng(seed)
     out: list[RunSpec] = []
-    for r in range(repeats):
-        perm = [int(i) for i in rng.permutation(len(blocks))]
+    for r in range(rounds):
+        perm = [int(i) for i in rng.permutation(len(blocks)) if counts[int(i)] > r]
         lead = [i for i in perm if first in {x.config for x in blocks[i]}] if first else []
         if r == 0 and lead:
             perm.remove(lead[0])
@@ -140,7 +147,7 @@ def repeated_order(blocks: Sequence[Sequence[RunSpec]], repeats: int, seed: int,
             runs = list(blocks[i])
             if len(runs) > 1 and rng.random() < 0.5:
                 runs.reverse()
-            out += [replace(x, name=f"{x.name}_r{r + 1}" if repeats > 1 else x.name, rep=r + 1)
+            out += [replace(x, name=f"{x.name}_r{r + 1}" if rounds > 1 else x.name, rep=r + 1)
                     for x in runs]
     return tuple(out)
 
@@ -160,9 +167,11 @@ def block_of(runs: Sequence[RunSpec], i: int) -> list[RunSpec]:
 
 def default_plan(quick: bool = False, repeats: int | None = None, seed: int = 0) -> Plan:
     """Calibrate on k in {2, 4} at m = 4 offline (and AR); hold out k = 3 and 5, m = 2, and
-    Poisson arrivals (each as an SD/PSD pair); every configuration ``repeats`` times (default
-    2; 1 with ``quick``) in seeded random rounds (module docstring).  ``quick``: a short plan
-    for tests and smoke runs (m = 2, k in {2, 4} calibrated, k = 3 held out)."""
+    Poisson arrivals (each as an SD/PSD pair); every configuration ``repeats`` times in seeded
+    random rounds (module docstring).  Default: calibration configurations twice (their ten
+    runs average into one fit) and held-out ones three times (each is judged on its own
+    median, so it needs the more runs); 1 with ``quick``, a short plan for tests and smoke
+    runs (m = 2, k in {2, 4} calibrated, k = 3 held out)."""
     if quick:
         blocks = [_pair(2, 2, "calibrate"), _pair(4, 2, "calibrate"), _pair(3, 2, "validate")]
         return Plan(runs=repeated_order(blocks, repeats or 1, seed), num_prompts=4,
@@ -170,7 +179,9 @@ def default_plan(quick: bool = False, repeats: int | None = None, seed: int = 0)
     blocks = [[RunSpec("ar_m4", "ar", 0, 4, role="calibrate")], _pair(4, 4, "calibrate"),
               _pair(2, 4, "calibrate"), _pair(3, 4, "validate"), _pair(5, 4, "validate"),
               _pair(4, 2, "validate"), _pair(4, 4, "validate", "poisson")]
-    return Plan(runs=repeated_order(blocks, repeats or 2, seed, first="sd_k4_m4"), seed=seed)
+    counts = ([repeats] * len(blocks) if repeats is not None else
+              [2 if b[0].role == "calibrate" else 3 for b in blocks])
+    return Plan(runs=repeated_order(blocks, counts, seed, first="sd_k4_m4"), seed=seed)
 
 
 # ---------------------------------------------------------------------------- requests

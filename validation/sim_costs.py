@@ -13,7 +13,11 @@ preemption -- start from an empty cache) and the decode fit for the rest, plus `
 seconds per decode pass (the controller's time around a step that no phase records); decode
 passes are multiplied by ``scale`` (the overlap slowdown of ``validation.replay_model``); a
 decode pass whose (sequences, tokens) shape the calibration measured often enough takes the
-measured median from the model file's ``meta.tables`` instead of the fit (``table``);
+measured median from the model file's ``meta.tables`` instead of the fit (``table``), and a
+pass larger than any it measured takes the largest measured shape's time plus the fit's
+increment from there (on a CPU the time of a small pass is a step function of its rows --
+kernel blocking and the padding of ``runtime.runner`` -- so an affine fit through the steps
+has the right slope beyond them but not the right level);
 prefills by ``prefill_scale`` (both are the mean corrections of ``validation.replay_model``).
 
 Spec::
@@ -50,18 +54,34 @@ class CalibratedCost(CostModel):
     table: tuple[tuple[int, int, float], ...] = ()   # measured decode passes by shape
     kind = NAME
 
+    @property
+    def phase_overhead(self) -> float:                # type: ignore[override]
+        """The decode fit's fixed cost per drafting phase, scaled like its passes."""
+        return self.scale * float(getattr(self.decode, "phase_overhead", 0.0))
+
     def _decode(self, s, t, c):
         fit = self.decode.forward_time(s, t, c)
         if not self.table:
             return fit
         look = {(sq, tk): v for sq, tk, v in self.table}
         if type(s) is float and type(t) is float:
-            return look.get((int(s), int(t)), fit)
+            hit = look.get((int(s), int(t)))
+            return hit if hit is not None else float(self._beyond(s, t, c, fit))
         sa, ta = np.broadcast_arrays(np.asarray(s), np.asarray(t))
         tab = np.array([look.get((int(a), int(b)), np.nan) for a, b in zip(sa.ravel(),
                                                                           ta.ravel())])
         tab = tab.reshape(sa.shape)
-        return np.where(np.isnan(tab), fit, tab)
+        return np.where(np.isnan(tab), self._beyond(s, t, c, fit), tab)
+
+    def _beyond(self, s, t, c, fit):
+        """A shape the table lacks: past the table's largest token count, the time of its
+        largest shape plus the fit's increment from that shape; otherwise the fit."""
+        edge_t = max(tk for _, tk, _ in self.table)
+        edge = [(sq, v) for sq, tk, v in self.table if tk == edge_t]
+        edge_s, edge_v = min(edge)
+        t_arr = np.asarray(t, dtype=float)
+        step = fit - self.decode.forward_time(float(edge_s), float(edge_t), c)
+        return np.where(t_arr > edge_t, edge_v + step, fit)
 
     def _time(self, s, t, c):
         dec = self.scale * self._decode(s, t, c) + self.overhead

@@ -15,7 +15,9 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "calibrate", help="fit simulator cost/acceptance models to traces",
         description="Fit the simulator's cost models (verify, draft, prefill time) and "
-                    "acceptance models (per-position rates, per-request Beta spread) to "
+                    "acceptance models (per-position rates, per-request Beta spread; from "
+                    "greedy traces also each request's match pattern, the default model, "
+                    "which predicts the acceptance of those requests at any k) to "
                     "psdlab traces or MineDraft trace files, with 95% confidence intervals "
                     "and held-out errors; warn when a held-out error is above 10%.")
     p.add_argument("traces", nargs="+", metavar="TRACE",
@@ -75,7 +77,14 @@ def _acceptance_lines(acc: dict | None) -> list[str]:
         beta += f", concentration {acc['concentration']:.3g} [{clo:.3g}, {chi:.3g}]"
     else:
         beta += ", concentration not identified"
-    return lines + [beta]
+    lines.append(beta)
+    mp = acc.get("match_patterns")
+    if mp:
+        lines.append(f"  greedy match patterns (default model): {mp['requests']} requests, "
+                     f"{100 * mp['coverage']:.0f}% of their positions seen, "
+                     f"{mp['conflicts']} disagreements between runs; unseen positions and "
+                     f"requests use the per-position rates")
+    return lines
 
 
 def _replay_lines(rp: dict | None) -> list[str]:

@@ -16,9 +16,10 @@ def register(subparsers) -> None:
                     "this CPU (drafter and target on their own cores) over the shipped "
                     "prompts at several k, batch sizes and arrival patterns, calibrate the "
                     "simulator on some runs, predict the held-out others and write a report "
-                    "folder. The default plan (13 configurations x 2 repeats of 16 prompts x 32 "
-                    "tokens, in seeded random order) is sized "
-                    "for about 15 minutes on an idle 2-core machine; --prompts and "
+                    "folder. The default plan (13 configurations, the 5 calibration ones run twice "
+                    "and the 8 held-out ones three times, 16 prompts x 32 tokens each, in "
+                    "seeded random order) takes about 12 minutes on an idle 2-core machine "
+                    "(--time-budget keeps it within 15); --prompts and "
                     "--max-new-tokens scale it, --quick runs a short plan.")
     p.add_argument("-o", "--output", default="psdlab-demo", metavar="REPORT_DIR",
                    help="report folder (default ./psdlab-demo)")
@@ -38,7 +39,8 @@ def register(subparsers) -> None:
                    help="drafter model directory (with --target)")
     p.add_argument("--repeats", type=int, default=None, metavar="N",
                    help="runs per configuration, in seeded random rounds; the comparison "
-                        "uses their median (1..20, default 2; 1 with --quick)")
+                        "uses their median (1..20; default 2 for calibration and 3 for "
+                        "held-out configurations; 1 with --quick)")
     p.add_argument("--seed", type=int, default=None, metavar="S",
                    help="seed of the run order (default 0)")
     p.add_argument("--time-budget", type=float, default=840.0, metavar="S",

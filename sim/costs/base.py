@@ -24,6 +24,9 @@ class CostModel(abc.ABC):
 
     #: registry name of the model ("constant", "affine", "roofline", ...)
     kind: str = ""
+    #: seconds a drafting phase costs once, on top of its k passes (the first pass's
+    #: catch-up, the proposals' hand-back); the planner adds it per drafting phase
+    phase_overhead: float = 0.0
 
     def forward_time(self, seqs, new_tokens, context_tokens):
         """Seconds for one pass; floats for scalar input, an ndarray for array input."""

@@ -18,7 +18,8 @@ The fit file (JSON; written by validation's calibration, see ``write_fit``)::
           "coef": {"base": s, "per_seq": s, "per_token": s, "per_context": s},
           "ci95": {"base": [lo, hi], ...},       # optional: 95% confidence intervals
           "residual_cv": 0.04,                     # optional: CV of time / fitted time
-          "n": 812                                  # optional: passes the fit used
+          "n": 812,                                 # optional: passes the fit used
+          "phase_overhead": s                       # optional: seconds per drafting phase
         },
         "drafter": {
           "kind": "table",
@@ -123,6 +124,7 @@ class TableCost(CostModel):
 @dataclass(frozen=True)
 class FittedAffineCost(AffineCost):
     fit_info: dict[str, Any] = field(default_factory=dict, compare=False)
+    phase_overhead: float = 0.0
     kind = "fitted"
 
 
@@ -183,8 +185,11 @@ def cost_from_role(role_doc: Any, where: str) -> CostModel:
             if key not in AFFINE_TERMS:
                 raise ValueError(f"{where}.coef.{key}: unknown; allowed: {', '.join(AFFINE_TERMS)}")
         base = affine_from_coefficients(coef, f"{where}.coef")
+        phase = check_nonnegative(f"{where}.phase_overhead",
+                                  role_doc.get("phase_overhead", 0.0))
         return FittedAffineCost(base=base.base, per_seq=base.per_seq, per_token=base.per_token,
-                                per_context=base.per_context, fit_info=info)
+                                per_context=base.per_context, fit_info=info,
+                                phase_overhead=float(phase))
     if kind == "table":
         return table_from_dict(role_doc, where, info)
     raise ValueError(f"{where}.kind: must be 'affine' or 'table', got {kind!r}")
