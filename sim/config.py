@@ -10,7 +10,9 @@ Layout of a config file (see ``sim/configs/*.toml``)::
     seed = 0
     requests = 200
     [server]      mode, k, k_choices, m, policy, kv_blocks, block_size, max_interval_steps,
-                  report_capped (trace rows record proposals capped at the output budget)
+                  cap_proposals (as psdlab's runtime: a sequence proposes min(k, tokens it
+                  still needs - 1) and the verification computes every row at the longest
+                  row's width; plans advance one step at a time)
     [target]      name, device, cost = {name = "roofline", ...}
     [drafter]     name, device, cost = {...}          (not needed for mode = "ar")
     [acceptance]  name = "geometric", alpha = 0.8, ...
@@ -43,7 +45,7 @@ class ServerConfig:
     kv_blocks: int = 0             # KV-cache capacity in blocks; 0 = unlimited
     block_size: int = 16           # tokens per KV block
     max_interval_steps: int = 512  # fast path: most steps advanced at once
-    report_capped: bool = False    # trace rows: proposals as an engine capping them records
+    cap_proposals: bool = False    # propose min(k, remaining - 1), pad the verification
 
     def __post_init__(self) -> None:
         check_choice("server.mode", self.mode, MODES)
@@ -60,9 +62,9 @@ class ServerConfig:
         check_int("server.kv_blocks", self.kv_blocks, 0)
         check_int("server.block_size", self.block_size, 1, 4096)
         check_int("server.max_interval_steps", self.max_interval_steps, 1, 1 << 16)
-        if not isinstance(self.report_capped, bool):
-            raise ValueError(f"server.report_capped: expected true or false, got "
-                             f"{self.report_capped!r}")
+        if not isinstance(self.cap_proposals, bool):
+            raise ValueError(f"server.cap_proposals: expected true or false, got "
+                             f"{self.cap_proposals!r}")
 
 
 @dataclass(frozen=True)

@@ -60,8 +60,10 @@ class Core:
     def __init__(self, *, mode: str, k: np.ndarray, m: int, policy: str, kv_blocks: int,
                  block_size: int, target, drafter, target_dev: str, drafter_dev: str,
                  arrival: np.ndarray, prompt: np.ndarray, output: np.ndarray,
-                 traj: Trajectories, jitter: JitterStreams):
+                 traj: Trajectories, jitter: JitterStreams, cap_proposals: bool = False):
         self.mode, self.m = mode, m
+        #: proposals capped at the output budget (``server.cap_proposals``): one step per plan
+        self.cap_proposals = bool(cap_proposals)
         #: draft length per request (0 for AR); k = the largest (passes the drafter may run)
         self.karr = np.zeros(arrival.size, np.int64) if mode == "ar" else np.asarray(k, np.int64)
         self.k = int(self.karr.max()) if self.karr.size else 0
@@ -206,7 +208,7 @@ class Core:
 
     # ------------------------------------------------------------------ planning
     def plan(self, max_steps: int) -> Plan:
-        if any(self.traj.nsteps[r] == 0 for r in self.pending):
+        if self.cap_proposals or any(self.traj.nsteps[r] == 0 for r in self.pending):
             max_steps = 1
         if max_steps > 1 and lanes.eligible(self):
             return lanes.plan_lanes(self, max_steps)

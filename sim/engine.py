@@ -120,14 +120,14 @@ def build(config: SimConfig) -> Built:
     core = Core(mode=srv.mode, k=karr, m=srv.m, policy=srv.policy, kv_blocks=srv.kv_blocks,
                 block_size=srv.block_size, target=target, drafter=drafter,
                 target_dev=config.target.device, drafter_dev=drafter_dev, arrival=arrival,
-                prompt=prompt, output=output, traj=traj, jitter=JitterStreams(jitter, s_jit))
-    core.report_capped = srv.report_capped
+                prompt=prompt, output=output, traj=traj, jitter=JitterStreams(jitter, s_jit),
+                cap_proposals=srv.cap_proposals and srv.mode != "ar")
     devices = {"target": config.target.device}
     models = {"target": config.target.name}
     if drafter is not None:
         devices["drafter"] = drafter_dev
         models["drafter"] = config.drafter.name
-    extra = {"policy": srv.policy, "k_choices": list(srv.k_choices), "kv_blocks": srv.kv_blocks, "block_size": srv.block_size,
+    extra = {"policy": srv.policy, "cap_proposals": srv.cap_proposals, "k_choices": list(srv.k_choices), "kv_blocks": srv.kv_blocks, "block_size": srv.block_size,
              "requests": n, "acceptance": dict(config.acceptance),
              "costs": {"target": target.describe(),
                        "drafter": drafter.describe() if drafter else None},

@@ -59,8 +59,8 @@ class SetWork:
     per drafter pass j the sequences (k_i > j) and their contexts (+ j each) per row."""
     n: int
     C: np.ndarray        # [Q]
-    vtok: int
-    dtok: int
+    vtok: np.ndarray     # [Q] tokens the verification computes
+    dtok: np.ndarray     # [Q] draft tokens proposed
     npass: np.ndarray    # [K, Q]
     cpass: np.ndarray    # [K, Q]
 
@@ -135,16 +135,34 @@ class Planner:
         c = self.c
         kk = c.karr[ids]
         n = ids.size
+        Q = M.shape[0]
         C = M.sum(axis=1)
         j = np.arange(c.k)[:, None]
+        if c.cap_proposals:
+            return self._capped_work(ids, M, C)
         if c.uniform_k:
-            npass = np.full((c.k, M.shape[0]), n, np.int64)
+            npass = np.full((c.k, Q), n, np.int64)
             cpass = C[None, :] + j * n
         else:
             sel = kk[None, :] > j                                   # [K, n]
-            npass = np.broadcast_to(sel.sum(axis=1)[:, None], (c.k, M.shape[0]))
+            npass = np.broadcast_to(sel.sum(axis=1)[:, None], (c.k, Q))
             cpass = (M[None, :, :] * sel[:, None, :]).sum(axis=2) + j * npass
-        return SetWork(n=n, C=C, vtok=int((kk + 1).sum()), dtok=int(kk.sum()),
+        return SetWork(n=n, C=C, vtok=np.full(Q, int((kk + 1).sum()), np.int64),
+                       dtok=np.full(Q, int(kk.sum()), np.int64), npass=npass, cpass=cpass)
+
+    def _capped_work(self, ids: np.ndarray, M: np.ndarray, C: np.ndarray) -> SetWork:
+        """``server.cap_proposals``: row q of M proposes min(k_i, remaining - 1) per sequence
+        (remaining = output tokens still to generate, from its context) and the verification
+        computes every row at the longest row's width (the runtime pads them)."""
+        c = self.c
+        made = M - c.prompt[ids][None, :]                           # tokens generated so far
+        kq = np.clip(np.minimum(c.karr[ids][None, :], c.output[ids][None, :] - made - 1), 0,
+                     None)                                          # [Q, n]
+        sel = kq[None, :, :] > np.arange(c.k)[:, None, None]        # [K, Q, n]
+        npass = sel.sum(axis=2)
+        cpass = (M[None, :, :] * sel).sum(axis=2) + np.arange(c.k)[:, None] * npass
+        n = ids.size
+        return SetWork(n=n, C=C, vtok=n * (kq.max(axis=1) + 1), dtok=kq.sum(axis=1),
                        npass=npass, cpass=cpass)
 
     def _lookahead(self, ids: np.ndarray) -> np.ndarray:
@@ -211,11 +229,11 @@ class Planner:
             phases.append(PhaseArr("draft", c.drafter_dev, seg_d,
                                    self.draft_time(w.npass, w.cpass)
                                    * c.jitter_at("draft", c.step, S),
-                                   nn, np.full(S, w.dtok, np.int64), w.C))
+                                   np.asarray(w.npass[0, :S], np.int64), w.dtok[:S], w.C))
         phases.append(PhaseArr("verify", c.target_dev, seg_v,
-                               self.verify_time(w.n, w.vtok, w.C)
+                               self.verify_time(w.n, w.vtok[:S], w.C)
                                * c.jitter_at("verify", c.step, S),
-                               nn, np.full(S, w.vtok, np.int64), w.C))
+                               nn, w.vtok[:S], w.C))
         vb = None if batch is None else np.full(S, batch)
         return Plan("sd", S, seg_v + 1, phases, [VerifySet(batch, ids, f)],
                     np.zeros(S, np.int64), np.arange(S), verify_batch=vb, draft_batch=vb)
@@ -239,10 +257,11 @@ class Planner:
         even = (j % 2) == 0
         qv, qd = j // 2, np.where(even, j // 2, (j + 1) // 2)
         v_ctx = np.where(even, wX.C[qv], wY.C[qv])
-        v_n, v_tok = np.where(even, wX.n, wY.n), np.where(even, wX.vtok, wY.vtok)
+        v_n, v_tok = np.where(even, wX.n, wY.n), np.where(even, wX.vtok[qv], wY.vtok[qv])
         d_ctx = np.where(even, wY.C[qd], wX.C[qd])
-        d_n, d_tok = np.where(even, wY.n, wX.n), np.where(even, wY.dtok, wX.dtok)
+        d_tok = np.where(even, wY.dtok[qd], wX.dtok[qd])
         npass = np.where(even[None, :], wY.npass[:, qd], wX.npass[:, qd])
+        d_n = npass[0]
         cpass = np.where(even[None, :], wY.cpass[:, qd], wX.cpass[:, qd])
         phases = self._prefill_phases(S, 0, 0)
         phases.append(PhaseArr("verify", c.target_dev, 1,
@@ -260,11 +279,10 @@ class Planner:
         c = self.c
         _, M = self._ctx_rows(idsY, 1)
         w = self.set_work(idsY, M)
-        n = np.array([w.n])
         phases = self._prefill_phases(1, 0, 0)
         phases.append(PhaseArr("draft", c.drafter_dev, 1,
                                self.draft_time(w.npass, w.cpass) * c.jitter_at("draft", c.step, 1),
-                               n, np.array([w.dtok]), w.C))
+                               np.asarray(w.npass[0, :1], np.int64), w.dtok[:1], w.C))
         return Plan("startup", 1, 2, phases, [], np.array([-1]), np.array([0]),
                     verify_batch=np.array([-1]), draft_batch=np.array([Y]))
 
@@ -276,8 +294,8 @@ class Planner:
         n = np.array([w.n])
         phases = self._prefill_phases(1, 0, 0)
         phases.append(PhaseArr("verify", c.target_dev, 1,
-                               self.verify_time(n, w.vtok, w.C)
-                               * c.jitter_at("verify", c.step, 1), n, np.array([w.vtok]), w.C))
+                               self.verify_time(n, w.vtok[:1], w.C)
+                               * c.jitter_at("verify", c.step, 1), n, w.vtok[:1], w.C))
         return Plan("verify", 1, 2, phases, [VerifySet(X, idsX, f)], np.array([0]),
                     np.array([0]), verify_batch=np.array([X]), draft_batch=np.array([-1]))
 

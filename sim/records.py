@@ -32,7 +32,7 @@ def step_records(core, p) -> list[StepRecord]:
             order = np.argsort(ids, kind="stable")
             ids, idx = ids[order], idx[order]
             prop, got = karr[ids], acc[idx].astype(np.int64)
-            if getattr(core, "report_capped", False):
+            if core.cap_proposals:
                 prop, got = capped_rows(core, ids, idx)
             verified = tuple(Verified(req=r, proposed=kk, accepted=a, emitted=e)
                              for r, kk, a, e in zip(ids.tolist(), prop.tolist(),
@@ -51,10 +51,10 @@ def step_records(core, p) -> list[StepRecord]:
 
 
 def capped_rows(core, ids: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(proposed, accepted) as an engine that caps proposals at the output budget records
-    them (``server.report_capped``): a request with R tokens still to generate proposes
-    min(k, R - 1) and accepts at most that.  Only the record changes: the emitted tokens
-    are the same either way, and the step's cost still charges k draft tokens."""
+    """(proposed, accepted) when proposals are capped at the output budget
+    (``server.cap_proposals``): a request with R tokens still to generate proposes
+    min(k, R - 1) and accepts at most that (the pre-sampled count may run past it; the
+    emitted tokens are the same either way)."""
     done = core.traj.ctx[idx] - core.prompt[ids]          # tokens generated so far
     remaining = core.output[ids] - done
     prop = np.clip(np.minimum(core.karr[ids], remaining - 1), 0, None)

@@ -107,24 +107,35 @@ def test_fast_path_equals_simpy_path_on_busy_runs(tmp_path, cfg):
 
 @settings(deadline=None, max_examples=25, suppress_health_check=[HealthCheck.too_slow])
 @given(cfg=configs())
-def test_capped_reporting_changes_only_the_proposal_counts(cfg):
-    """``server.report_capped``: rows record min(k, remaining - 1) proposals and accept at most
-    that; the schedule, the emitted tokens and the times are those of the uncapped run."""
+def test_capped_proposals_never_draft_past_the_budget(cfg):
+    """``server.cap_proposals``: every row proposes min(k_i, remaining - 1) and accepts at
+    most that, every request still gets exactly its tokens, a drafting phase runs only the
+    passes its longest proposal needs (never more time than uncapped), and the verification
+    computes every row at the longest row's width."""
     import dataclasses
     if cfg.server.mode == "ar":
         return
     capped_cfg = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server,
-                                                                     report_capped=True))
+                                                                     cap_proposals=True))
     plain, capped = simulate(cfg).trace, simulate(capped_cfg).trace
-    assert [(s.start, s.end) for s in plain.steps] == [(s.start, s.end) for s in capped.steps]
+    slow = simulate(capped_cfg, path="simpy").trace          # the two paths agree here too
+    assert [(s.start, s.end, s.verified) for s in slow.steps] == \
+        [(s.start, s.end, s.verified) for s in capped.steps]
     out_len = {r.id: r.output_len for r in capped.requests}
+    assert sorted(out_len) == sorted(r.id for r in plain.requests)
     made = Counter()
-    for a, b in zip(plain.steps, capped.steps):
-        for va, vb in zip(a.verified, b.verified):
-            assert (va.req, va.emitted) == (vb.req, vb.emitted)
-            remaining = out_len[vb.req] - 1 - made[vb.req]     # the prefill made one
-            assert vb.proposed == max(0, min(va.proposed, remaining - 1))
-            assert vb.accepted == min(va.accepted, vb.proposed)
-            assert 1 <= vb.emitted <= remaining
-            made[vb.req] += vb.emitted
+    for s in capped.steps:
+        rows = {v.req: v for v in s.verified}
+        for v in s.verified:
+            remaining = out_len[v.req] - 1 - made[v.req]    # the prefill made one
+            assert 0 <= v.proposed <= max(0, remaining - 1)
+            assert v.accepted <= v.proposed and 1 <= v.emitted <= remaining
+            made[v.req] += v.emitted
+        ver = [p for p in s.phases if p.kind == "verify"]
+        if rows and ver and ver[0].seqs == len(rows):
+            assert ver[0].tokens == len(rows) * (1 + max(v.proposed for v in rows.values()))
     assert all(made[r.id] == r.output_len - 1 for r in capped.requests)
+    k = cfg.server.k
+    if not cfg.server.k_choices and cfg.jitter is None:
+        for s in capped.steps:                          # a drafting phase never exceeds k passes
+            assert all(p.tokens <= k * p.seqs for p in s.phases if p.kind == "draft")

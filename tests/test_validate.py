@@ -389,27 +389,6 @@ def test_repeats_compared_as_their_median(loop):
     assert len(other.comparisons) == 2                 # different workloads: not grouped
 
 
-@settings(deadline=None, max_examples=30)
-@given(st.lists(st.integers(2, 40), min_size=1, max_size=6), st.integers(1, 6),
-       st.integers(1, 8))
-def test_cap_ratios_without_acceptance_count_every_capped_step(lens, k, m):
-    """Nothing accepted: a request of L tokens takes L - 1 steps drafting min(k, L - n - 1)
-    tokens at step n = 1..L-1, so the token ratio is exact; a pass is skipped only when all m
-    members are capped, so tokens <= forwards <= 1, with equality for m = 1."""
-    from sim.acceptance import make_acceptance
-    from validation.draft_cap import cap_ratios, replay_scales
-    r = cap_ratios(lens, k, m, make_acceptance({"name": "geometric", "alpha": 0.0}), reps=2)
-    want = sum(min(k, L - n - 1) for L in lens for n in range(1, L)) / (
-        k * sum(L - 1 for L in lens))
-    assert r.tokens == pytest.approx(want)
-    assert r.tokens - 1e-12 <= r.forwards <= 1.0 + 1e-12
-    if m == 1:
-        assert r.forwards == pytest.approx(r.tokens)
-    t, d = replay_scales(r, k, m, {"base": .05, "per_seq": .001, "per_token": .002},
-                         {"base": .01, "per_token": .003})
-    assert r.tokens - 1e-12 <= d <= 1.0 + 1e-12 and t <= 1.0 + 1e-12
-
-
 def test_overlap_share_of_overlapped_and_serial_steps():
     from validation.replay_scales import overlap_share
     assert overlap_share(_hand_trace("psd", 0.1, 0.2, 0.0)) == pytest.approx((1.0, 1.0))

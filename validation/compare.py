@@ -9,8 +9,9 @@ replay's keys), arrival times, prompt lengths and output lengths, in the order t
 them (``sim.workloads`` replay).  With the greedy match patterns (``sim.acceptance_matches``)
 the replay knows each request's acceptance position by position; otherwise the simulator is
 stochastic in acceptance.  Either way it is run with several seeds and each metric is averaged
-over them.  When the engine caps proposals at the output budget, the replay's rows record them
-capped too (``server.report_capped``), so the acceptance rates count alike.  Every metric
+over them.  When the engine caps proposals at the output budget, so does the replay
+(``server.cap_proposals``): the last steps of each request draft and verify fewer tokens,
+and the acceptance rates count alike.  Every metric
 comes from ``analysis.metrics.summarize`` on both sides.
 
 Repeated runs of one configuration (same mode and workload) are compared as one: the measured
@@ -138,7 +139,7 @@ def sim_config(trace: Trace, model_path: str, replay_path: str, *, seed: int = 0
     t_scale, d_scale = decode_scales(trace, model_path, params, acc, overlap_share)
     server = ServerConfig(mode=mode, k=max(run.k, 1) if mode != "ar" else 0, m=run.m,
                           policy="rebalance" if mode == "psd" else "paper",
-                          report_capped=bool(params.draft_cap) and mode != "ar")
+                          cap_proposals=bool(params.draft_cap) and mode != "ar")
     devices = run.devices or {}
     target = ModelConfig(name=str((run.models or {}).get("target", "target")),
                          device=str(devices.get("target", "sim:target")),

@@ -22,8 +22,8 @@ overhead).  The cost fits themselves are already unbiased for the mean (``match_
   constant factors (total measured / total fitted over the overlapped phases, ``overlap_*``)
   are kept too; the closed form's "calibrated overlap slowdown" variant uses them.
 - **Proposal cap**: ``draft_cap`` = 1 when the calibration traces show the engine drafting
-  fewer than k tokens for a sequence near the end of its output; the replay then corrects the
-  simulator's always-k drafting (``validation.draft_cap``).
+  fewer than k tokens for a sequence near the end of its output; the replay then simulates
+  that cap (``server.cap_proposals``).
 - **Controller overhead**: a step lasts longer than its critical path (draft + verify one after
   the other, or the longer of the two when overlapped) by the controller's own work: collecting
   drafts, submitting the verification, bookkeeping.  Measured per decode step, separately for
@@ -142,7 +142,7 @@ def fit_contention(cal: Any, traces: Sequence[Trace]) -> tuple[float, float]:
 
 def caps_proposals(traces: Sequence[Trace]) -> bool:
     """Whether the engine drafted fewer than k tokens for some sequence (at the end of its
-    output budget: ``validation.draft_cap``)."""
+    output budget: ``server.cap_proposals``)."""
     return any(0 <= v.proposed < tr.run.k for tr in traces if tr.run.k > 0
                for s in tr.steps for v in s.verified)
 

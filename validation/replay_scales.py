@@ -1,10 +1,9 @@
-"""The decode-cost multipliers of one replay: proposal cap, overlap contention, mean level.
+"""The decode-cost multipliers of one replay: overlap contention, mean level.
 
 ``validation.compare.sim_config`` replays a measured run with the calibrated cost models times
-two multipliers, (target, drafter), for decode passes:
+two multipliers, (target, drafter), for decode passes (a proposal cap at the output budget
+is simulated, not scaled: ``server.cap_proposals``):
 
-- the proposal cap (``validation.draft_cap``) when the model file says the engine caps
-  proposals at the output budget (``ReplayParams.draft_cap``);
 - for PSD, the overlap contention (``validation.replay_model``) at the solo times of a full
   step of the run (``solo_step_times``: m sequences, k tokens, the workload's mean context).
   The simulator's cost models do not know whether a pass overlapped, so the contention factor
@@ -19,26 +18,6 @@ from typing import Any
 import numpy as np
 
 from analysis.trace import Trace
-
-
-def cap_scales(trace: Trace, model_path: str, acceptance: dict[str, Any]
-               ) -> tuple[float, float]:
-    """(target, drafter) multipliers for proposals capped at the output budget
-    (``validation.draft_cap``), from the workload's output lengths and the acceptance model."""
-    from sim.acceptance import make_acceptance
-    from validation.draft_cap import cap_ratios, replay_scales
-    from validation.model_file import read_model, role_coefficients
-    run = trace.run
-    if run.k < 1 or not trace.requests:
-        return 1.0, 1.0
-    model = read_model(model_path)
-    try:
-        coefs = role_coefficients(model, "target"), role_coefficients(model, "drafter")
-    except ValueError:
-        return 1.0, 1.0
-    ratios = cap_ratios([r.output_len for r in trace.requests], run.k, max(run.m, 1),
-                        make_acceptance(acceptance))
-    return replay_scales(ratios, run.k, max(run.m, 1), *coefs)
 
 
 def solo_step_times(trace: Trace, model_path: str) -> tuple[float | None, float | None]:
@@ -80,13 +59,9 @@ def decode_scales(trace: Trace, model_path: str, params: Any, acceptance: dict[s
                   share: tuple[float, float] | None = None) -> tuple[float, float]:
     """(target, drafter) decode multipliers of a replay of ``trace`` (module docstring)."""
     mode = trace.run.mode
-    cap_t, cap_d = (cap_scales(trace, model_path, acceptance)
-                    if mode != "ar" and params.draft_cap else (1.0, 1.0))
     draft, verify = solo_step_times(trace, model_path) if mode == "psd" else (None, None)
-    if draft is not None and verify is not None:
-        draft, verify = draft * cap_d, verify * cap_t
     t_scale, d_scale = params.scales(mode, draft, verify)
     if mode == "psd" and share is not None:
         t_scale = params.serial_target + share[0] * (t_scale - params.serial_target)
         d_scale = params.serial_drafter + share[1] * (d_scale - params.serial_drafter)
-    return t_scale * cap_t, d_scale * cap_d
+    return t_scale, d_scale
