@@ -127,8 +127,9 @@ def build(config: SimConfig) -> Built:
     if drafter is not None:
         devices["drafter"] = drafter_dev
         models["drafter"] = config.drafter.name
-    extra = {"policy": srv.policy, "cap_proposals": srv.cap_proposals, "k_choices": list(srv.k_choices), "kv_blocks": srv.kv_blocks, "block_size": srv.block_size,
-             "requests": n, "acceptance": dict(config.acceptance),
+    extra = {"policy": srv.policy, "cap_proposals": srv.cap_proposals,
+             "k_choices": list(srv.k_choices), "kv_blocks": srv.kv_blocks,
+             "block_size": srv.block_size, "requests": n, "acceptance": dict(config.acceptance),
              "costs": {"target": target.describe(),
                        "drafter": drafter.describe() if drafter else None},
              "jitter": dict(config.jitter) if config.jitter else None,

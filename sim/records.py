@@ -9,7 +9,9 @@ from analysis.trace import Phase, RequestRecord, StepRecord, Verified
 
 
 def step_records(core, p) -> list[StepRecord]:
-    """The S step records of plan ``p`` (call before ``core.commit(p)``)."""
+    """The step records of plan ``p`` (call before ``core.commit(p)``): one per step, two for
+    a step that starts with a prefill segment (the prefill, then the decode work; both carry
+    the step's index), as the runtime writes a prefill as a step of its own."""
     if not p.detail:
         raise ValueError("step_records: the plan was built without step detail "
                          "(core.step_detail is False)")
@@ -41,12 +43,23 @@ def step_records(core, p) -> list[StepRecord]:
         if p.verify_batch is not None:
             vb = int(p.verify_batch[j]) if p.verify_batch[j] >= 0 else None
             db = int(p.draft_batch[j]) if p.draft_batch[j] >= 0 else None
-        out.append(StepRecord(index=core.step + j, start=float(p.starts[j, 0]),
+        start = float(p.starts[j, 0])
+        pre = [ph for ph in phases if ph.kind == "prefill"]
+        rest = [ph for ph in phases if ph.kind != "prefill"]
+        preempted = tuple(core.preempted_now) if j == 0 else ()
+        if pre and rest:
+            # the prefill segment runs before the step's decode segments: written as a step
+            # of its own, as the runtime writes it, so decode metrics count the same work
+            cut = min(ph.start for ph in rest)
+            out.append(StepRecord(index=core.step + j, start=start, end=cut,
+                                  phases=tuple(pre), preempted=preempted))
+            start, phases, preempted = cut, rest, ()
+        out.append(StepRecord(index=core.step + j, start=start,
                               end=p.step_end(j), phases=tuple(phases), verified=verified,
                               verify_batch=vb, draft_batch=db,
                               overlapped=bool(p.overlapped and rows is not None
                                               and db is not None),
-                              preempted=tuple(core.preempted_now) if j == 0 else ()))
+                              preempted=preempted))
     return out
 
 
@@ -104,12 +117,16 @@ class Sink:
                 self._done.extend(ids)
             return
         by_step = dict(core.finished_steps)
-        last = max([len(recs) - 1] + list(by_step))
+        base = recs[0].index if recs else 0
+        per_step: dict[int, list[StepRecord]] = {}
+        for rec in recs:                     # a step with a prefill has two records
+            per_step.setdefault(rec.index - base, []).append(rec)
+        last = max([max(per_step, default=-1)] + list(by_step))
         for j in range(last + 1):
-            if j < len(recs):
-                self.trace.steps.append(recs[j])
+            for rec in per_step.get(j, ()):
+                self.trace.steps.append(rec)
                 if self.writer is not None:
-                    self.writer.step(recs[j])
+                    self.writer.step(rec)
             for r in by_step.get(j, ()):
                 self._request(request_record(core, r))
 

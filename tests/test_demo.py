@@ -144,6 +144,32 @@ def test_repeats_past_the_deadline_are_skipped_with_their_pair(tmp_path):
     assert {s.name for s in skipped} == {r.name for r in plan.runs if r.rep == 2}
 
 
+def test_a_repeat_pair_that_starts_is_never_split(tmp_path, monkeypatch):
+    """The time check is made once per pair: a pair judged to fit runs whole, even when the
+    clock says the deadline has passed by its second run."""
+    import time
+    import types
+
+    import validation.runs as runs
+    from runtime_engine_util import prompts, tiny_pair
+    calls = []
+
+    def clock():                  # the first check finds time to spare, every later one none
+        calls.append(1)
+        return 0.0 if len(calls) == 1 else 1e9
+
+    monkeypatch.setattr(runs, "time", types.SimpleNamespace(perf_counter=clock, time=time.time))
+    pair = tiny_pair(tmp_path / "models")
+    plan = default_plan(quick=True, repeats=2)
+    skipped = []
+    got = runs.run_plan(plan, str(pair["target"]), str(pair["noisy"]), tmp_path / "t",
+                        prompt_ids=prompts(4, seed=3), deadline=1e6, on_skip=skipped.append)
+    second = [r for r in plan.runs if r.rep == 2]
+    ran = [m.spec.name for m in got]
+    assert ran == [r.name for r in plan.runs if r.rep == 1] + [r.name for r in second[:2]]
+    assert [s.name for s in skipped] == [r.name for r in second[2:]]
+
+
 def test_demo_reanalyses_its_own_traces(quick_demo, tmp_path, capsys):
     """`psdlab demo --traces DIR` re-runs calibration, validation and report on the traces an
     earlier demo wrote, with the same roles and the same measured values."""

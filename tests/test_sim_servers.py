@@ -29,7 +29,12 @@ def test_ar_emits_one_token_per_step_without_drafts():
 @pytest.mark.parametrize("mode,same_device", [("sd", True), ("sd-sep", False)])
 def test_sd_drafts_then_verifies(mode, same_device):
     trace = _run(mode)
-    for step in trace.steps:
+    for prev, step in zip([None] + trace.steps[:-1], trace.steps):
+        if _phase(step, "prefill"):          # a prefill is written as a step of its own
+            assert {p.kind for p in step.phases} == {"prefill"} and not step.verified
+            continue
+        if prev is not None and _phase(prev, "prefill"):
+            assert step.start == prev.end and step.index == prev.index
         d, v = _phase(step, "draft"), _phase(step, "verify")
         assert d.end <= v.start and not step.overlapped
         assert (d.device == v.device) == same_device
@@ -39,10 +44,12 @@ def test_sd_drafts_then_verifies(mode, same_device):
 def test_psd_start_up_overlap_and_fallback():
     trace = _run("psd")
     steps = trace.steps
-    first = steps[0]
-    # start-up: the first draft batch is drafted alone, after the prefill of all requests
+    prefill, first = steps[0], steps[1]
+    # start-up: the prefill of all requests, then the first draft batch drafted alone
+    assert {p.kind for p in prefill.phases} == {"prefill"} and _phase(prefill, "prefill").seqs == 8
+    assert first.start == prefill.end and first.index == prefill.index
     assert _phase(first, "verify") is None and _phase(first, "draft").seqs == 4
-    assert _phase(first, "prefill").seqs == 8 and not first.overlapped
+    assert not first.overlapped
     overlapped = [s for s in steps if s.overlapped]
     assert len(overlapped) > len(steps) / 2
     for s in overlapped:
@@ -54,7 +61,7 @@ def test_psd_start_up_overlap_and_fallback():
         if b.index == a.index + 1:
             assert b.verify_batch == a.draft_batch      # the batches swap every step
     # drain tail: once a batch is empty the other runs as SD (draft, then verify)
-    tail = [s for s in steps[1:] if not s.overlapped]
+    tail = [s for s in steps[2:] if not s.overlapped and not _phase(s, "prefill")]
     assert tail, "offline runs with uneven lengths end with a fallback tail"
     for s in tail:
         d, v = _phase(s, "draft"), _phase(s, "verify")

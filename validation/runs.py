@@ -231,9 +231,10 @@ def run_plan(plan: Plan, target_dir: str, drafter_dir: str, out_dir: str | os.Pa
     """Run every run of the plan on one set of workers; traces go to ``out_dir/NAME.jsonl``.
     ``on_run(spec, i, n)`` is called before each run, ``on_request(done, total)`` as requests
     finish (progress bars).  ``deadline`` (a ``time.perf_counter()`` time): a repeat (rep >= 2)
-    whose block -- the SD/PSD pair it belongs to -- would not end before it, judged by the
-    first repeats' wall times, is skipped with its block (``on_skip(spec)``), so the plan
-    keeps its time budget on a slower machine; first repeats always run."""
+    whose block -- the SD/PSD pair it belongs to -- would not end before it, judged once per
+    block at its first run by the first repeats' wall times, is skipped with its block
+    (``on_skip(spec)``), so the plan keeps its time budget on a slower machine and never
+    splits a pair; first repeats always run."""
     from runtime.engine import Engine, EngineConfig
     from runtime.requests import Request
     from runtime.runner import ModelSpec
@@ -263,12 +264,17 @@ def run_plan(plan: Plan, target_dir: str, drafter_dir: str, out_dir: str | os.Pa
             reference = {o.id: o.token_ids for o in ref.outputs}
         walls: dict[str, float] = {}
         skip: set[str] = set()
+        admitted: set[str] = set()           # blocks already judged to fit run whole
         for i, spec in enumerate(plan.runs):
-            if spec.rep > 1 and deadline is not None and spec.name not in skip:
+            if (spec.rep > 1 and deadline is not None and spec.name not in skip
+                    and spec.name not in admitted):
                 block = block_of(plan.runs, i)
                 need = sum(walls.get(r.config, 0.0) for r in block)
+                names = {r.name for r in block}
                 if time.perf_counter() + need > deadline:
-                    skip.update(r.name for r in block)
+                    skip.update(names)
+                else:
+                    admitted.update(names)
             if spec.name in skip:
                 if on_skip is not None:
                     on_skip(spec)

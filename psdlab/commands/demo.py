@@ -18,7 +18,7 @@ def register(subparsers) -> None:
                     "simulator on some runs, predict the held-out others and write a report "
                     "folder. The default plan (13 configurations, the 5 calibration ones run twice "
                     "and the 8 held-out ones three times, 16 prompts x 32 tokens each, in "
-                    "seeded random order) takes about 12 minutes on an idle 2-core machine "
+                    "seeded random order) takes about 13 minutes on a 2-core machine "
                     "(--time-budget keeps it within 15); --prompts and "
                     "--max-new-tokens scale it, --quick runs a short plan.")
     p.add_argument("-o", "--output", default="psdlab-demo", metavar="REPORT_DIR",
