@@ -55,13 +55,28 @@ def test_default_plan_runs_held_out_configs_more_often():
         reps[r.config] = reps.get(r.config, 0) + 1
     assert {reps[r.config] for r in plan.runs if r.role == "calibrate"} == {2}
     assert {reps[r.config] for r in plan.runs if r.role == "validate"} == {3}
-    third = [r for r in plan.runs if r.rep == 3]
-    assert third and {r.role for r in third} == {"validate"}
-    for i, r in enumerate(plan.runs):         # pairs stay back to back in the short round too
+    # calibration in the first and last of the three rounds, so both groups sit, on
+    # average, in the middle of the demo: a steady drift of the machine favours neither
+    pos = {}
+    for i, r in enumerate(plan.runs):
+        pos.setdefault(r.role, []).append(i)
+    mid = (len(plan.runs) - 1) / 2
+    assert abs(sum(pos["calibrate"]) / len(pos["calibrate"]) - mid) < 4
+    assert abs(sum(pos["validate"]) / len(pos["validate"]) - mid) < 4
+    middle = plan.runs[len(plan.runs) // 2 - 4:len(plan.runs) // 2 + 4]
+    assert {r.role for r in middle} == {"validate"}
+    for i, r in enumerate(plan.runs):         # pairs stay back to back in every round
         if r.mode != "ar":
             assert sum(1 for j in (i - 1, i + 1) if 0 <= j < len(plan.runs)
                        and plan.runs[j].workload == r.workload
                        and plan.runs[j].rep == r.rep) == 1
+
+
+def test_spread_rounds_are_even_and_include_both_ends():
+    from validation.runs import spread_rounds
+    assert spread_rounds(2, 3) == {0, 2} and spread_rounds(3, 3) == {0, 1, 2}
+    assert spread_rounds(1, 4) == {0} and spread_rounds(3, 5) == {0, 2, 4}
+    assert spread_rounds(5, 3) == {0, 1, 2}
 
 
 def test_plan_checks():

@@ -3,7 +3,7 @@
 For each measured trace the simulator is configured like the run (mode, k, batch size m, the
 runtime's batch manager) with the calibrated cost models (``validation.sim_costs``: decode and
 prefill fits, plus the controller overhead of ``validation.replay_model`` and the multipliers
-of ``validation.replay_scales``: proposal cap, overlap contention) and the calibrated
+of ``validation.replay_scales``: overlap contention) and the calibrated
 acceptance model, and replays the measured workload: the same requests (their ids as the
 replay's keys), arrival times, prompt lengths and output lengths, in the order the run admitted
 them (``sim.workloads`` replay).  With the greedy match patterns (``sim.acceptance_matches``)
@@ -11,8 +11,8 @@ the replay knows each request's acceptance position by position; otherwise the s
 stochastic in acceptance.  Either way it is run with several seeds and each metric is averaged
 over them.  When the engine caps proposals at the output budget, so does the replay
 (``server.cap_proposals``): the last steps of each request draft and verify fewer tokens,
-and the acceptance rates count alike.  Every metric
-comes from ``analysis.metrics.summarize`` on both sides.
+and the acceptance rates count alike.  Every metric comes from
+``analysis.metrics.summarize`` on both sides.
 
 Repeated runs of one configuration (same mode and workload) are compared as one: the measured
 value of each metric is the median over the repeats, and ``(max - min) / median`` over them is
@@ -136,7 +136,7 @@ def sim_config(trace: Trace, model_path: str, replay_path: str, *, seed: int = 0
     acc: dict[str, Any] = {"name": "none"}
     if mode != "ar":
         acc = acceptance or acceptance_spec(read_model(model_path))
-    t_scale, d_scale = decode_scales(trace, model_path, params, acc, overlap_share)
+    t_scale, d_scale = decode_scales(trace, model_path, params, overlap_share)
     server = ServerConfig(mode=mode, k=max(run.k, 1) if mode != "ar" else 0, m=run.m,
                           policy="rebalance" if mode == "psd" else "paper",
                           cap_proposals=bool(params.draft_cap) and mode != "ar")

@@ -55,7 +55,7 @@ def overlap_share(sim_trace: Trace) -> tuple[float, float]:
                  for k in ("verify", "draft"))
 
 
-def decode_scales(trace: Trace, model_path: str, params: Any, acceptance: dict[str, Any],
+def decode_scales(trace: Trace, model_path: str, params: Any,
                   share: tuple[float, float] | None = None) -> tuple[float, float]:
     """(target, drafter) decode multipliers of a replay of ``trace`` (module docstring)."""
     mode = trace.run.mode

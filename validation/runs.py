@@ -121,11 +121,23 @@ def _pair(k: int, m: int, role: str, arrivals: str = "offline") -> list[RunSpec]
             RunSpec(f"psd_k{k}_m{m}{tag}", "psd", k, m, arrivals, role)]
 
 
+def spread_rounds(count: int, rounds: int) -> set[int]:
+    """The rounds a block with ``count`` repeats runs in, spread evenly over ``rounds`` (first
+    and last included), so that blocks with fewer repeats sit at the same mean time as the
+    others and a steady drift of the machine's speed does not favour one group."""
+    if count >= rounds:
+        return set(range(rounds))
+    if count == 1:
+        return {0}
+    return {int(round(i * (rounds - 1) / (count - 1))) for i in range(count)}
+
+
 def repeated_order(blocks: Sequence[Sequence[RunSpec]], repeats: int | Sequence[int],
                    seed: int, first: str | None = None) -> tuple[RunSpec, ...]:
     """Rounds, each running every block once in a seeded random order (the runs of a block
     back to back, in seeded random order); ``repeats``: the number of rounds, or one count
-    per block (round r then runs the blocks whose count exceeds r).  With ``first``, the
+    per block (a block with fewer repeats than rounds runs in rounds spread evenly over them,
+    ``spread_rounds``).  With ``first``, the
     block holding that config leads the first round.  With more than one round, run names
     get ``_rN``."""
     import numpy as np
@@ -135,10 +147,11 @@ def repeated_order(blocks: Sequence[Sequence[RunSpec]], repeats: int | Sequence[
     for c in counts:
         check_int("repeats", c, 1, 20)
     rounds = max(counts, default=1)
+    active = [spread_rounds(c, rounds) for c in counts]
     rng = np.random.default_rng(seed)
     out: list[RunSpec] = []
     for r in range(rounds):
-        perm = [int(i) for i in rng.permutation(len(blocks)) if counts[int(i)] > r]
+        perm = [int(i) for i in rng.permutation(len(blocks)) if r in active[int(i)]]
         lead = [i for i in perm if first in {x.config for x in blocks[i]}] if first else []
         if r == 0 and lead:
             perm.remove(lead[0])
@@ -147,7 +160,8 @@ def repeated_order(blocks: Sequence[Sequence[RunSpec]], repeats: int | Sequence[
             runs = list(blocks[i])
             if len(runs) > 1 and rng.random() < 0.5:
                 runs.reverse()
-            out += [replace(x, name=f"{x.name}_r{r + 1}" if rounds > 1 else x.name, rep=r + 1)
+            rep = sorted(active[i]).index(r) + 1
+            out += [replace(x, name=f"{x.name}_r{rep}" if rounds > 1 else x.name, rep=rep)
                     for x in runs]
     return tuple(out)
 
@@ -168,9 +182,9 @@ def block_of(runs: Sequence[RunSpec], i: int) -> list[RunSpec]:
 def default_plan(quick: bool = False, repeats: int | None = None, seed: int = 0) -> Plan:
     """Calibrate on k in {2, 4} at m = 4 offline (and AR); hold out k = 3 and 5, m = 2, and
     Poisson arrivals (each as an SD/PSD pair); every configuration ``repeats`` times in seeded
-    random rounds (module docstring).  Default: calibration configurations twice (their ten
-    runs average into one fit) and held-out ones three times (each is judged on its own
-    median, so it needs the more runs); 1 with ``quick``, a short plan for tests and smoke
+    random rounds (module docstring).  Default: calibration configurations twice, in the
+    first and last rounds (their ten runs average into one fit), and held-out ones three
+    times (each is judged on its own median, so it needs the more runs); 1 with ``quick``, a short plan for tests and smoke
     runs (m = 2, k in {2, 4} calibrated, k = 3 held out)."""
     if quick:
         blocks = [_pair(2, 2, "calibrate"), _pair(4, 2, "calibrate"), _pair(3, 2, "validate")]
