@@ -206,9 +206,20 @@ def test_closed_form_reads_full_batches_and_is_judged_in_the_steady_state():
 
 
 def test_step_overheads_split_serial_and_overlapped():
-    s, o = step_overheads([_hand_trace("sd-sep", 0.1, 0.2, 0.01),
-                           _hand_trace("psd", 0.1, 0.2, 0.03)])
-    assert s == pytest.approx(0.01) and o == pytest.approx(0.03)
+    s, o, ar = step_overheads([_hand_trace("sd-sep", 0.1, 0.2, 0.01),
+                               _hand_trace("psd", 0.1, 0.2, 0.03)])
+    assert s == pytest.approx(0.01) and o == pytest.approx(0.03) and ar == 0.0
+    # the controller's pause before the next step counts too (not a wait for an arrival)
+    tr = _hand_trace("sd-sep", 0.1, 0.2, 0.01, n=4)
+    spaced = [replace(st_, start=st_.start + 0.004 * i, end=st_.end + 0.004 * i,
+                      phases=tuple(replace(p, start=p.start + 0.004 * i, end=p.end + 0.004 * i)
+                                   for p in st_.phases)) for i, st_ in enumerate(tr.steps)]
+    s2, _, _ = step_overheads([replace(tr, steps=spaced)])
+    assert s2 == pytest.approx(0.01 + 0.004 * 3 / 4)
+    late = [replace(st_, start=st_.start + 5 * i, end=st_.end + 5 * i,
+                    phases=tuple(replace(p, start=p.start + 5 * i, end=p.end + 5 * i)
+                                 for p in st_.phases)) for i, st_ in enumerate(tr.steps)]
+    assert step_overheads([replace(tr, steps=late)])[0] == pytest.approx(0.01)
     assert all(not st_.overlapped for st_ in serial_only(_hand_trace("psd", .1, .2, 0)).steps)
 
 

@@ -47,8 +47,9 @@ from analysis.trace import Trace
 
 @dataclass(frozen=True)
 class ReplayParams:
-    overhead_serial: float = 0.0        # s per serial decode step (AR, SD)
+    overhead_serial: float = 0.0        # s per serial decode step that drafted (SD)
     overhead_overlapped: float = 0.0    # s per overlapped decode step (PSD)
+    overhead_ar: float = 0.0            # s per step without drafts (AR); 0: as serial
     serial_target: float = 1.0          # measured / fitted, serial target decode phases
     serial_drafter: float = 1.0         # the same for the drafter's draft phases
     overlap_target: float = 1.0         # measured / fitted, overlapped target phases
@@ -61,6 +62,8 @@ class ReplayParams:
     draft_cap: float = 0.0              # 1: the engine caps proposals at the output budget
 
     def overhead(self, mode: str) -> float:
+        if mode == "ar" and self.overhead_ar > 0:
+            return self.overhead_ar
         return self.overhead_overlapped if mode == "psd" else self.overhead_serial
 
     def scales(self, mode: str, draft: float | None = None,
@@ -152,19 +155,33 @@ def _is_decode(step) -> bool:
     return "prefill" not in kinds and "verify" in kinds
 
 
-def step_overheads(traces: Sequence[Trace]) -> tuple[float, float]:
-    """Mean (serial, overlapped) uncovered time per decode step (0 when there is none)."""
-    serial, overlapped = [], []
+#: a pause between steps longer than this is a wait for an arrival, not controller work
+MAX_STEP_GAP = 0.05
+
+
+def step_overheads(traces: Sequence[Trace]) -> tuple[float, float, float]:
+    """Mean (serial, overlapped, no-draft) uncovered time per decode step (0 when there is
+    none): the step's time beyond its critical path, plus the controller's pause before the
+    next step (finishing requests, admission, the trace record; up to MAX_STEP_GAP), which
+    the simulator's back-to-back steps would otherwise leave out.  Serial steps that drafted
+    (SD: two hand-offs) and those that did not (AR: one) are told apart; "serial" falls back
+    to all serial steps when none drafted."""
+    serial, overlapped, nodraft = [], [], []
     for tr in traces:
-        for s in tr.steps:
+        steps = sorted(tr.steps, key=lambda x: (x.start, x.index))
+        for s, nxt in zip(steps, steps[1:] + [None]):
             if not _is_decode(s):
                 continue
             d = sum(p.end - p.start for p in s.phases if p.kind == "draft")
             v = sum(p.end - p.start for p in s.phases if p.kind == "verify")
             path = max(d, v) if s.overlapped else d + v
-            (overlapped if s.overlapped else serial).append(max(0.0, s.end - s.start - path))
-    return (float(np.mean(serial)) if serial else 0.0,
-            float(np.mean(overlapped)) if overlapped else 0.0)
+            gap = 0.0 if nxt is None else nxt.start - s.end
+            pause = gap if 0.0 < gap <= MAX_STEP_GAP else 0.0
+            bucket = overlapped if s.overlapped else serial if d > 0 else nodraft
+            bucket.append(max(0.0, s.end - s.start - path) + pause)
+    def mean(x: list[float]) -> float:
+        return float(np.mean(x)) if x else 0.0
+    return mean(serial or nodraft), mean(overlapped), mean(nodraft)
 
 
 def serial_only(trace: Trace) -> Trace:
@@ -227,9 +244,10 @@ def replay_params_of(cal: Any, traces: Sequence[Trace]) -> ReplayParams:
     serial = _scales(cal, serial_tr)
     over = _scales(cal, [overlapped_only(t) for t in traces])
     ser_t, ser_d = serial.get("verify", 1.0), serial.get("draft", 1.0)
-    o_serial, o_over = step_overheads(traces)
+    o_serial, o_over, o_ar = step_overheads(traces)
     c_t, c_d = fit_contention(cal, traces)
     return ReplayParams(overhead_serial=o_serial, overhead_overlapped=o_over,
+                        overhead_ar=o_ar,
                         serial_target=ser_t, serial_drafter=ser_d,
                         overlap_target=over.get("verify", ser_t),
                         overlap_drafter=over.get("draft", ser_d),
