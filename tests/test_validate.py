@@ -439,6 +439,23 @@ def test_verify_table_overrides_the_fit_for_measured_shapes(tmp_path):
         2, 10, 50) == pytest.approx(coef["base"] + 2 * coef["per_seq"] + 10 * coef["per_token"])
 
 
+def test_verify_table_keys_capped_rows_at_their_padded_width():
+    """Rows of 4 and 1 proposals: the target computes 2 x 5 tokens, so the table says (2, 10),
+    the shape the simulator asks for, not the token sum 7."""
+    from validation.calibrate import MIN_TABLE
+    run = RunInfo(mode="sd-sep", k=4, m=2, source="runtime",
+                  devices={"drafter": "cpu:0", "target": "cpu:1"})
+    steps, t = [], 0.0
+    for i in range(MIN_TABLE + 1):
+        steps.append(StepRecord(i, t, t + 0.3, (Phase("draft", "cpu:0", t, t + 0.1, 2, 5),
+                                                Phase("verify", "cpu:1", t + 0.1, t + 0.3, 2,
+                                                      7)),
+                                (Verified("a", 4, 0, 1), Verified("b", 1, 0, 1))))
+        t += 0.3
+    table = calibrate([Trace(run, steps, [])], holdout=0.0).verify_table
+    assert [(sq, tk) for sq, tk, _, _ in table] == [(2, 10)]
+
+
 def test_capped_rows_are_fitted_at_their_padded_width():
     """Two rows, proposals 4 and 1 (one pending token each): the target computes 2 x 5."""
     from validation.calibrate import with_draft_forwards
