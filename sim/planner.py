@@ -88,6 +88,14 @@ class Plan:
         return float(self.ends[j, -1])
 
 
+def proposal_caps(core, ids: np.ndarray, ctx: np.ndarray) -> np.ndarray:
+    """Draft tokens each sequence proposes under ``server.cap_proposals``: min(k_i, R - 1),
+    R = output tokens it still needs, from its KV context ``ctx`` (prompt + tokens so far;
+    any shape ending in len(ids))."""
+    made = ctx - core.prompt[ids]
+    return np.clip(np.minimum(core.karr[ids], core.output[ids] - made - 1), 0, None)
+
+
 def cost_time(model, seqs, tokens, ctx) -> np.ndarray:
     """``model.forward_time`` on arrays of one shape (always the array path, so a step's time
     is the same float whichever way steps are grouped).  The planner's counts are valid by
@@ -155,9 +163,7 @@ class Planner:
         (remaining = output tokens still to generate, from its context) and the verification
         computes every row at the longest row's width (the runtime pads them)."""
         c = self.c
-        made = M - c.prompt[ids][None, :]                           # tokens generated so far
-        kq = np.clip(np.minimum(c.karr[ids][None, :], c.output[ids][None, :] - made - 1), 0,
-                     None)                                          # [Q, n]
+        kq = proposal_caps(c, ids, M)                               # [Q, n]
         sel = kq[None, :, :] > np.arange(c.k)[:, None, None]        # [K, Q, n]
         npass = sel.sum(axis=2)
         cpass = (M[None, :, :] * sel).sum(axis=2) + np.arange(c.k)[:, None] * npass

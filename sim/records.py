@@ -6,6 +6,7 @@ from typing import Callable
 import numpy as np
 
 from analysis.trace import Phase, RequestRecord, StepRecord, Verified
+from sim.planner import proposal_caps
 
 
 def step_records(core, p) -> list[StepRecord]:
@@ -68,9 +69,7 @@ def capped_rows(core, ids: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.
     (``server.cap_proposals``): a request with R tokens still to generate proposes
     min(k, R - 1) and accepts at most that (the pre-sampled count may run past it; the
     emitted tokens are the same either way)."""
-    done = core.traj.ctx[idx] - core.prompt[ids]          # tokens generated so far
-    remaining = core.output[ids] - done
-    prop = np.clip(np.minimum(core.karr[ids], remaining - 1), 0, None)
+    prop = proposal_caps(core, ids, core.traj.ctx[idx])
     return prop, np.minimum(core.traj.acc[idx].astype(np.int64), prop)
 
 
