@@ -106,14 +106,6 @@ class MatchAcceptance:
         k = check_int("k", k, 0, KMAX)
         return float(np.cumprod(self._rates(k)).sum()) if k else 0.0
 
-    @property
-    def coverage(self) -> float:
-        """Share of the table's positions 1.. (before each pattern's padding) that are known."""
-        if self.table.size == 0 or self.table.shape[1] < 2:
-            return 0.0
-        body = self.table[:, 1:]
-        return float((body >= 0).mean())
-
     def describe(self) -> dict[str, Any]:
         return {"name": self.kind, "requests": len(self.keys), "fallback": self.fallback_spec}
 

@@ -31,6 +31,7 @@ builds a simulator config).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Mapping
 
 import numpy as np
@@ -59,11 +60,22 @@ class CalibratedCost(CostModel):
         """The decode fit's fixed cost per drafting phase, scaled like its passes."""
         return self.scale * float(getattr(self.decode, "phase_overhead", 0.0))
 
+    @cached_property
+    def _look(self) -> dict[tuple[int, int], float]:
+        return {(sq, tk): v for sq, tk, v in self.table}
+
+    @cached_property
+    def _edge(self) -> tuple[float, float, float]:
+        """(sequences, tokens, time) of the table's largest shape (fewest sequences on ties)."""
+        edge_t = max(tk for _, tk, _ in self.table)
+        edge_s, edge_v = min((sq, v) for sq, tk, v in self.table if tk == edge_t)
+        return float(edge_s), float(edge_t), edge_v
+
     def _decode(self, s, t, c):
         fit = self.decode.forward_time(s, t, c)
         if not self.table:
             return fit
-        look = {(sq, tk): v for sq, tk, v in self.table}
+        look = self._look
         if type(s) is float and type(t) is float:
             hit = look.get((int(s), int(t)))
             return hit if hit is not None else float(self._beyond(s, t, c, fit))
@@ -76,12 +88,9 @@ class CalibratedCost(CostModel):
     def _beyond(self, s, t, c, fit):
         """A shape the table lacks: past the table's largest token count, the time of its
         largest shape plus the fit's increment from that shape; otherwise the fit."""
-        edge_t = max(tk for _, tk, _ in self.table)
-        edge = [(sq, v) for sq, tk, v in self.table if tk == edge_t]
-        edge_s, edge_v = min(edge)
-        t_arr = np.asarray(t, dtype=float)
-        step = fit - self.decode.forward_time(float(edge_s), float(edge_t), c)
-        return np.where(t_arr > edge_t, edge_v + step, fit)
+        edge_s, edge_t, edge_v = self._edge
+        step = fit - self.decode.forward_time(edge_s, edge_t, c)
+        return np.where(np.asarray(t, dtype=float) > edge_t, edge_v + step, fit)
 
     def _time(self, s, t, c):
         dec = self.scale * self._decode(s, t, c) + self.overhead
