@@ -88,12 +88,15 @@ def test_heldout_predictions_within_targets(loop):
 
 
 def test_prediction_tracks_a_wrong_model(loop):
-    """A model file whose costs are doubled must predict about half the throughput: the
-    replay really uses the calibrated costs."""
+    """A model file whose costs (fits and measured-shape table) are doubled must predict about
+    half the throughput: the replay really uses the calibrated costs."""
     path, held, d = loop
     doc = json.loads(open(path).read())
     for role in doc["roles"].values():
         role["coef"] = {t: 2 * v for t, v in role["coef"].items()}
+    for rows in (doc["meta"].get("tables") or {}).values():      # measured shapes too
+        for row in rows:
+            row[2] *= 2
     slow = d / "slow.json"
     slow.write_text(json.dumps(doc))
     tr = held["sd-sep_k3"]
@@ -221,6 +224,37 @@ def test_step_overheads_split_serial_and_overlapped():
                                  for p in st_.phases)) for i, st_ in enumerate(tr.steps)]
     assert step_overheads([replace(tr, steps=late)])[0] == pytest.approx(0.01)
     assert all(not st_.overlapped for st_ in serial_only(_hand_trace("psd", .1, .2, 0)).steps)
+
+
+def test_prefill_overheads_per_run_kind_and_added_to_prefill_passes_only(tmp_path):
+    """A prefill step's time beyond its longest prefill phase, plus the pause before the next
+    step, is the prefill overhead (runs with a drafter and AR runs apart); the replay adds it
+    to the target's prefill passes (no cached context), not to its decode passes."""
+    from validation.replay_model import prefill_overheads
+
+    def with_prefill(mode, tail, pause):
+        tr = _hand_trace(mode, 0.1, 0.2, 0.0, n=3)
+        shift = 0.5 + tail + pause
+        steps = [replace(st_, index=st_.index + 1, start=st_.start + shift,
+                         end=st_.end + shift,
+                         phases=tuple(replace(p, start=p.start + shift, end=p.end + shift)
+                                      for p in st_.phases)) for st_ in tr.steps]
+        pre = (Phase("prefill", "cpu:1", 0.0, 0.5, 2, 40),
+               Phase("prefill", "cpu:0", 0.0, 0.2, 2, 40))
+        return replace(tr, steps=[StepRecord(0, 0.0, 0.5 + tail, pre)] + steps)
+    assert prefill_overheads([with_prefill("sd-sep", 0.004, 0.002),
+                              with_prefill("ar", 0.001, 0.0)]) == pytest.approx((0.006, 0.001))
+    # a long pause is a wait for an arrival, not controller work
+    assert prefill_overheads([with_prefill("psd", 0.004, 2.0)]) == pytest.approx((0.004, 0.0))
+    serial = _hand_trace("sd-sep", 0.1, 0.2, 0.0, n=12)
+    path = str(tmp_path / "m.json")
+    write_model(path, calibrate([serial], holdout=0.0))
+    base = calibrated_cost(path, "target")
+    more = calibrated_cost(path, "target", prefill_overhead=0.03)
+    assert more.forward_time(2, 40, 0) == pytest.approx(base.forward_time(2, 40, 0) + 0.03)
+    assert more.forward_time(2, 10, 50) == pytest.approx(base.forward_time(2, 10, 50))
+    p = ReplayParams(overhead_prefill=0.02, overhead_prefill_ar=0.005)
+    assert (p.prefill_overhead("psd"), p.prefill_overhead("ar")) == (0.02, 0.005)
 
 
 def test_overlap_slowdown_measured_against_serial_fit(tmp_path):
@@ -396,6 +430,15 @@ def test_repeats_compared_as_their_median(loop):
     assert c.measured["makespan_s"] == pytest.approx(one.measured["makespan_s"])   # median
     assert c.predicted["throughput_tok_s"] == pytest.approx(one.predicted["throughput_tok_s"])
     assert c.spread["makespan_s"] == pytest.approx(0.4, rel=1e-6)
+    # the repeats' spread is the measurement's noise the summary weighs the errors against
+    thr = next(s for s in v.summary() if s["metric"] == "throughput_tok_s")
+    cv = v.noise_cvs["throughput_tok_s"]
+    assert cv > 0.1 and thr["noise_se"] == pytest.approx(cv * np.sqrt(0.4487))
+    assert thr["error_over_noise"] == pytest.approx(thr["max_abs_error"] / thr["noise_se"])
+    assert 0.0 < thr["noise_break_chance"] < 1.0
+    single = next(s for s in validate(path, [("y", base)], seeds=(0,)).summary()
+                  if s["metric"] == "throughput_tok_s")
+    assert single["noise_se"] is None and single["noise_break_chance"] is None
     other = validate(path, [("x_r1", base), ("x_r2", held["sd-sep_k5"])], seeds=(0,))
     assert len(other.comparisons) == 2                 # different workloads: not grouped
 
@@ -437,6 +480,27 @@ def test_verify_table_overrides_the_fit_for_measured_shapes(tmp_path):
                        [0.5, beyond])
     assert calibrated_cost(str(tmp_path / "t.json"), "target", table=False).forward_time(
         2, 10, 50) == pytest.approx(coef["base"] + 2 * coef["per_seq"] + 10 * coef["per_token"])
+
+
+def test_verify_table_interpolates_between_measured_token_counts(tmp_path):
+    """A token count between two measured ones at the same sequence count takes the straight
+    line between their times (a CPU pass is a step function of its shape that the affine fit
+    smooths over); other sequence counts keep the fit, scalar and array calls agree."""
+    from validation.calibrate import MIN_TABLE
+    cal = calibrate([_hand_trace("sd-sep", 0.1, 0.2, 0.0, n=MIN_TABLE + 3)], holdout=0.0)
+    path = str(tmp_path / "m.json")
+    write_model(path, cal)
+    doc = json.loads(open(path).read())
+    doc["meta"]["tables"]["target"] = [[2, 10, 0.5, 9], [2, 20, 0.7, 9], [4, 8, 0.4, 9]]
+    (tmp_path / "t.json").write_text(json.dumps(doc))
+    c = calibrated_cost(str(tmp_path / "t.json"), "target")
+    fit = calibrated_cost(str(tmp_path / "t.json"), "target", table=False)
+    assert c.forward_time(2, 14, 50) == pytest.approx(0.5 + 0.2 * 0.4)
+    assert c.forward_time(2, 10, 50) == pytest.approx(0.5)
+    assert c.forward_time(3, 14, 50) == pytest.approx(fit.forward_time(3, 14, 50))
+    assert c.forward_time(4, 6, 50) == pytest.approx(fit.forward_time(4, 6, 50))  # below
+    arr = c.forward_time(np.array([2, 2, 3]), np.array([14, 10, 14]), 50.0)
+    assert np.allclose(arr, [0.58, 0.5, fit.forward_time(3, 14, 50)])
 
 
 def test_verify_table_keys_capped_rows_at_their_padded_width():

@@ -145,7 +145,8 @@ def sim_config(trace: Trace, model_path: str, replay_path: str, *, seed: int = 0
                          device=str(devices.get("target", "sim:target")),
                          cost=sc.cost_spec(model_path, "target", overhead=params.overhead(mode),
                                             scale=t_scale,
-                                            prefill_scale=params.prefill_target))
+                                            prefill_scale=params.prefill_target,
+                                            prefill_overhead=params.prefill_overhead(mode)))
     drafter = None
     if mode != "ar":
         drafter = ModelConfig(name=str((run.models or {}).get("drafter", "drafter")),

@@ -27,7 +27,9 @@ overhead).  The cost fits themselves are already unbiased for the mean (``match_
 - **Controller overhead**: a step lasts longer than its critical path (draft + verify one after
   the other, or the longer of the two when overlapped) by the controller's own work: collecting
   drafts, submitting the verification, bookkeeping.  Measured per decode step, separately for
-  serial steps (AR, SD) and overlapped ones (PSD), and added to the target's decode pass.
+  serial steps (AR, SD) and overlapped ones (PSD), and added to the target's decode pass;
+  the same for prefill steps (``prefill_overheads``: runs with a drafter and AR runs apart),
+  added to the target's prefill pass.
 - **Spread**: PSD's step is the longer of two phases, and E[max(t, V)] > max(E t, E V) when
   they vary (``analysis.theory.jitter``); the step-to-step CV of measured / fitted decode
   phase times (relative to a rolling median, so slow drift is not counted) is kept as
@@ -60,11 +62,16 @@ class ReplayParams:
     contention_target: float = 0.0      # c: target's lost speed while the drafter runs
     contention_drafter: float = 0.0     # c: drafter's lost speed while the target runs
     draft_cap: float = 0.0              # 1: the engine caps proposals at the output budget
+    overhead_prefill: float = 0.0       # s per prefill step of a run with a drafter
+    overhead_prefill_ar: float = 0.0    # s per prefill step of a run without one (AR)
 
     def overhead(self, mode: str) -> float:
         if mode == "ar" and self.overhead_ar > 0:
             return self.overhead_ar
         return self.overhead_overlapped if mode == "psd" else self.overhead_serial
+
+    def prefill_overhead(self, mode: str) -> float:
+        return self.overhead_prefill_ar if mode == "ar" else self.overhead_prefill
 
     def scales(self, mode: str, draft: float | None = None,
                verify: float | None = None) -> tuple[float, float]:
@@ -184,6 +191,24 @@ def step_overheads(traces: Sequence[Trace]) -> tuple[float, float, float]:
     return mean(serial or nodraft), mean(overlapped), mean(nodraft)
 
 
+def prefill_overheads(traces: Sequence[Trace]) -> tuple[float, float]:
+    """Mean (with a drafter, AR) uncovered time per prefill step: the step's time beyond its
+    longest prefill phase plus the pause before the next step (up to MAX_STEP_GAP), as
+    ``step_overheads`` for decode steps; 0 when there is none."""
+    drafting, ar = [], []
+    for tr in traces:
+        steps = sorted(tr.steps, key=lambda x: (x.start, x.index))
+        for s, nxt in zip(steps, steps[1:] + [None]):
+            pre = [p.end - p.start for p in s.phases if p.kind == "prefill"]
+            if not pre:
+                continue
+            gap = 0.0 if nxt is None else nxt.start - s.end
+            pause = gap if 0.0 < gap <= MAX_STEP_GAP else 0.0
+            (ar if tr.run.mode == "ar" else drafting).append(
+                max(0.0, s.end - s.start - max(pre)) + pause)
+    return (float(np.mean(drafting)) if drafting else 0.0, float(np.mean(ar)) if ar else 0.0)
+
+
 def serial_only(trace: Trace) -> Trace:
     """The trace without its overlapped steps (for fitting the cost models)."""
     return replace(trace, steps=[s for s in trace.steps if not s.overlapped])
@@ -246,6 +271,7 @@ def replay_params_of(cal: Any, traces: Sequence[Trace]) -> ReplayParams:
     ser_t, ser_d = serial.get("verify", 1.0), serial.get("draft", 1.0)
     o_serial, o_over, o_ar = step_overheads(traces)
     c_t, c_d = fit_contention(cal, traces)
+    pre_drafting, pre_ar = prefill_overheads(traces)
     return ReplayParams(overhead_serial=o_serial, overhead_overlapped=o_over,
                         overhead_ar=o_ar,
                         serial_target=ser_t, serial_drafter=ser_d,
@@ -255,7 +281,8 @@ def replay_params_of(cal: Any, traces: Sequence[Trace]) -> ReplayParams:
                         prefill_drafter=serial.get("drafter_prefill", 1.0),
                         jitter_cv=_spread(cal, serial_tr),
                         contention_target=c_t, contention_drafter=c_d,
-                        draft_cap=1.0 if caps_proposals(traces) else 0.0)
+                        draft_cap=1.0 if caps_proposals(traces) else 0.0,
+                        overhead_prefill=pre_drafting, overhead_prefill_ar=pre_ar)
 
 
 def store_replay_params(model_path: str, params: ReplayParams) -> None:

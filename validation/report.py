@@ -104,15 +104,32 @@ def _err(item: Mapping[str, Any], key: str) -> str:
     return f"{v:.1f} pp" if item["kind"] == "pp" else f"{100 * v:.1f}%"
 
 
+def _noise_cells(s: Mapping[str, Any]) -> list[str]:
+    se, z, chance = (s.get(k) for k in ("noise_se", "error_over_noise", "noise_break_chance"))
+    return ["n/a" if se is None else _err({**s, "v": se}, "v"),
+            "n/a" if z is None else f"{z:.2f}",
+            "n/a" if chance is None else f"{100 * chance:.0f}%"]
+
+
 def summary_cells(summary: Sequence[Mapping[str, Any]]) -> list[list[str]]:
     return [[s["target"], s["source"], str(s["n"]), _err(s, "mean_abs_error"),
              _err(s, "max_abs_error"), s["worst_run"], _bound(s),
-             "n/a" if s["within"] is None else "yes" if s["within"] else "NO"]
+             "n/a" if s["within"] is None else "yes" if s["within"] else "NO",
+             *_noise_cells(s)]
             for s in summary]
 
 
 SUMMARY_HEADER = ["target", "by", "n", "mean |error|", "max |error|", "worst run", "bound",
-                  "within"]
+                  "within", "noise SE", "rms error / SE", "P(noise alone breaks bound)"]
+
+#: what the three noise columns mean, under every summary table that has them
+NOISE_NOTE = ("*noise SE*: typical standard error of a measured median from the repeats' "
+              "run-to-run noise (pooled over configurations, `validation.noise`); *rms error / "
+              "SE*: about 1 when the errors are what that noise alone gives, well above 1 when "
+              "the model adds its own; *P(noise alone breaks bound)*: the chance that a "
+              "perfect prediction still shows an error beyond the bound on at least one of "
+              "the n runs, from the measurement noise alone (the calibration runs' noise "
+              "comes on top).")
 
 
 def format_summary(summary: Sequence[Mapping[str, Any]]) -> str:
@@ -192,7 +209,8 @@ def write_tables(out_dir: str, validation: Any, runs: Sequence[dict[str, Any]],
                                 [r.to_dict() for r in validation.rows]),
         "summary": write_csv(os.path.join(out_dir, "summary.csv"),
                              ("target", "metric", "source", "n", "mean_abs_error",
-                              "max_abs_error", "worst_run", "bound", "kind", "within"),
+                              "max_abs_error", "worst_run", "bound", "kind", "within",
+                              "noise_se", "error_over_noise", "noise_break_chance"),
                              validation.summary(summary_runs)),
         "runs": write_csv(os.path.join(out_dir, "runs.csv"), RUN_COLUMNS, runs),
     }
@@ -237,7 +255,8 @@ def write_report(out_dir: str, validation: Any, named: Sequence[tuple[str, Any]]
         md += ["## Result", "", "```", *headline, "```", ""]
     scope = "held-out runs" if summary_runs is not None else "all runs compared"
     md += [f"## Against the targets (worst |error| over the {scope})", "",
-           md_table(SUMMARY_HEADER, summary_cells(validation.summary(summary_runs))), ""]
+           md_table(SUMMARY_HEADER, summary_cells(validation.summary(summary_runs))), "",
+           NOISE_NOTE, ""]
     for label, alt in alternatives:
         md += [f"### The same held-out runs {label}", "",
                md_table(SUMMARY_HEADER, summary_cells([x for x in alt.summary(summary_runs)

@@ -10,20 +10,21 @@ bound by reading the weights -- so one affine model extrapolated from tens of to
 hundreds misses the prefill by a factor.  This model uses the prefill fit for passes with no
 cached context (``context == 0``: in the simulator only prefills -- fresh or recomputed after a
 preemption -- start from an empty cache) and the decode fit for the rest, plus ``overhead``
-seconds per decode pass (the controller's time around a step that no phase records); decode
-passes are multiplied by ``scale`` (the overlap slowdown of ``validation.replay_model``); a
-decode pass whose (sequences, tokens) shape the calibration measured often enough takes the
-measured median from the model file's ``meta.tables`` instead of the fit (``table``), and a
-pass larger than any it measured takes the largest measured shape's time plus the fit's
-increment from there (on a CPU the time of a small pass is a step function of its rows --
-kernel blocking and the padding of ``runtime.runner`` -- so an affine fit through the steps
-has the right slope beyond them but not the right level);
-prefills by ``prefill_scale`` (both are the mean corrections of ``validation.replay_model``).
+seconds per decode pass and ``prefill_overhead`` per prefill pass (the controller's time around
+a step that no phase records).  Decode passes are multiplied by ``scale``, prefills by
+``prefill_scale`` (the overlap slowdown and mean corrections of ``validation.replay_model``).  On a CPU the time of a small pass is a step function of its shape
+(kernel blocking, the padding of ``runtime.runner``), which an affine fit through all shapes
+smooths over, so a decode pass whose (sequences, tokens) shape the calibration measured often
+enough takes the measured median from the model file's ``meta.tables`` (``table``); a token
+count between two measured ones at the same sequence count, the straight line between them;
+a pass larger than any measured, the largest measured shape's time plus the fit's increment
+from there (the fit has the right slope beyond the steps, not the right level); any other
+shape, the fit.
 
 Spec::
 
     {"name": "calibrated", "path": "MODEL.json", "role": "target" | "drafter",
-     "overhead": 0.0, "scale": 1.0, "prefill_scale": 1.0}
+     "overhead": 0.0, "scale": 1.0, "prefill_scale": 1.0, "prefill_overhead": 0.0}
 
 Importing this module registers the name with ``sim.costs`` (validation imports it before it
 builds a simulator config).
@@ -52,6 +53,7 @@ class CalibratedCost(CostModel):
     overhead: float = 0.0
     scale: float = 1.0
     prefill_scale: float = 1.0
+    prefill_overhead: float = 0.0
     table: tuple[tuple[int, int, float], ...] = ()   # measured decode passes by shape
     kind = NAME
 
@@ -65,6 +67,14 @@ class CalibratedCost(CostModel):
         return {(sq, tk): v for sq, tk, v in self.table}
 
     @cached_property
+    def _rows(self) -> dict[int, tuple[tuple[int, float], ...]]:
+        """The table's (tokens, time) points per sequence count, by tokens."""
+        rows: dict[int, list[tuple[int, float]]] = {}
+        for sq, tk, v in self.table:
+            rows.setdefault(sq, []).append((tk, v))
+        return {sq: tuple(sorted(pts)) for sq, pts in rows.items()}
+
+    @cached_property
     def _edge(self) -> tuple[float, float, float]:
         """(sequences, tokens, time) of the table's largest shape (fewest sequences on ties)."""
         edge_t = max(tk for _, tk, _ in self.table)
@@ -75,15 +85,28 @@ class CalibratedCost(CostModel):
         fit = self.decode.forward_time(s, t, c)
         if not self.table:
             return fit
-        look = self._look
         if type(s) is float and type(t) is float:
-            hit = look.get((int(s), int(t)))
-            return hit if hit is not None else float(self._beyond(s, t, c, fit))
-        sa, ta = np.broadcast_arrays(np.asarray(s), np.asarray(t))
-        tab = np.array([look.get((int(a), int(b)), np.nan) for a, b in zip(sa.ravel(),
-                                                                          ta.ravel())])
-        tab = tab.reshape(sa.shape)
-        return np.where(np.isnan(tab), self._beyond(s, t, c, fit), tab)
+            return self._shape_time(int(s), int(t), s, t, c, fit)
+        sa, ta, ca, fa = np.broadcast_arrays(np.asarray(s), np.asarray(t), np.asarray(c),
+                                             np.asarray(fit))
+        out = np.array([self._shape_time(int(a), int(b), float(a), float(b), float(x), float(f))
+                        for a, b, x, f in zip(sa.ravel(), ta.ravel(), ca.ravel(), fa.ravel())])
+        return out.reshape(sa.shape)
+
+    def _shape_time(self, si: int, ti: int, s: float, t: float, c: float, fit: float) -> float:
+        """A measured shape takes its time; a token count between two measured ones at the
+        same sequence count, the straight line between them (the time of a pass is a step
+        function of its shape, which an affine fit through all shapes smooths over);
+        anything else ``_beyond``."""
+        hit = self._look.get((si, ti))
+        if hit is not None:
+            return hit
+        pts = self._rows.get(si, ())
+        lo = next((p for p in reversed(pts) if p[0] < t), None)
+        hi = next((p for p in pts if p[0] > t), None)
+        if lo is not None and hi is not None:
+            return lo[1] + (hi[1] - lo[1]) * (t - lo[0]) / (hi[0] - lo[0])
+        return float(self._beyond(s, t, c, fit))
 
     def _beyond(self, s, t, c, fit):
         """A shape the table lacks: past the table's largest token count, the time of its
@@ -94,7 +117,7 @@ class CalibratedCost(CostModel):
 
     def _time(self, s, t, c):
         dec = self.scale * self._decode(s, t, c) + self.overhead
-        pre = self.prefill_scale * self.prefill.forward_time(s, t, c)
+        pre = self.prefill_scale * self.prefill.forward_time(s, t, c) + self.prefill_overhead
         if type(c) is float:
             return pre if c == 0.0 else dec
         return np.where(np.asarray(c) == 0.0, pre, dec)
@@ -102,12 +125,13 @@ class CalibratedCost(CostModel):
     def describe(self) -> dict[str, Any]:
         return {"name": self.kind, "decode": self.decode.describe(),
                 "prefill": self.prefill.describe(), "overhead": self.overhead,
-                "scale": self.scale, "prefill_scale": self.prefill_scale}
+                "scale": self.scale, "prefill_scale": self.prefill_scale,
+                "prefill_overhead": self.prefill_overhead}
 
 
 def calibrated_cost(path: str, role: str, overhead: float = 0.0, scale: float = 1.0,
                     prefill_scale: float = 1.0, where: str = "cost",
-                    table: bool = True) -> CalibratedCost:
+                    table: bool = True, prefill_overhead: float = 0.0) -> CalibratedCost:
     doc = load_fit(path, f"{where}.path")
     roles = doc["roles"]
     if role not in roles:
@@ -121,6 +145,8 @@ def calibrated_cost(path: str, role: str, overhead: float = 0.0, scale: float = 
                    if isinstance(r, list) and len(r) >= 3 and float(r[2]) > 0)
     return CalibratedCost(decode=decode, prefill=prefill, table=shapes,
                           overhead=check_nonnegative(f"{where}.overhead", overhead),
+                          prefill_overhead=check_nonnegative(f"{where}.prefill_overhead",
+                                                             prefill_overhead),
                           scale=check_range(f"{where}.scale", scale, 0.0, 100.0, lo_open=True),
                           prefill_scale=check_range(f"{where}.prefill_scale", prefill_scale,
                                                     0.0, 100.0, lo_open=True))
@@ -128,17 +154,18 @@ def calibrated_cost(path: str, role: str, overhead: float = 0.0, scale: float = 
 
 def _make(spec: Mapping[str, Any], where: str) -> CostModel:
     check_fields(spec, where, required=("path", "role"),
-                 optional=("overhead", "scale", "prefill_scale", "table"))
+                 optional=("overhead", "scale", "prefill_scale", "table", "prefill_overhead"))
     return calibrated_cost(str(spec["path"]), str(spec["role"]), spec.get("overhead", 0.0),
                            spec.get("scale", 1.0), spec.get("prefill_scale", 1.0), where,
-                           bool(spec.get("table", True)))
+                           bool(spec.get("table", True)), spec.get("prefill_overhead", 0.0))
 
 
 def cost_spec(path: str, role: str, overhead: float = 0.0, scale: float = 1.0,
-              prefill_scale: float = 1.0) -> dict[str, Any]:
+              prefill_scale: float = 1.0, prefill_overhead: float = 0.0) -> dict[str, Any]:
     """The ``sim.costs.make_cost_model`` spec of this model."""
     return {"name": NAME, "path": str(path), "role": role, "overhead": float(overhead),
-            "scale": float(scale), "prefill_scale": float(prefill_scale)}
+            "scale": float(scale), "prefill_scale": float(prefill_scale),
+            "prefill_overhead": float(prefill_overhead)}
 
 
 if NAME not in COST_MODELS:

@@ -7,13 +7,17 @@ The simulator's gain is judged both on the end-to-end throughput (output tokens 
 the demo's headline) and on the paper's decode throughput (prefill steps excluded; the
 simulator writes a prefill as a step of its own, as the runtime does, so both count the same
 work).  The closed form is judged in the steady state it models (``validation.gains``); its error
-over whole runs, drain tail included, is listed without a bound (``UNJUDGED``).
+over whole runs, drain tail included, is listed without a bound (``UNJUDGED``).  Each target
+also says how much of its error the measurement's own noise explains (``validation.noise``):
+the typical standard error of the measured medians and the chance that noise alone, with a
+perfect prediction, would break the bound on at least one of the runs judged.
 """
 from __future__ import annotations
 
 import os
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Sequence
 
 import numpy as np
@@ -23,6 +27,7 @@ from analysis.trace import Trace
 from validation.compare import (DEFAULT_SEEDS, Row, TraceComparison, compare_trace, flatten,
                                 merged)
 from validation.gains import GainResult, closed_form, gain_rows, pair_traces, workload_key
+from validation.noise import break_chance, noise_of
 from validation.replay_model import ReplayParams, load_replay_params
 
 #: summary checks: (label, row metric, row source, bound, error kind)
@@ -75,11 +80,35 @@ class Validation:
                 continue
             worst, run = max(errs)
             mean = float(np.mean([e for e, _ in errs]))
+            noisy = [(abs(r.error), se) for r in self.rows_of(only)
+                     if r.metric == metric and r.source == source and r.error is not None
+                     and (se := self.noise(r)) is not None and se > 0]
+            ses = [se for _, se in noisy]
+            z = (float(np.sqrt(np.mean([(e / se) ** 2 for e, se in noisy]))) if noisy
+                 else None)
             out.append({"target": label, "metric": metric, "source": source, "bound": bound,
                         "kind": kind, "n": len(errs), "mean_abs_error": mean,
                         "max_abs_error": worst, "worst_run": run,
-                        "within": None if bound is None else worst <= bound})
+                        "within": None if bound is None else worst <= bound,
+                        "noise_se": float(np.median(ses)) if ses else None,
+                        "error_over_noise": z,
+                        "noise_break_chance": (None if bound is None or len(ses) < len(errs)
+                                               else break_chance(ses, bound))})
         return out
+
+    @cached_property
+    def _noise(self) -> tuple[dict[str, float | None], Any]:
+        return noise_of(self)
+
+    def noise(self, row: Row) -> float | None:
+        """Standard error of a row's measured value from run-to-run noise
+        (``validation.noise``)."""
+        return self._noise[1](row)
+
+    @property
+    def noise_cvs(self) -> dict[str, float | None]:
+        """Pooled run-to-run CV per metric over the configurations with repeats."""
+        return self._noise[0]
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model_path, "replay_params": self.params.to_dict(),
