@@ -257,6 +257,42 @@ def test_prefill_overheads_per_run_kind_and_added_to_prefill_passes_only(tmp_pat
     assert (p.prefill_overhead("psd"), p.prefill_overhead("ar")) == (0.02, 0.005)
 
 
+def _rows_trace(mode, rows, d, v, n=12):
+    """A trace of n decode steps of ``rows`` sequences, k = 4 (verify 5 tokens a row)."""
+    ids = [f"r{i}" for i in range(rows)]
+    steps, t = [], 0.0
+    for i in range(n):
+        if mode == "psd":
+            ph = (Phase("verify", "cpu:1", t, t + v, rows, 5 * rows),
+                  Phase("draft", "cpu:0", t, t + d, rows, 4 * rows))
+            end = t + max(d, v)
+        else:
+            ph = (Phase("draft", "cpu:0", t, t + d, rows, 4 * rows),
+                  Phase("verify", "cpu:1", t + d, t + d + v, rows, 5 * rows))
+            end = t + d + v
+        steps.append(StepRecord(i, t, end, ph, tuple(Verified(r, 4, 2, 3) for r in ids),
+                                overlapped=mode == "psd"))
+        t = end
+    run = RunInfo(mode=mode, k=4, m=rows, source="runtime",
+                  devices={"drafter": "cpu:0", "target": "cpu:1"})
+    return Trace(run, steps, [RequestRecord(r, 0.0, 0.0, 0.0, t, 10, 3 * n) for r in ids])
+
+
+def test_contention_compares_overlapped_phases_with_serial_ones_of_their_shape():
+    """Serial verification costs 0.10 s for 1 row, 0.30 s for 2 and 0.31 s for 4 (a step
+    function no affine fit follows); PSD steps of 2 and 4 rows take exactly the serial times:
+    no contention, no overlap slowdown, no jitter -- although the affine fit misses both
+    shapes.  A shape serial steps never had is left out of the comparison."""
+    serial = [_rows_trace("sd-sep", r, 0.05 * r, v) for r, v in ((1, 0.10), (2, 0.30),
+                                                                  (4, 0.31))]
+    psd = [_rows_trace("psd", 2, 0.1, 0.30), _rows_trace("psd", 4, 0.2, 0.31),
+           _rows_trace("psd", 3, 0.15, 0.9, n=4)]                 # no serial 3-row steps
+    p = calibrate(serial + psd, holdout=0.0).replay
+    assert p.contention_target == pytest.approx(0.0, abs=1e-9)
+    assert p.contention_drafter == pytest.approx(0.0, abs=1e-9)
+    assert p.overlap_target == pytest.approx(1.0) and p.jitter_cv == pytest.approx(0.0)
+
+
 def test_overlap_slowdown_measured_against_serial_fit(tmp_path):
     """Overlapped phases 1.5x slower than serial ones: the slowdown says 1.5."""
     serial = _hand_trace("sd-sep", 0.1, 0.2, 0.0)
@@ -485,7 +521,8 @@ def test_verify_table_overrides_the_fit_for_measured_shapes(tmp_path):
 def test_verify_table_interpolates_between_measured_token_counts(tmp_path):
     """A token count between two measured ones at the same sequence count takes the straight
     line between their times (a CPU pass is a step function of its shape that the affine fit
-    smooths over); other sequence counts keep the fit, scalar and array calls agree."""
+    smooths over), one past the largest measured there that shape's time plus the fit's
+    increment; other sequence counts keep the fit; scalar and array calls agree."""
     from validation.calibrate import MIN_TABLE
     cal = calibrate([_hand_trace("sd-sep", 0.1, 0.2, 0.0, n=MIN_TABLE + 3)], holdout=0.0)
     path = str(tmp_path / "m.json")
@@ -499,6 +536,9 @@ def test_verify_table_interpolates_between_measured_token_counts(tmp_path):
     assert c.forward_time(2, 10, 50) == pytest.approx(0.5)
     assert c.forward_time(3, 14, 50) == pytest.approx(fit.forward_time(3, 14, 50))
     assert c.forward_time(4, 6, 50) == pytest.approx(fit.forward_time(4, 6, 50))  # below
+    # past the largest measured at its sequence count: that shape plus the fit's increment
+    assert c.forward_time(4, 12, 50) == pytest.approx(
+        0.4 + fit.forward_time(4, 12, 50) - fit.forward_time(4, 8, 50))
     arr = c.forward_time(np.array([2, 2, 3]), np.array([14, 10, 14]), 50.0)
     assert np.allclose(arr, [0.58, 0.5, fit.forward_time(3, 14, 50)])
 

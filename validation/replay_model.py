@@ -9,18 +9,21 @@ overhead).  The cost fits themselves are already unbiased for the mean (``match_
 
 - **Overlap contention**: when the drafter and the target run at the same time each runs
   slower than alone if they share anything -- on a CPU, two cores share the memory bandwidth
-  and the last-level cache (and the controller process).  The cost models are fitted on serial
-  phases; for an overlapped phase the trace's start/end times give ``o``, how long the other
-  device was busy during it.  The contention model: while both run, a role progresses at rate
-  ``1 - c`` of its solo speed, so a phase of solo time ``w`` that overlapped for ``o`` lasts
-  ``w + c * o``; ``c`` per role is the least-squares fit of (measured - fitted serial time) on
-  ``o`` over the overlapped phases.  For a replay, with solo times ``a`` (draft) and ``b``
+  and the last-level cache (and the controller process).  The solo time ``w`` of an overlapped
+  phase is the median of the serial phases of the same shape (``serial_reference``; only
+  shapes that serial steps had are compared when there are enough of them: the affine fit's
+  own error at a shape must not read as contention); the trace's start/end times give ``o``, how long the other device was busy
+  during it.  The contention model: while both run, a role progresses at rate ``1 - c`` of
+  its solo speed, so a phase of solo time ``w`` that overlapped for ``o`` lasts ``w + c * o``;
+  ``c`` per role is the least-squares fit of (measured - solo time) on ``o`` over the
+  overlapped phases.  For a replay, with solo times ``a`` (draft) and ``b``
   (verify) of a full step at the run's k and m, both start together, ``o = min(a / (1 - c_d),
   b / (1 - c_t))`` and the scales are ``1 + c * o / w`` per role (``contention_scales``): a
   phase overlapped for only part of its time is slowed only for that part, which a constant
   factor would not say when k makes drafting much longer or shorter than verification.  The
-  constant factors (total measured / total fitted over the overlapped phases, ``overlap_*``)
-  are kept too; the closed form's "calibrated overlap slowdown" variant uses them.
+  constant factors (``overlap_*``: total measured / total solo time over the overlapped
+  phases, ``overlap_factors``) are kept too; the closed form's
+  "calibrated overlap slowdown" variant uses them.
 - **Proposal cap**: ``draft_cap`` = 1 when the calibration traces show the engine drafting
   fewer than k tokens for a sequence near the end of its output; the replay then simulates
   that cap (``server.cap_proposals``).
@@ -123,24 +126,83 @@ def _overlap(a: Any, b: Any) -> float:
     return max(0.0, min(a.end, b.end) - max(a.start, b.start))
 
 
-def fit_contention(cal: Any, traces: Sequence[Trace]) -> tuple[float, float]:
-    """(c_target, c_drafter): least squares of (measured - fitted solo time) on the time the
-    other device was busy, over the overlapped steps with one draft and one verify phase."""
+#: fewest serial phases of one shape for a same-shape solo reference
+MIN_REFERENCE = 5
+
+
+def _shape(ph: Any) -> tuple[str, int, int]:
+    return (ph.kind, int(ph.seqs), int(ph.tokens))
+
+
+def serial_reference(traces: Sequence[Trace]) -> dict[tuple[str, int, int], float]:
+    """Median time of the serial (not overlapped) draft and verify phases of decode steps by
+    (kind, sequences, tokens), for shapes seen at least MIN_REFERENCE times (traces as
+    ``validation.calibrate.with_draft_forwards`` gives them: verify tokens at their padded
+    width).  The solo time an overlapped phase of the same shape is compared with: on a CPU a
+    pass's time is a step function of its shape, which the affine fit smooths over, so the
+    fit's residuals at the shapes PSD runs would read as contention that is not there."""
+    from collections import defaultdict
+    times: dict[tuple[str, int, int], list[float]] = defaultdict(list)
+    for tr in traces:
+        for s in tr.steps:
+            if s.overlapped or not _is_decode(s):
+                continue
+            for ph in s.phases:
+                if ph.kind in ("draft", "verify") and ph.seqs > 0 and ph.end > ph.start:
+                    times[_shape(ph)].append(ph.end - ph.start)
+    return {k: float(np.median(v)) for k, v in times.items() if len(v) >= MIN_REFERENCE}
+
+
+def _solo(cal: Any, ref: Mapping[tuple[str, int, int], float], ph: Any,
+          strict: bool = False) -> float | None:
+    """Solo time of a decode phase: the same-shape serial median, else (unless ``strict``)
+    the affine fit."""
+    hit = ref.get(_shape(ph))
+    if hit is not None or strict:
+        return hit
     from validation.calibrate import design
-    rows: dict[str, list[tuple[float, float]]] = {"verify": [], "draft": []}
+    name = ph.kind
+    if name not in cal.costs or ph.seqs <= 0 or ph.tokens <= 0:
+        return None
+    return float(cal.costs[name].predict(design(name, [ph]))[0])
+
+
+def _strict(ref: Mapping[tuple[str, int, int], float], phases: Sequence[Any]) -> bool:
+    """Whether enough of ``phases`` have a same-shape reference (MIN_REFERENCE) to use those
+    alone: a shape no serial step had would be compared with the affine fit, whose error at
+    a shape (a step function of it on a CPU) then reads as contention or jitter."""
+    return sum(_shape(ph) in ref for ph in phases) >= MIN_REFERENCE
+
+
+def _overlapped_pairs(traces: Sequence[Trace]):
+    """(draft phase, verify phase) of each overlapped decode step with one of each."""
     for tr in traces:
         for s in tr.steps:
             if not s.overlapped or not _is_decode(s):
                 continue
             d = [p for p in s.phases if p.kind == "draft"]
             v = [p for p in s.phases if p.kind == "verify"]
-            if len(d) != 1 or len(v) != 1:
-                continue
-            o = _overlap(d[0], v[0])
-            for name, ph in (("draft", d[0]), ("verify", v[0])):
-                if name in cal.costs and ph.seqs > 0 and ph.tokens > 0:
-                    w = float(cal.costs[name].predict(design(name, [ph]))[0])
-                    rows[name].append((o, (ph.end - ph.start) - w))
+            if len(d) == 1 and len(v) == 1:
+                yield d[0], v[0]
+
+
+def fit_contention(cal: Any, traces: Sequence[Trace],
+                   ref: Mapping[tuple[str, int, int], float] | None = None
+                   ) -> tuple[float, float]:
+    """(c_target, c_drafter): least squares of (measured - solo time) on the time the other
+    device was busy, over the overlapped steps with one draft and one verify phase; solo
+    times from ``ref`` (``serial_reference``), over the phases whose shape it has when there
+    are enough of them (``_strict``), else with the affine fit for the other shapes."""
+    ref = serial_reference(traces) if ref is None else ref
+    pairs = list(_overlapped_pairs(traces))
+    strict = {k: _strict(ref, [p[i] for p in pairs]) for i, k in enumerate(("draft", "verify"))}
+    rows: dict[str, list[tuple[float, float]]] = {"verify": [], "draft": []}
+    for d, v in pairs:
+        o = _overlap(d, v)
+        for ph in (d, v):
+            w = _solo(cal, ref, ph, strict[ph.kind])
+            if w is not None:
+                rows[ph.kind].append((o, (ph.end - ph.start) - w))
     out = []
     for name in ("verify", "draft"):
         o = np.array([r[0] for r in rows[name]])
@@ -148,6 +210,25 @@ def fit_contention(cal: Any, traces: Sequence[Trace]) -> tuple[float, float]:
         c = float(o @ excess / (o @ o)) if o.size and o @ o > 0 else 0.0
         out.append(float(np.clip(c, *C_RANGE)))
     return out[0], out[1]
+
+
+def overlap_factors(cal: Any, traces: Sequence[Trace],
+                    ref: Mapping[tuple[str, int, int], float] | None = None
+                    ) -> dict[str, float]:
+    """Total measured / total solo time of the overlapped verify and draft phases (solo
+    times as in ``fit_contention``)."""
+    ref = serial_reference(traces) if ref is None else ref
+    pairs = list(_overlapped_pairs(traces))
+    strict = {k: _strict(ref, [p[i] for p in pairs]) for i, k in enumerate(("draft", "verify"))}
+    meas = {"verify": 0.0, "draft": 0.0}
+    solo = {"verify": 0.0, "draft": 0.0}
+    for pair in pairs:
+        for ph in pair:
+            w = _solo(cal, ref, ph, strict[ph.kind])
+            if w is not None:
+                meas[ph.kind] += ph.end - ph.start
+                solo[ph.kind] += w
+    return {k: meas[k] / solo[k] for k in meas if solo[k] > 0}
 
 
 def caps_proposals(traces: Sequence[Trace]) -> bool:
@@ -214,10 +295,6 @@ def serial_only(trace: Trace) -> Trace:
     return replace(trace, steps=[s for s in trace.steps if not s.overlapped])
 
 
-def overlapped_only(trace: Trace) -> Trace:
-    return replace(trace, steps=[s for s in trace.steps if s.overlapped])
-
-
 def _scales(cal: Any, traces: Sequence[Trace]) -> dict[str, float]:
     """(total measured) / (total predicted) per fit name over the traces' phases."""
     from validation.calibrate import predict_phases
@@ -236,20 +313,33 @@ def _local(r: np.ndarray, window: int = 9) -> np.ndarray:
     return np.array([np.median(padded[i:i + window]) for i in range(r.size)])
 
 
-def _spread(cal: Any, traces: Sequence[Trace]) -> float:
-    """Step-to-step CV of measured / fitted verify and draft phase times, pooled: each ratio
-    is taken relative to its neighbours' (a rolling median in time order), so that slow drift
-    of the machine's speed -- which moves drafting and verification together -- does not
-    count as independent jitter."""
-    from validation.calibrate import predict_phases
+def _spread(cal: Any, traces: Sequence[Trace],
+            ref: Mapping[tuple[str, int, int], float] | None = None) -> float:
+    """Step-to-step CV of measured / solo verify and draft phase times of decode steps (solo
+    times as in ``fit_contention``: the same-shape serial median, else the fit -- the fit's
+    own error at each shape would otherwise count as jitter wherever the shape changes, as in
+    a drain), pooled: each ratio is taken relative to its neighbours' (a rolling median in
+    time order), so that slow drift of the machine's speed -- which moves drafting and
+    verification together -- does not count as independent jitter."""
+    ref = serial_reference(traces) if ref is None else ref
+    phases = [ph for tr in traces for s in tr.steps if _is_decode(s) for ph in s.phases]
+    strict = {k: _strict(ref, [ph for ph in phases if ph.kind == k])
+              for k in ("draft", "verify")}
     ratios = []
     for tr in traces:
-        for fit, (pred, meas) in predict_phases(cal, [tr]).items():
-            ok = pred > 0
-            if fit not in ("verify", "draft") or ok.sum() < 3:
+        per_kind: dict[str, list[float]] = {"verify": [], "draft": []}
+        for s in sorted(tr.steps, key=lambda x: (x.start, x.index)):
+            if not _is_decode(s):
                 continue
-            r = meas[ok] / pred[ok]
-            ratios.append(r / _local(r))
+            for ph in s.phases:
+                if ph.kind in per_kind and ph.end > ph.start:
+                    w = _solo(cal, ref, ph, strict[ph.kind])
+                    if w is not None and w > 0:
+                        per_kind[ph.kind].append((ph.end - ph.start) / w)
+        for r in per_kind.values():
+            if len(r) >= 3:
+                arr = np.array(r)
+                ratios.append(arr / _local(arr))
     r = np.concatenate(ratios) if ratios else np.zeros(0)
     return float(np.std(r) / np.mean(r)) if r.size > 1 and np.mean(r) > 0 else 0.0
 
@@ -267,10 +357,11 @@ def replay_params_of(cal: Any, traces: Sequence[Trace]) -> ReplayParams:
     (calibration) traces (module doc)."""
     serial_tr = [serial_only(t) for t in traces]
     serial = _scales(cal, serial_tr)
-    over = _scales(cal, [overlapped_only(t) for t in traces])
+    ref = serial_reference(traces)
+    over = overlap_factors(cal, traces, ref)
     ser_t, ser_d = serial.get("verify", 1.0), serial.get("draft", 1.0)
     o_serial, o_over, o_ar = step_overheads(traces)
-    c_t, c_d = fit_contention(cal, traces)
+    c_t, c_d = fit_contention(cal, traces, ref)
     pre_drafting, pre_ar = prefill_overheads(traces)
     return ReplayParams(overhead_serial=o_serial, overhead_overlapped=o_over,
                         overhead_ar=o_ar,
@@ -279,7 +370,7 @@ def replay_params_of(cal: Any, traces: Sequence[Trace]) -> ReplayParams:
                         overlap_drafter=over.get("draft", ser_d),
                         prefill_target=serial.get("prefill", 1.0),
                         prefill_drafter=serial.get("drafter_prefill", 1.0),
-                        jitter_cv=_spread(cal, serial_tr),
+                        jitter_cv=_spread(cal, serial_tr, ref),
                         contention_target=c_t, contention_drafter=c_d,
                         draft_cap=1.0 if caps_proposals(traces) else 0.0,
                         overhead_prefill=pre_drafting, overhead_prefill_ar=pre_ar)

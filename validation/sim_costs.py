@@ -17,9 +17,9 @@ a step that no phase records).  Decode passes are multiplied by ``scale``, prefi
 smooths over, so a decode pass whose (sequences, tokens) shape the calibration measured often
 enough takes the measured median from the model file's ``meta.tables`` (``table``); a token
 count between two measured ones at the same sequence count, the straight line between them;
-a pass larger than any measured, the largest measured shape's time plus the fit's increment
-from there (the fit has the right slope beyond the steps, not the right level); any other
-shape, the fit.
+a token count past the largest measured at its sequence count, or a pass larger than any
+measured, the (largest) measured shape's time plus the fit's increment from there (the fit has
+the right slope beyond the steps, not the right level); any other shape, the fit.
 
 Spec::
 
@@ -96,8 +96,9 @@ class CalibratedCost(CostModel):
     def _shape_time(self, si: int, ti: int, s: float, t: float, c: float, fit: float) -> float:
         """A measured shape takes its time; a token count between two measured ones at the
         same sequence count, the straight line between them (the time of a pass is a step
-        function of its shape, which an affine fit through all shapes smooths over);
-        anything else ``_beyond``."""
+        function of its shape, which an affine fit through all shapes smooths over); one past
+        the largest measured at its sequence count, that shape's time plus the fit's
+        increment; anything else ``_beyond``."""
         hit = self._look.get((si, ti))
         if hit is not None:
             return hit
@@ -106,6 +107,10 @@ class CalibratedCost(CostModel):
         hi = next((p for p in pts if p[0] > t), None)
         if lo is not None and hi is not None:
             return lo[1] + (hi[1] - lo[1]) * (t - lo[0]) / (hi[0] - lo[0])
+        if lo is not None:
+            # past this sequence count's largest measured shape: its time plus the fit's
+            # increment from there
+            return lo[1] + fit - float(self.decode.forward_time(s, float(lo[0]), c))
         return float(self._beyond(s, t, c, fit))
 
     def _beyond(self, s, t, c, fit):
