@@ -2,16 +2,19 @@
 
 PSD keeps up to 2m running sequences in batch 0 and batch 1: each step the target verifies one
 batch while the drafter drafts the other.  A new sequence joins the smaller batch (ties go to
-the batch about to be drafted, so it gets drafts soonest); when sequences finish, `rebalance`
-moves sequences from the larger batch to the smaller one until they differ by at most one,
-preferring sequences that hold no drafts (moving one that does throws its drafts away).
+the batch about to be drafted, so it gets drafts soonest); at every step boundary, after the
+admissions, `rebalance` moves the most recently admitted sequences from the larger batch to
+the smaller one until they differ by at most one, preferring sequences that hold no drafts
+(moving one that does throws its drafts away).  Admitting first lets new sequences fill the
+batch that finishes emptied, so fewer drafts are thrown away; it is also the simulator's order
+(``sim.batching``, policy ``rebalance``), so a replay puts every sequence where the run did.
 
 Unlike the paper's counter (new requests always join the draft batch; finished ones leave a
 hole), this keeps the batches balanced after finishes and arrivals alike.
 """
 from __future__ import annotations
 
-from typing import Hashable, Iterable
+from typing import Hashable, Iterable, Mapping
 
 from analysis.checks import check_int
 
@@ -56,16 +59,22 @@ class BatchManager:
         batch = self._where.pop(seq)
         self.batches[batch].remove(seq)
 
-    def rebalance(self, prefer: Iterable[Hashable] = ()) -> list[tuple[Hashable, int, int]]:
+    def rebalance(self, prefer: Iterable[Hashable] = (),
+                  admitted: Mapping[Hashable, float] | None = None
+                  ) -> list[tuple[Hashable, int, int]]:
         """Move sequences until the sizes differ by at most one; ``prefer`` lists the
-        sequences cheapest to move.  Returns the moves as (seq, from, to)."""
+        sequences cheapest to move; among them (else among all) the most recently admitted
+        one moves (``admitted``: a sequence's admission order; without it, the one that
+        joined its batch last).  Returns the moves as (seq, from, to)."""
         preferred = set(prefer)
         moves = []
         while abs(len(self.batches[0]) - len(self.batches[1])) >= 2:
             src = 0 if len(self.batches[0]) > len(self.batches[1]) else 1
             dst = 1 - src
             candidates = self.batches[src]
-            pick = next((s for s in reversed(candidates) if s in preferred), candidates[-1])
+            pool = [s for s in candidates if s in preferred] or candidates
+            pick = (max(pool, key=lambda s: admitted[s]) if admitted is not None
+                    else pool[-1])
             candidates.remove(pick)
             self.batches[dst].append(pick)
             self._where[pick] = dst

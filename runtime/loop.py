@@ -47,6 +47,7 @@ class _Loop:
         self.psd = self.cfg.mode == "psd"
         self.bm = BatchManager(self.cfg.batch) if self.psd else None
         self.pending: int | None = None
+        self.admit_rank: dict[Hashable, int] = {}       # admission order (PSD rebalancing)
         self.last_verified: int | None = None
         self.outputs: dict[Hashable, RequestOutput] = {}
         self.progress, self.on_step = progress, on_step
@@ -67,6 +68,7 @@ class _Loop:
                         interrupted = True
                         break
                     self._admit()
+                    self._rebalance()
                     if not self.active:
                         if not self.waiting:
                             break
@@ -127,6 +129,7 @@ class _Loop:
             seq = Seq(req, self.free.pop(0), req.max_new_tokens or self.cfg.max_new_tokens,
                       cap, eos)
             seq.admitted = now()
+            self.admit_rank[seq.id] = len(self.admit_rank)
             if self.bm is not None:
                 seq.batch = self.bm.assign(seq.id, draft_batch=self._next_draft_batch())
             self.active[seq.id] = seq
@@ -233,7 +236,6 @@ class _Loop:
             self._serial_step(list(self.active.values()), draft=True)
         else:
             self._psd_step()
-            self._rebalance()
 
     def _serial_step(self, seqs: list[Seq], draft: bool, batch: int | None = None) -> None:
         """AR (draft=False) or SD: draft the batch, then verify it."""
@@ -288,9 +290,11 @@ class _Loop:
         self._finish_done(vx)
 
     def _rebalance(self) -> None:
-        if self.drafter is None:
+        """PSD: even out the two batches after the admissions (``BatchManager.rebalance``)."""
+        if self.bm is None or self.drafter is None:
             return
-        moves = self.bm.rebalance(prefer=[i for i, s in self.active.items() if not s.drafts])
+        moves = self.bm.rebalance(prefer=[i for i, s in self.active.items() if not s.drafts],
+                                  admitted=self.admit_rank)
         for sid, _src, dst in moves:
             s = self.active[sid]
             s.batch = dst

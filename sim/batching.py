@@ -10,8 +10,11 @@ most m.  Policies are chosen by name (``server.policy``):
   for good (the paper's admitted weakness).  Preemption victim: the most recently admitted.
 - ``rebalance``: a new request joins the smaller batch (the draft batch on ties); the victim of
   a preemption is the most recently admitted request of the larger batch; and at every step
-  boundary, while the sizes differ by more than one, the most recently admitted request of the
-  larger batch (preferring requests without drafts ready) moves to the smaller one.  A moved
+  boundary, after admission, while the sizes differ by more than one, the most recently
+  admitted request of the larger batch (preferring requests without drafts ready: not drafted
+  yet, or, with ``server.cap_proposals``, at their last token) moves to the smaller one -- the
+  runtime's rule (``runtime.batch_manager``), so a replay keeps every request where the run
+  had it.  A moved
   request loses the drafts it had (it is drafted again with its new batch).  Promise: at every
   step boundary, after admission and rebalancing, |size0 - size1| <= 1.
 """

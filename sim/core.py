@@ -20,7 +20,7 @@ import numpy as np
 from sim import lanes
 from sim.batching import BatchManager
 from sim.kv import blocks
-from sim.planner import Plan, Planner
+from sim.planner import Plan, Planner, proposal_caps
 from sim.trajectories import Trajectories
 
 JITTER_KEYS = ("prefill_t", "prefill_d", "draft", "verify")
@@ -198,9 +198,20 @@ class Core:
             if not prefill_only:
                 self.bm.add(r, b)
                 self.last_batch[r] = b
-        for r in self.bm.rebalance(self.ready, self.admit_seq):
+        for r in self.bm.rebalance(self._holds_drafts(), self.admit_seq):
             self.ready[r] = False
             self.last_batch[r] = 1 - self.last_batch[r]
+
+    def _holds_drafts(self) -> np.ndarray:
+        """Per request, whether it holds drafts a move would throw away: drafted (``ready``)
+        and, with ``server.cap_proposals``, allowed at least one draft token (a request at its
+        last token drafts nothing, so moving it costs nothing -- as in the runtime)."""
+        holds = self.ready.copy()
+        ids = np.asarray(self.running_ids(), dtype=np.int64)
+        if self.cap_proposals and ids.size:
+            ctx = self.traj.ctx[self.traj.off[ids] + self.v[ids]]
+            holds[ids] &= proposal_caps(self, ids, ctx) > 0
+        return holds
 
     def could_admit(self) -> bool:
         """Whether an admission could happen at a later boundary without any completion."""

@@ -65,6 +65,24 @@ def test_batch_manager_moves_preferred_sequences_first():
         bm.assign(0)
 
 
+def test_batch_manager_moves_the_most_recently_admitted_first():
+    """With admission ranks the latest admitted (preferred) sequence moves, wherever it
+    stands in its batch (a sequence moved earlier sits last in its new batch)."""
+    bm = BatchManager(4)
+    for s in "abcdef":
+        bm.assign(s)                                   # 0: a c e, 1: b d f
+    for s in "bdf":
+        bm.remove(s)
+    rank = {"a": 2, "c": 0, "e": 1}
+    assert bm.rebalance(admitted=rank) == [("a", 0, 1)]
+    bm2 = BatchManager(4)
+    for s in "abcdef":
+        bm2.assign(s)
+    for s in "bdf":
+        bm2.remove(s)
+    assert bm2.rebalance(prefer=["c", "e"], admitted=rank) == [("e", 0, 1)]
+
+
 # ----------------------------------------------------------------------------- requests
 
 def test_arrival_schedules():
