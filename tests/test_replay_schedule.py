@@ -18,8 +18,9 @@ from runtime.requests import Request  # noqa: E402
 from runtime.runner import ModelSpec  # noqa: E402
 from runtime_engine_util import prompts, shared_pair  # noqa: E402
 from validation.calibrate import calibrate  # noqa: E402
-from validation.compare import _id_key, predict  # noqa: E402
+from validation.compare import predict  # noqa: E402
 from validation.model_file import write_model  # noqa: E402
+from validation.schedule import admission_index, agreement, schedule  # noqa: E402
 from validation.validate import model_params  # noqa: E402
 
 
@@ -27,18 +28,6 @@ from validation.validate import model_params  # noqa: E402
 def models(tmp_path_factory):
     torch.set_num_threads(1)
     return shared_pair(tmp_path_factory)
-
-
-def _schedule(trace, ids=None):
-    """Per step: ('P', n) for a prefill of n sequences, else the sorted verified ids."""
-    out = []
-    for s in sorted(trace.steps, key=lambda x: (x.start, x.index)):
-        pre = [p for p in s.phases if p.kind == "prefill"]
-        if pre:
-            out.append(("P", pre[0].seqs))
-        elif s.verified:
-            out.append(tuple(sorted(ids[v.req] if ids else v.req for v in s.verified)))
-    return out
 
 
 @pytest.mark.parametrize("mode,k,batch", [("psd", 2, 2), ("psd", 3, 3), ("sd-sep", 2, 3)])
@@ -54,9 +43,35 @@ def test_replay_takes_the_runs_schedule(models, tmp_path, mode, k, batch):
     path = str(tmp_path / "model.json")
     write_model(path, calibrate([trace], holdout=0.0))
     _, sim = predict(trace, path, seeds=(0,), params=model_params(path))
-    # the replay numbers requests in the run's admission order
-    order = sorted(trace.requests, key=lambda r: (r.arrival, r.admitted, _id_key(r.id)))
-    index = {r.id: i for i, r in enumerate(order)}
-    measured = _schedule(trace, index)
+    measured = schedule(trace, admission_index(trace))
     assert sum(x[1] for x in measured if x[0] == "P") == len(reqs)
-    assert _schedule(sim) == measured
+    assert schedule(sim) == measured
+    ag = agreement(trace, sim)
+    assert ag.first_difference is None and ag.share == 1.0
+    assert ag.steps_measured == len(measured)
+
+
+def test_agreement_finds_the_first_difference(models, tmp_path):
+    """A replay that lost one step: the agreement says where and how much."""
+    from dataclasses import replace
+    rows = prompts(4, seed=1, lo=2, hi=8)
+    reqs = [Request(f"q{i}", tuple(r), max_new_tokens=6) for i, r in enumerate(rows)]
+    cfg = EngineConfig(mode="sd-sep", k=2, batch=2, max_new_tokens=8, backend="inline",
+                       max_len=64, ignore_eos=True)
+    with Engine(cfg, ModelSpec(str(models["target"])), ModelSpec(str(models["noisy"]))) as eng:
+        trace = eng.run(reqs).trace
+    index = admission_index(trace)
+    renamed = replace(trace, requests=[replace(r, id=index[r.id]) for r in trace.requests],
+                      steps=[replace(s, verified=tuple(replace(v, req=index[v.req])
+                                                       for v in s.verified))
+                             for s in trace.steps])
+    sched = schedule(trace, index)
+    n = len(sched)
+    assert n == len(trace.steps) > 4              # SD: every step prefills or verifies
+    assert agreement(trace, renamed).first_difference is None
+    # drop a step that differs from the next one: the first difference is there
+    i = next(j for j in range(1, n - 1) if sched[j] != sched[j + 1])
+    steps = sorted(renamed.steps, key=lambda x: (x.start, x.index))
+    ag = agreement(trace, replace(renamed, steps=steps[:i] + steps[i + 1:]))
+    assert ag.first_difference == i
+    assert ag.matched == n - 1 and ag.share == pytest.approx((n - 1) / n)

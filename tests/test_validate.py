@@ -399,10 +399,12 @@ def test_cli_report_folder(cli_files, capsys, tmp_path):
     text = capsys.readouterr().out
     assert "PSD/SD gain" in text and "within" in text
     for f in ("report.md", "comparison.csv", "summary.csv", "runs.csv", "calibration.csv",
-              "predicted_vs_measured.png", "gains.png", "phase_fit.png"):
+              "predicted_vs_measured.png", "gains.png", "phase_fit.png", "schedule.csv"):
         assert (out / f).is_file(), f
     md = (out / "report.md").read_text()
     assert "![simulator vs measured](predicted_vs_measured.png)" in md
+    assert "## Does the replay take the run's schedule?" in md
+    assert "P(noise alone breaks bound)" in md
 
 
 def test_cli_bad_input_one_line(cli_files, capsys, tmp_path):

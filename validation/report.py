@@ -284,6 +284,7 @@ def write_report(out_dir: str, validation: Any, named: Sequence[tuple[str, Any]]
             [[r["run"], r["differs"], *r["errors"]] for r in ext]), ""]
     md += ["## PSD/SD gain", "", md_table(TABLE_HEADER, [row_cells(r) for g in validation.gains
                                                         for r in g.rows]), ""]
+    md += _schedule_md(out_dir, validation, files)
     _fig(md, figs, "predicted_vs_measured", "simulator vs measured")
     _fig(md, figs, "gains", "PSD/SD gains")
     _fig(md, figs, "throughput_vs_k", "throughput vs k")
@@ -324,6 +325,29 @@ def write_report(out_dir: str, validation: Any, named: Sequence[tuple[str, Any]]
         fh.write("\n".join(md) + "\n")
     files["report"] = path
     return files
+
+
+def _schedule_md(out_dir: str, validation: Any, files: dict[str, str]) -> list[str]:
+    """``schedule.csv`` and its section: does each replay take its run's schedule?"""
+    from validation.schedule import agreement_rows
+    rows = agreement_rows(validation)
+    if not rows:
+        return []
+    files["schedule"] = write_csv(os.path.join(out_dir, "schedule.csv"),
+                                  ("run", "steps_measured", "steps_replayed", "matched",
+                                   "share", "first_difference"), rows)
+    body = [[r["run"], str(r["steps_measured"]), str(r["steps_replayed"]),
+             f"{100 * r['share']:.0f}%",
+             "none" if r["first_difference"] is None else str(r["first_difference"])]
+            for r in rows]
+    return ["## Does the replay take the run's schedule?", "",
+            "Each step told by what it did (a prefill of n sequences, or the requests it "
+            "verified); the first run of each configuration against its replay "
+            "(`validation.schedule`).  With greedy match patterns an offline replay should "
+            "make the run's steps in the run's order; positions the patterns do not know, and "
+            "arrival times against step boundaries (Poisson runs), make it drift.", "",
+            md_table(["run", "steps measured", "steps replayed", "matched", "first difference"],
+                     body), ""]
 
 
 def _ms(x: Any) -> str:
