@@ -9,21 +9,21 @@ overhead).  The cost fits themselves are already unbiased for the mean (``match_
 
 - **Overlap contention**: when the drafter and the target run at the same time each runs
   slower than alone if they share anything -- on a CPU, two cores share the memory bandwidth
-  and the last-level cache (and the controller process).  The solo time ``w`` of an overlapped
-  phase is the median of the serial phases of the same shape (``serial_reference``; only
-  shapes that serial steps had are compared when there are enough of them: the affine fit's
-  own error at a shape must not read as contention); the trace's start/end times give ``o``, how long the other device was busy
-  during it.  The contention model: while both run, a role progresses at rate ``1 - c`` of
-  its solo speed, so a phase of solo time ``w`` that overlapped for ``o`` lasts ``w + c * o``;
-  ``c`` per role is the least-squares fit of (measured - solo time) on ``o`` over the
-  overlapped phases.  For a replay, with solo times ``a`` (draft) and ``b``
-  (verify) of a full step at the run's k and m, both start together, ``o = min(a / (1 - c_d),
-  b / (1 - c_t))`` and the scales are ``1 + c * o / w`` per role (``contention_scales``): a
-  phase overlapped for only part of its time is slowed only for that part, which a constant
-  factor would not say when k makes drafting much longer or shorter than verification.  The
-  constant factors (``overlap_*``: total measured / total solo time over the overlapped
-  phases, ``overlap_factors``) are kept too; the closed form's
-  "calibrated overlap slowdown" variant uses them.
+  and the last-level cache (and the controller process).  The solo time ``w`` of an
+  overlapped phase is the median of the serial phases of the same shape
+  (``serial_reference``; only shapes that serial steps had are compared when there are enough
+  of them: the affine fit's own error at a shape must not read as contention); the trace's
+  start/end times give ``o``, how long the other device was busy during it.  The contention
+  model: while both run, a role progresses at rate ``1 - c`` of its solo speed, so a phase of
+  solo time ``w`` that overlapped for ``o`` lasts ``w + c * o``; ``c`` per role is the
+  least-squares fit of (measured - solo time) on ``o`` over the overlapped phases.  For a
+  replay, with solo times ``a`` (draft) and ``b`` (verify) of a full step at the run's k and
+  m, both start together, ``o = min(a / (1 - c_d), b / (1 - c_t))`` and the scales are
+  ``1 + c * o / w`` per role (``contention_scales``): a phase overlapped for only part of its
+  time is slowed only for that part, which a constant factor would not say when k makes
+  drafting much longer or shorter than verification.  The constant factors (``overlap_*``:
+  total measured / total solo time over the overlapped phases, ``overlap_factors``) are kept
+  too; the closed form's "calibrated overlap slowdown" variant uses them.
 - **Proposal cap**: ``draft_cap`` = 1 when the calibration traces show the engine drafting
   fewer than k tokens for a sequence near the end of its output; the replay then simulates
   that cap (``server.cap_proposals``).
@@ -34,7 +34,7 @@ overhead).  The cost fits themselves are already unbiased for the mean (``match_
   the same for prefill steps (``prefill_overheads``: runs with a drafter and AR runs apart),
   added to the target's prefill pass.
 - **Spread**: PSD's step is the longer of two phases, and E[max(t, V)] > max(E t, E V) when
-  they vary (``analysis.theory.jitter``); the step-to-step CV of measured / fitted decode
+  they vary (``analysis.theory.jitter``); the step-to-step CV of measured / solo decode
   phase times (relative to a rolling median, so slow drift is not counted) is kept as
   ``jitter_cv`` and the replay draws gamma step-time jitter with it (mean 1, so the mean
   times stay as calibrated).
@@ -186,23 +186,32 @@ def _overlapped_pairs(traces: Sequence[Trace]):
                 yield d[0], v[0]
 
 
-def fit_contention(cal: Any, traces: Sequence[Trace],
-                   ref: Mapping[tuple[str, int, int], float] | None = None
-                   ) -> tuple[float, float]:
-    """(c_target, c_drafter): least squares of (measured - solo time) on the time the other
-    device was busy, over the overlapped steps with one draft and one verify phase; solo
-    times from ``ref`` (``serial_reference``), over the phases whose shape it has when there
-    are enough of them (``_strict``), else with the affine fit for the other shapes."""
+def _overlapped_solo(cal: Any, traces: Sequence[Trace],
+                     ref: Mapping[tuple[str, int, int], float] | None = None):
+    """(phase, time the other device was busy during it, solo time) of the draft and verify
+    phases of overlapped steps: solo times from ``ref`` (``serial_reference``), over the
+    phases whose shape it has when there are enough of them (``_strict``), else with the
+    affine fit for the other shapes."""
     ref = serial_reference(traces) if ref is None else ref
     pairs = list(_overlapped_pairs(traces))
     strict = {k: _strict(ref, [p[i] for p in pairs]) for i, k in enumerate(("draft", "verify"))}
-    rows: dict[str, list[tuple[float, float]]] = {"verify": [], "draft": []}
     for d, v in pairs:
         o = _overlap(d, v)
         for ph in (d, v):
             w = _solo(cal, ref, ph, strict[ph.kind])
             if w is not None:
-                rows[ph.kind].append((o, (ph.end - ph.start) - w))
+                yield ph, o, w
+
+
+def fit_contention(cal: Any, traces: Sequence[Trace],
+                   ref: Mapping[tuple[str, int, int], float] | None = None
+                   ) -> tuple[float, float]:
+    """(c_target, c_drafter): least squares of (measured - solo time) on the time the other
+    device was busy, over the overlapped steps with one draft and one verify phase (solo
+    times: ``_overlapped_solo``)."""
+    rows: dict[str, list[tuple[float, float]]] = {"verify": [], "draft": []}
+    for ph, o, w in _overlapped_solo(cal, traces, ref):
+        rows[ph.kind].append((o, (ph.end - ph.start) - w))
     out = []
     for name in ("verify", "draft"):
         o = np.array([r[0] for r in rows[name]])
@@ -216,18 +225,12 @@ def overlap_factors(cal: Any, traces: Sequence[Trace],
                     ref: Mapping[tuple[str, int, int], float] | None = None
                     ) -> dict[str, float]:
     """Total measured / total solo time of the overlapped verify and draft phases (solo
-    times as in ``fit_contention``)."""
-    ref = serial_reference(traces) if ref is None else ref
-    pairs = list(_overlapped_pairs(traces))
-    strict = {k: _strict(ref, [p[i] for p in pairs]) for i, k in enumerate(("draft", "verify"))}
+    times: ``_overlapped_solo``)."""
     meas = {"verify": 0.0, "draft": 0.0}
     solo = {"verify": 0.0, "draft": 0.0}
-    for pair in pairs:
-        for ph in pair:
-            w = _solo(cal, ref, ph, strict[ph.kind])
-            if w is not None:
-                meas[ph.kind] += ph.end - ph.start
-                solo[ph.kind] += w
+    for ph, _, w in _overlapped_solo(cal, traces, ref):
+        meas[ph.kind] += ph.end - ph.start
+        solo[ph.kind] += w
     return {k: meas[k] / solo[k] for k in meas if solo[k] > 0}
 
 

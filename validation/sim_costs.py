@@ -12,8 +12,9 @@ cached context (``context == 0``: in the simulator only prefills -- fresh or rec
 preemption -- start from an empty cache) and the decode fit for the rest, plus ``overhead``
 seconds per decode pass and ``prefill_overhead`` per prefill pass (the controller's time around
 a step that no phase records).  Decode passes are multiplied by ``scale``, prefills by
-``prefill_scale`` (the overlap slowdown and mean corrections of ``validation.replay_model``).  On a CPU the time of a small pass is a step function of its shape
-(kernel blocking, the padding of ``runtime.runner``), which an affine fit through all shapes
+``prefill_scale`` (the overlap slowdown and mean corrections of ``validation.replay_model``).
+On a CPU the time of a small pass is a step function of its shape (kernel blocking, the
+padding of ``runtime.runner``), which an affine fit through all shapes
 smooths over, so a decode pass whose (sequences, tokens) shape the calibration measured often
 enough takes the measured median from the model file's ``meta.tables`` (``table``); a token
 count between two measured ones at the same sequence count, the straight line between them;
