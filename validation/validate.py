@@ -74,15 +74,15 @@ class Validation:
         out = []
         listed = [(label, metric, source, None, "rel") for label, metric, source in UNJUDGED]
         for label, metric, source, bound, kind in (*TARGETS, *listed):
-            errs = [(abs(r.error), r.run) for r in self.rows_of(only)
+            rows = [r for r in self.rows_of(only)
                     if r.metric == metric and r.source == source and r.error is not None]
-            if not errs:
+            if not rows:
                 continue
+            errs = [(abs(r.error), r.run) for r in rows]
             worst, run = max(errs)
             mean = float(np.mean([e for e, _ in errs]))
-            noisy = [(abs(r.error), se) for r in self.rows_of(only)
-                     if r.metric == metric and r.source == source and r.error is not None
-                     and (se := self.noise(r)) is not None and se > 0]
+            noisy = [(abs(r.error), se) for r in rows if (se := self.noise(r)) is not None
+                     and se > 0]
             ses = [se for _, se in noisy]
             z = (float(np.sqrt(np.mean([(e / se) ** 2 for e, se in noisy]))) if noisy
                  else None)
