@@ -96,13 +96,18 @@ def _id_key(rid: Any) -> tuple:
     return (0, rid, "") if isinstance(rid, int) else (1, 0, str(rid))
 
 
+def admission_order(trace: Trace) -> list:
+    """The trace's requests in the order the engine admitted them (a trace lists them as they
+    finished): arrival, admission time, then id."""
+    return sorted(trace.requests, key=lambda r: (r.arrival, r.admitted, _id_key(r.id)))
+
+
 def write_replay(trace: Trace, path: str | os.PathLike) -> str:
     """The measured workload as a replay CSV (arrival, prompt_len, output_len, key = the
     request id, for acceptance models that know requests: ``sim.acceptance_matches``),
     arrivals relative to the first one, in the order the run admitted them (ties in arrival
     keep that order in the replay)."""
-    # the order the engine admitted them (a trace lists requests as they finished)
-    reqs = sorted(trace.requests, key=lambda r: (r.arrival, r.admitted, _id_key(r.id)))
+    reqs = admission_order(trace)
     if not reqs:
         raise ValueError(f"trace: {trace.run.mode} run has no request records to replay")
     t0 = reqs[0].arrival

@@ -250,6 +250,15 @@ def _is_decode(step) -> bool:
 MAX_STEP_GAP = 0.05
 
 
+def _steps_with_pause(trace: Trace):
+    """(step, the controller's pause before the next step) in time order; a pause longer
+    than MAX_STEP_GAP is a wait for an arrival and counts as 0."""
+    steps = sorted(trace.steps, key=lambda x: (x.start, x.index))
+    for s, nxt in zip(steps, steps[1:] + [None]):
+        gap = 0.0 if nxt is None else nxt.start - s.end
+        yield s, (gap if 0.0 < gap <= MAX_STEP_GAP else 0.0)
+
+
 def step_overheads(traces: Sequence[Trace]) -> tuple[float, float, float]:
     """Mean (serial, overlapped, no-draft) uncovered time per decode step (0 when there is
     none): the step's time beyond its critical path, plus the controller's pause before the
@@ -259,15 +268,12 @@ def step_overheads(traces: Sequence[Trace]) -> tuple[float, float, float]:
     to all serial steps when none drafted."""
     serial, overlapped, nodraft = [], [], []
     for tr in traces:
-        steps = sorted(tr.steps, key=lambda x: (x.start, x.index))
-        for s, nxt in zip(steps, steps[1:] + [None]):
+        for s, pause in _steps_with_pause(tr):
             if not _is_decode(s):
                 continue
             d = sum(p.end - p.start for p in s.phases if p.kind == "draft")
             v = sum(p.end - p.start for p in s.phases if p.kind == "verify")
             path = max(d, v) if s.overlapped else d + v
-            gap = 0.0 if nxt is None else nxt.start - s.end
-            pause = gap if 0.0 < gap <= MAX_STEP_GAP else 0.0
             bucket = overlapped if s.overlapped else serial if d > 0 else nodraft
             bucket.append(max(0.0, s.end - s.start - path) + pause)
     def mean(x: list[float]) -> float:
@@ -281,13 +287,10 @@ def prefill_overheads(traces: Sequence[Trace]) -> tuple[float, float]:
     ``step_overheads`` for decode steps; 0 when there is none."""
     drafting, ar = [], []
     for tr in traces:
-        steps = sorted(tr.steps, key=lambda x: (x.start, x.index))
-        for s, nxt in zip(steps, steps[1:] + [None]):
+        for s, pause in _steps_with_pause(tr):
             pre = [p.end - p.start for p in s.phases if p.kind == "prefill"]
             if not pre:
                 continue
-            gap = 0.0 if nxt is None else nxt.start - s.end
-            pause = gap if 0.0 < gap <= MAX_STEP_GAP else 0.0
             (ar if tr.run.mode == "ar" else drafting).append(
                 max(0.0, s.end - s.start - max(pre)) + pause)
     return (float(np.mean(drafting)) if drafting else 0.0, float(np.mean(ar)) if ar else 0.0)

@@ -100,13 +100,16 @@ def _bound(item: Mapping[str, Any]) -> str:
 
 
 def _err(item: Mapping[str, Any], key: str) -> str:
-    v = item[key]
-    return f"{v:.1f} pp" if item["kind"] == "pp" else f"{100 * v:.1f}%"
+    return _fmt_err(item["kind"], item[key])
+
+
+def _fmt_err(kind: str, v: float) -> str:
+    return f"{v:.1f} pp" if kind == "pp" else f"{100 * v:.1f}%"
 
 
 def _noise_cells(s: Mapping[str, Any]) -> list[str]:
     se, z, chance = (s.get(k) for k in ("noise_se", "error_over_noise", "noise_break_chance"))
-    return ["n/a" if se is None else _err({**s, "v": se}, "v"),
+    return ["n/a" if se is None else _fmt_err(s["kind"], se),
             "n/a" if z is None else f"{z:.2f}",
             "n/a" if chance is None else f"{100 * chance:.0f}%"]
 

@@ -20,9 +20,8 @@ from analysis.trace import Trace
 
 def admission_index(trace: Trace) -> dict[Hashable, int]:
     """Request id -> its position in the run's admission order (the replay's numbering)."""
-    from validation.compare import _id_key
-    order = sorted(trace.requests, key=lambda r: (r.arrival, r.admitted, _id_key(r.id)))
-    return {r.id: i for i, r in enumerate(order)}
+    from validation.compare import admission_order
+    return {r.id: i for i, r in enumerate(admission_order(trace))}
 
 
 def schedule(trace: Trace, ids: Mapping[Hashable, int] | None = None) -> list[tuple]:
