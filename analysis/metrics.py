@@ -47,7 +47,11 @@ __all__ = ["summarize", "percentiles", "decode_steps", "first_steps", "is_decode
 
 
 def _ratio(num: float, den: float) -> float | None:
-    return float(num) / float(den) if den > 0 else None
+    """num / den; None for no time (den <= 0) or a time so short the ratio overflows."""
+    if not den > 0:
+        return None
+    r = float(num) / float(den)
+    return r if math.isfinite(r) else None
 
 
 def is_decode_step(step: StepRecord) -> bool:

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from analysis.metrics import first_steps, percentiles, summarize
@@ -264,6 +264,8 @@ def _in_unit(x):
 
 @settings(deadline=None, max_examples=150)
 @given(random_traces(), st.floats(0.01, 1.0))
+@example(Trace(RunInfo(mode="psd", k=2, m=2, source="test"),    # a step of 5e-324 s
+               [StepRecord(0, 0.0, 5e-324, (), (Verified(0, 0, 0, 1),))], []), 1.0)
 def test_metric_invariants(trace, fraction):
     s = summarize(trace, steps_fraction=fraction)
     json.dumps(s, allow_nan=False)
