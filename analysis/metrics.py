@@ -38,9 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from analysis.checks import check_range
-from analysis.stats import clip_intervals, covered_length, percentiles, union_length
-from analysis.trace import StepRecord, Trace
+from psdlab.analysis.checks import check_range
+from psdlab.analysis.stats import clip_intervals, covered_length, percentiles, union_length
+from psdlab.analysis.trace import StepRecord, Trace
 
 __all__ = ["summarize", "percentiles", "decode_steps", "first_steps", "is_decode_step",
            "steady_steps"]

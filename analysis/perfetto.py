@@ -17,7 +17,7 @@ import json
 import os
 from typing import Any
 
-from analysis.trace import Phase, RequestRecord, StepRecord, Trace, record_to_dict
+from psdlab.analysis.trace import Phase, RequestRecord, StepRecord, Trace, record_to_dict
 
 US = 1e6
 STEPS_LANE = "steps"

@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from analysis.theory import exact_ratio, exponential_optimum, sd_opt_draft
+from psdlab.analysis.theory import exact_ratio, exponential_optimum, sd_opt_draft
 
 
 def main(n: int = 1_000_000, repeats: int = 3) -> None:

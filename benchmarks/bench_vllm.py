@@ -77,7 +77,7 @@ def smollm2_pair(drafter: str = "auto") -> tuple[str, str, str]:
         draft = layer_skip_drafter(target, CACHE / "smollm2-135m-skip3+3")
         return str(target), str(draft), "layer-skip drafter (target layers 0-2 and 27-29)"
     try:
-        from runtime.pair import prepare_pair
+        from psdlab.runtime.pair import prepare_pair
         pair = prepare_pair(progress=True)
         return pair.target_dir, pair.drafter_dir, "psdlab distilled drafter"
     except Exception as exc:  # the distilled drafter (or its converter) is not available
@@ -87,8 +87,8 @@ def smollm2_pair(drafter: str = "auto") -> tuple[str, str, str]:
 
 
 def _converted_target() -> Path:
-    from runtime.pair import find_gguf
-    from runtime.weights import convert_gguf, is_complete_conversion
+    from psdlab.runtime.pair import find_gguf
+    from psdlab.runtime.weights import convert_gguf, is_complete_conversion
     target = CACHE / "smollm2-135m"
     if not is_complete_conversion(target):
         convert_gguf(str(find_gguf()), str(target))
@@ -97,7 +97,7 @@ def _converted_target() -> Path:
 
 def prompts_for(target: str, n: int) -> list[list[int]]:
     from transformers import AutoTokenizer
-    from runtime.prompts import load_prompts
+    from psdlab.runtime.prompts import load_prompts
     tok = AutoTokenizer.from_pretrained(target)
     out = []
     for p in load_prompts(None)[:n]:
@@ -144,10 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="out/bench_vllm", help="trace directory")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    from runtime.vllm_ext.engine import VllmRunConfig, quiet_vllm_logs, run_vllm
+    from psdlab.runtime.vllm_ext.engine import VllmRunConfig, quiet_vllm_logs, run_vllm
     quiet_vllm_logs()
     if args.tiny:
-        from runtime.vllm_ext.tiny import tiny_pair, tiny_prompts
+        from psdlab.runtime.vllm_ext.tiny import tiny_pair, tiny_prompts
         pair = tiny_pair(CACHE / "tiny")
         target, draft, kind = pair["target"], pair["draft"], "tiny noisy copy"
         prompts = tiny_prompts(args.prompts)

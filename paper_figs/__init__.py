@@ -1,6 +1,6 @@
 """Figures regenerated from code: PNG plus the CSV behind each.
 
-``psdlab figs OUTDIR`` or ``python -m paper_figs OUTDIR`` (options in ``paper_figs.cli``);
+``psdlab figs OUTDIR`` or ``python -m psdlab.paper_figs OUTDIR`` (options in ``paper_figs.cli``);
 from Python: ``paper_figs.registry.make_figures(FigOptions(outdir, quick=..., traces=...,
 validation=...), names)``.  One module per figure: ``fig_theory`` (1), ``fig_throughput_k``
 (2), ``fig_batch_ablation`` (3), ``fig_lifespan`` (4), ``fig_step_times`` (5),

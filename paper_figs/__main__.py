@@ -1,6 +1,6 @@
-"""``python -m paper_figs OUTDIR [--only ...] [--quick] [--traces DIR] [--validation FILE]``."""
+"""``python -m psdlab.paper_figs OUTDIR [--only ...] [--quick] [--traces DIR] [--validation FILE]``."""
 import sys
 
-from paper_figs.cli import main
+from psdlab.paper_figs.cli import main
 
 sys.exit(main())

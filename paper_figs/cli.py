@@ -1,4 +1,4 @@
-"""Command-line arguments and entry point shared by ``psdlab figs`` and ``python -m paper_figs``
+"""Command-line arguments and entry point shared by ``psdlab figs`` and ``python -m psdlab.paper_figs``
 (argparse only at import time; matplotlib and the simulator are imported when it runs)."""
 from __future__ import annotations
 
@@ -34,16 +34,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run_args(args: argparse.Namespace) -> int:
     import os
 
-    from analysis.checks import check_int
-    from paper_figs.common import FigOptions, trace_files
-    from paper_figs.registry import make_figures, parse_only
+    from psdlab.analysis.checks import check_int
+    from psdlab.paper_figs.common import FigOptions, trace_files
+    from psdlab.paper_figs.registry import make_figures, parse_only
 
     names = parse_only(args.only)
     check_int("--seed", args.seed, 0)
     if args.validation and not os.path.isfile(args.validation):
         raise FileNotFoundError(2, "No such file", args.validation)
     if args.validation and "validation" in names:
-        from paper_figs.fig_validation import read_validation
+        from psdlab.paper_figs.fig_validation import read_validation
         read_validation(args.validation)        # bad input fails before any figure is made
     opts = FigOptions(outdir=args.outdir, quick=args.quick, traces=trace_files(args.traces),
                       validation=args.validation, seed=args.seed)
@@ -65,7 +65,7 @@ def run_args(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m paper_figs",
+    parser = argparse.ArgumentParser(prog="python -m psdlab.paper_figs",
                                      description="Regenerate psdlab's figures (PNG + CSV).",
                                      epilog=EPILOG)
     add_arguments(parser)

@@ -125,7 +125,7 @@ def trace_files(paths: Iterable[str]) -> tuple[str, ...]:
 
 def load_traces(paths: Sequence[str]) -> tuple[list[tuple[str, Any]], list[str]]:
     """Read psdlab traces; returns ([(path, Trace)], notes for files that are not traces)."""
-    from analysis.trace import TraceFormatError, read_trace
+    from psdlab.analysis.trace import TraceFormatError, read_trace
 
     good, notes = [], []
     for path in paths:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from paper_figs import simruns
-from paper_figs.common import COLORS, MARKERS, FigOptions, FigureOutput, Tick, new_figure, \
+from psdlab.paper_figs import simruns
+from psdlab.paper_figs.common import COLORS, MARKERS, FigOptions, FigureOutput, Tick, new_figure, \
     save_png, write_csv
 
 NAME = "batch_ablation"

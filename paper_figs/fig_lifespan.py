@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from paper_figs import simruns
-from paper_figs.common import (COLORS, NO_TRACES, FigOptions, FigureOutput, Tick, load_traces,
+from psdlab.paper_figs import simruns
+from psdlab.paper_figs.common import (COLORS, NO_TRACES, FigOptions, FigureOutput, Tick, load_traces,
                                new_figure, note_panel, save_png, write_csv)
 
 NAME = "lifespan"
@@ -33,8 +33,8 @@ def units(opts: FigOptions) -> int:
 
 
 def simulated_trace(seed: int = 0) -> Any:
-    from sim.config import config_from_dict
-    from sim.engine import simulate
+    from psdlab.sim.config import config_from_dict
+    from psdlab.sim.engine import simulate
 
     st = simruns.SETTINGS[1]
     cfg = config_from_dict({

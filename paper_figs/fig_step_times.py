@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from paper_figs import simruns
-from paper_figs.common import (COLORS, MARKERS, NO_TRACES, FigOptions, FigureOutput, Tick,
+from psdlab.paper_figs import simruns
+from psdlab.paper_figs.common import (COLORS, MARKERS, NO_TRACES, FigOptions, FigureOutput, Tick,
                                label_of, load_traces, new_figure, note_panel, save_png,
                                write_csv)
 

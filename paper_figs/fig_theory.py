@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from paper_figs.common import FigOptions, FigureOutput, Tick, new_figure, save_png, write_csv
+from psdlab.paper_figs.common import FigOptions, FigureOutput, Tick, new_figure, save_png, write_csv
 
 NAME = "theory"
 TITLE = "exact PSD saving vs alpha*V with the paper's Theorem-1 bound"
@@ -21,7 +21,7 @@ def units(opts: FigOptions) -> int:
 
 
 def rows(points: int) -> list[dict]:
-    from analysis.theory import (THEOREM1_RATIO, THEOREM1_SAVING, exact_ratio,
+    from psdlab.analysis.theory import (THEOREM1_RATIO, THEOREM1_SAVING, exact_ratio,
                                  paper_ratio_bound, theorem1_threshold)
 
     x = np.unique(np.concatenate([np.logspace(-2, 3, points), [1.2564312086261695,
@@ -37,7 +37,7 @@ def rows(points: int) -> list[dict]:
 
 
 def _plot(data: list[dict], outdir: str) -> str:
-    from analysis.theory import THEOREM1_SAVING, peak, region, theorem1_check, theorem1_threshold
+    from psdlab.analysis.theory import THEOREM1_SAVING, peak, region, theorem1_check, theorem1_threshold
 
     x = np.array([r["alpha_v"] for r in data])
     exact = np.array([r["exact_saving"] for r in data])

@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from paper_figs import simruns
-from paper_figs.common import (COLORS, MARKERS, NO_TRACES, FigOptions, FigureOutput, Tick,
+from psdlab.paper_figs import simruns
+from psdlab.paper_figs.common import (COLORS, MARKERS, NO_TRACES, FigOptions, FigureOutput, Tick,
                                load_traces, new_figure, note_panel, save_png, write_csv)
 
 NAME = "throughput_k"
@@ -64,7 +64,7 @@ def setting_rows(opts: FigOptions, tick: Tick) -> list[dict[str, Any]]:
 
 def local_rows(opts: FigOptions, tick: Tick, notes: list[str]) -> list[dict[str, Any]]:
     """Calibrated simulation (lines) and measured traces (points) for the local pair."""
-    from analysis.metrics import summarize
+    from psdlab.analysis.metrics import summarize
 
     loaded, bad = load_traces(opts.traces)
     notes.extend(bad)

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from paper_figs import simruns
-from paper_figs.common import (FigOptions, FigureOutput, Tick, load_traces, new_figure,
+from psdlab.paper_figs import simruns
+from psdlab.paper_figs.common import (FigOptions, FigureOutput, Tick, load_traces, new_figure,
                                save_png, write_csv)
 
 NAME = "validation"
@@ -100,7 +100,7 @@ def _metric(met: dict[str, Any], key: str) -> float | None:
 
 def heldout_pairs(traces: list[tuple[str, Any]], seed: int, notes: list[str]) -> list[dict]:
     """Leave-one-trace-out: calibrate on the others, simulate this one, compare metrics."""
-    from analysis.metrics import summarize
+    from psdlab.analysis.metrics import summarize
 
     usable = [(p, t) for p, t in traces if t.run.mode in ("sd", "sd-sep", "psd") and t.steps
               and t.requests]

@@ -8,15 +8,15 @@ import os
 import sys
 from typing import Sequence
 
-from paper_figs.common import FigOptions, FigureOutput
+from psdlab.paper_figs.common import FigOptions, FigureOutput
 
 FIGURES: dict[str, str] = {
-    "theory": "paper_figs.fig_theory",
-    "throughput_k": "paper_figs.fig_throughput_k",
-    "batch_ablation": "paper_figs.fig_batch_ablation",
-    "lifespan": "paper_figs.fig_lifespan",
-    "step_times": "paper_figs.fig_step_times",
-    "validation": "paper_figs.fig_validation",
+    "theory": "psdlab.paper_figs.fig_theory",
+    "throughput_k": "psdlab.paper_figs.fig_throughput_k",
+    "batch_ablation": "psdlab.paper_figs.fig_batch_ablation",
+    "lifespan": "psdlab.paper_figs.fig_lifespan",
+    "step_times": "psdlab.paper_figs.fig_step_times",
+    "validation": "psdlab.paper_figs.fig_validation",
 }
 
 

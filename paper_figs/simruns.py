@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from analysis.checks import check_int
+from psdlab.analysis.checks import check_int
 
-from paper_figs.common import label_of
+from psdlab.paper_figs.common import label_of
 
 
 @dataclass(frozen=True)
@@ -53,8 +53,8 @@ def paper_config(setting: Setting, mode: str, k: int, m: int, requests: int,
     """The paper's setup in the simulator: Qwen3-32B on 4x L40 (TP 4), drafter on a fifth L40
     (TP 1; for mode "sd" it shares a target GPU), roofline costs, ShareGPT-like prompts,
     256 output tokens, all requests at t = 0."""
-    from sim.config import config_from_dict
-    from sim.lengths import sharegpt_like_lengths
+    from psdlab.sim.config import config_from_dict
+    from psdlab.sim.lengths import sharegpt_like_lengths
 
     prompt, _ = sharegpt_like_lengths()
     return config_from_dict({
@@ -76,8 +76,8 @@ _MEMO: dict[str, dict[str, Any]] = {}
 
 
 def run_metrics(config: Any) -> dict[str, Any]:
-    """analysis.metrics.summarize of one simulation, memoised on the config."""
-    from sim.engine import simulate
+    """psdlab.analysis.metrics.summarize of one simulation, memoised on the config."""
+    from psdlab.sim.engine import simulate
 
     key = repr(config)
     if key not in _MEMO:
@@ -109,7 +109,7 @@ def calibrate_from(traces: Sequence[Any]) -> Calibrated:
     """Fit the simulator to SD/PSD traces (validation.calibrate); ValueError if it cannot."""
     from collections import Counter
 
-    from validation.calibrate import calibrate, forward_coefficients
+    from psdlab.validation.calibrate import calibrate, forward_coefficients
 
     spec = [t for t in traces if t.run.mode in ("sd", "sd-sep", "psd") and t.steps]
     if not spec:
@@ -136,7 +136,7 @@ def calibrate_from(traces: Sequence[Any]) -> Calibrated:
 
 
 def calibrated_config(cal: Calibrated, mode: str, k: int, requests: int, seed: int = 0) -> Any:
-    from sim.config import config_from_dict
+    from psdlab.sim.config import config_from_dict
 
     check_int("k", k, 1, 64)
     return config_from_dict({

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Hashable, Iterable, Mapping
 
-from analysis.checks import check_int
+from psdlab.analysis.checks import check_int
 
 
 class BatchManager:

@@ -21,12 +21,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from analysis.metrics import summarize
-from analysis.trace import Trace
-from runtime.engine import Engine, EngineConfig
-from runtime.requests import Request
-from runtime.runner import ModelSpec
-from runtime.tracing import overlap_seconds
+from psdlab.analysis.metrics import summarize
+from psdlab.analysis.trace import Trace
+from psdlab.runtime.engine import Engine, EngineConfig
+from psdlab.runtime.requests import Request
+from psdlab.runtime.runner import ModelSpec
+from psdlab.runtime.tracing import overlap_seconds
 
 
 def _say(msg: str, quiet: bool) -> None:

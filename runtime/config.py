@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from analysis.checks import check_int, check_positive
+from psdlab.analysis.checks import check_int, check_positive
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 SUPPORTED_ROPE_TYPES = ("default", "llama3")

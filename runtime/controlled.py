@@ -16,7 +16,7 @@ from typing import Hashable, Mapping, Sequence
 
 import numpy as np
 
-from analysis.checks import check_range
+from psdlab.analysis.checks import check_range
 
 
 class ControlledProposer:

@@ -23,7 +23,7 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
-from analysis.checks import check_int
+from psdlab.analysis.checks import check_int
 
 
 @dataclass(frozen=True)
@@ -190,7 +190,7 @@ def build_drafter_model(target: Any, spec: Any, mlp_width: int | None = None) ->
     """In-memory drafter (LlamaForCausalLM) from a loaded target; new layers start as copies of
     the target layers named in ``spec.init_from`` (or of the last target layer), pruned to
     ``mlp_width`` MLP neurons when given (`prune_mlp`)."""
-    from runtime.drafter import drafter_config, drafter_state_from_target
+    from psdlab.runtime.drafter import drafter_config, drafter_state_from_target
 
     cfg = type(target.config).from_dict(drafter_config(target.config.to_dict(), spec))
     n_target = target.config.num_hidden_layers
@@ -324,7 +324,7 @@ def corpus_sequences(tok: Any, n_chunks: int, chunk_tokens: int = 192, seed: int
     """``n_chunks`` chat-formatted chunks of ``corpus_texts`` (a seeded choice), as sequences."""
     import random
 
-    from runtime.prompts import Prompt
+    from psdlab.runtime.prompts import Prompt
 
     chunks: list[TokenSeq] = []
     for request, text in corpus_texts(seed):

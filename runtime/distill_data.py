@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 import torch
 
-from runtime.distill import Features, TokenSeq
+from psdlab.runtime.distill import Features, TokenSeq
 
 # User-turn openers per style; the target completes the request.  They cover the shipped styles
 # (chat, code, math, summarise, creative) without copying any shipped prompt.

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis.checks import check_int
+from psdlab.analysis.checks import check_int
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 DEFAULT_SPEC = DATA_DIR / "drafter.json"

@@ -24,13 +24,13 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Hashable, Sequence
 
-from analysis.checks import check_choice, check_int, check_range
-from analysis.trace import MODES, RunInfo, Trace
-from runtime.drafter import preferred_dtype
-from runtime.requests import Request, RequestOutput
-from runtime.runner import ModelSpec, RunnerConfig
-from runtime.tracing import software_versions
-from runtime.workers import WorkerDied, WorkerSpec, start_workers
+from psdlab.analysis.checks import check_choice, check_int, check_range
+from psdlab.analysis.trace import MODES, RunInfo, Trace
+from psdlab.runtime.drafter import preferred_dtype
+from psdlab.runtime.requests import Request, RequestOutput
+from psdlab.runtime.runner import ModelSpec, RunnerConfig
+from psdlab.runtime.tracing import software_versions
+from psdlab.runtime.workers import WorkerDied, WorkerSpec, start_workers
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,7 @@ class Engine:
         """Serve ``requests`` to completion (or Ctrl-C) and return their outputs.  ``config``
         may change the schedule for this run (mode among sd-sep/psd/ar, k, batch, ...) on the
         same workers; it must fit their slots and devices."""
-        from runtime.loop import _Loop
+        from psdlab.runtime.loop import _Loop
         saved = self.cfg
         if config is not None:
             self._check_override(config)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from analysis.checks import check_int
-from runtime.config import ModelConfig
+from psdlab.analysis.checks import check_int
+from psdlab.runtime.config import ModelConfig
 
 
 class KVCache:

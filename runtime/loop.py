@@ -14,13 +14,13 @@ from typing import Any, Callable, Hashable, Sequence
 
 import numpy as np
 
-from analysis.trace import RunInfo, Verified
-from runtime.batch_manager import BatchManager
-from runtime.controlled import ControlledProposer
-from runtime.engine import EngineResult, StopFlag, drafter_died_message, now
-from runtime.requests import Request, RequestOutput, Seq
-from runtime.tracing import RuntimeTracer
-from runtime.workers import WorkerDied
+from psdlab.analysis.trace import RunInfo, Verified
+from psdlab.runtime.batch_manager import BatchManager
+from psdlab.runtime.controlled import ControlledProposer
+from psdlab.runtime.engine import EngineResult, StopFlag, drafter_died_message, now
+from psdlab.runtime.requests import Request, RequestOutput, Seq
+from psdlab.runtime.tracing import RuntimeTracer
+from psdlab.runtime.workers import WorkerDied
 
 
 class _Loop:

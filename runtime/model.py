@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from runtime.config import ModelConfig
-from runtime.kv_cache import KVCache
+from psdlab.runtime.config import ModelConfig
+from psdlab.runtime.kv_cache import KVCache
 
 KVHook = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 

@@ -133,7 +133,7 @@ def convert_target(gguf_path: Path, out_dir: Path) -> Path:
     """Convert once into ``out_dir``: the model engineer's ``runtime.weights.convert_gguf`` when
     present (atomic itself), else transformers directly, atomically via ``build_atomically``."""
     try:
-        from runtime.weights import convert_gguf
+        from psdlab.runtime.weights import convert_gguf
     except ImportError:
         return build_atomically(out_dir, lambda tmp: _convert_with_transformers(gguf_path, tmp))
     return convert_gguf(str(gguf_path), str(out_dir))
@@ -142,7 +142,7 @@ def convert_target(gguf_path: Path, out_dir: Path) -> Path:
 def target_ready(path: Path) -> bool:
     """True when ``path`` holds a finished conversion (either converter's completion marker)."""
     try:
-        from runtime.weights import is_complete_conversion
+        from psdlab.runtime.weights import is_complete_conversion
     except ImportError:
         return is_complete(path)
     return is_complete(path) or is_complete_conversion(path)
@@ -161,7 +161,7 @@ def prepare_target(cache_dir: str | os.PathLike | None = None, progress: bool = 
 
 def prepare_pair(cache_dir: str | None = None, progress: bool = True) -> ModelPair:
     """Target and drafter directories for the real pair, built once and cached."""
-    from runtime.drafter import build_drafter_dir, drafter_dir_name, load_drafter_spec
+    from psdlab.runtime.drafter import build_drafter_dir, drafter_dir_name, load_drafter_spec
 
     target = prepare_target(cache_dir, progress)
     spec = load_drafter_spec()

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from analysis.checks import check_choice
+from psdlab.analysis.checks import check_choice
 
 DEFAULT_PROMPTS = Path(__file__).resolve().parent / "data" / "prompts.jsonl"
 SPLITS = ("train", "heldout", "all")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from runtime.sampling import sample
+from psdlab.runtime.sampling import sample
 
 PAD = -1  # value of tokens[b, t] for t >= num_emitted[b]
 

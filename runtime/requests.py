@@ -14,7 +14,7 @@ from typing import Any, Hashable, Sequence
 
 import numpy as np
 
-from analysis.checks import check_int, check_nonnegative, check_positive
+from psdlab.analysis.checks import check_int, check_nonnegative, check_positive
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ class ModelSpec:
     def load(self, device: torch.device, dtype: torch.dtype) -> tuple[Any, Any]:
         if self.factory is not None:
             return self.factory(device, dtype)
-        from runtime.weights import load_model
+        from psdlab.runtime.weights import load_model
         return load_model(self.path, device, dtype)
 
     def name(self) -> str:
@@ -90,7 +90,7 @@ class ModelRunner:
         if hasattr(self.model, "make_cache"):
             self.cache = self.model.make_cache(cfg.max_slots, cfg.max_len, self.device, dtype)
         else:
-            from runtime.kv_cache import KVCache
+            from psdlab.runtime.kv_cache import KVCache
             self.cache = KVCache(self.model_cfg, cfg.max_slots, cfg.max_len, self.device, dtype)
         self.vocab_size = int(self.model_cfg.vocab_size)
         self.generator = torch.Generator(device=self.device)
@@ -103,7 +103,7 @@ class ModelRunner:
     @property
     def params(self):
         if self._params is None:
-            from runtime.sampling import SamplingParams
+            from psdlab.runtime.sampling import SamplingParams
             self._params = SamplingParams(temperature=float(self.cfg.temperature),
                                           top_p=float(self.cfg.top_p))
         return self._params
@@ -154,14 +154,14 @@ class ModelRunner:
         return tails
 
     def _probs(self, logits: torch.Tensor) -> torch.Tensor:
-        from runtime.sampling import logits_to_probs
+        from psdlab.runtime.sampling import logits_to_probs
         return logits_to_probs(logits.float(), self.params)
 
     def _pick(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Next token per row from logits [B, V] (argmax when greedy); probs when sampling."""
         if self.greedy:
             return logits.argmax(dim=-1), None
-        from runtime.sampling import sample
+        from psdlab.runtime.sampling import sample
         probs = self._probs(logits)
         return sample(probs, self.generator).reshape(-1), probs
 
@@ -241,10 +241,10 @@ class ModelRunner:
         B, kmax = len(drafts), max(ks)
         target_probs = self._probs(picked)
         if kmax == 0:
-            from runtime.sampling import sample
+            from psdlab.runtime.sampling import sample
             toks = sample(target_probs[:, 0, :], self.generator).reshape(-1).tolist()
             return [0] * B, [[int(t)] for t in toks]
-        from runtime.rejection import rejection_sample
+        from psdlab.runtime.rejection import rejection_sample
         draft_t = torch.zeros((B, kmax), dtype=torch.long, device=self.device)
         for i, d in enumerate(drafts):
             draft_t[i, :len(d)] = torch.tensor(list(d), dtype=torch.long)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from analysis.checks import check_nonnegative, check_range
+from psdlab.analysis.checks import check_nonnegative, check_range
 
 
 @dataclass(frozen=True)

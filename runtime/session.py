@@ -9,9 +9,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from runtime.engine import Engine, EngineConfig, EngineResult
-from runtime.requests import Request, arrival_times
-from runtime.runner import ModelSpec
+from psdlab.runtime.engine import Engine, EngineConfig, EngineResult
+from psdlab.runtime.requests import Request, arrival_times
+from psdlab.runtime.runner import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ def resolve_models(target: str | None, draft: str | None, need_draft: bool,
     if target is None:
         if draft is not None:
             raise ValueError("target: --draft needs --target as well")
-        from runtime.pair import prepare_pair
+        from psdlab.runtime.pair import prepare_pair
         pair = prepare_pair(progress=progress)
         return Models(str(pair.target_dir), str(pair.drafter_dir), str(pair.tokenizer_dir))
     for name, path in (("target", target), ("draft", draft)):
@@ -59,7 +59,7 @@ def load_requests(path: str | None, tokenizer: Any, arrivals: str = "offline",
         if tokenizer is None:
             raise ValueError("prompts: text prompts need a tokenizer (the target directory has "
                              "none); give prompt_ids lines instead")
-        from runtime.prompts import load_prompts
+        from psdlab.runtime.prompts import load_prompts
         items = []
         for p in load_prompts(path):
             text = p.chat_text(tokenizer)

@@ -12,7 +12,7 @@ import os
 import platform
 from typing import Any, Iterable
 
-from analysis.trace import Phase, RequestRecord, RunInfo, StepRecord, Trace, TraceWriter, Verified
+from psdlab.analysis.trace import Phase, RequestRecord, RunInfo, StepRecord, Trace, TraceWriter, Verified
 
 
 def software_versions() -> dict[str, str]:

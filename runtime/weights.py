@@ -23,9 +23,9 @@ from typing import Any, Iterator
 
 import torch
 
-from analysis.checks import check_choice
-from runtime.config import ModelConfig
-from runtime.model import Transformer
+from psdlab.analysis.checks import check_choice
+from psdlab.runtime.config import ModelConfig
+from psdlab.runtime.model import Transformer
 
 CONVERSION_MARKER = "psdlab_conversion.json"
 _LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.(.+)$")

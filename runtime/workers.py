@@ -73,7 +73,7 @@ def _unpack(reply: tuple, role: str) -> Result:
 # ------------------------------------------------------------------------- inline
 class InlineWorker:
     def __init__(self, spec: WorkerSpec):
-        from runtime.runner import ModelRunner
+        from psdlab.runtime.runner import ModelRunner
         self.spec, self.role, self.label = spec, spec.role, spec.label
         self.runner = ModelRunner(spec.runner)
         self.info = self.runner.info()
@@ -108,7 +108,7 @@ class ThreadWorker:
 
         import torch
 
-        from runtime.runner import ModelRunner
+        from psdlab.runtime.runner import ModelRunner
         try:
             runner = ModelRunner(self.spec.runner)
             ctx = contextlib.nullcontext()
@@ -167,7 +167,7 @@ def _child_main(conn: Any, spec: WorkerSpec, threads: int) -> None:
         torch.set_num_interop_threads(1)
     except RuntimeError:
         pass
-    from runtime.runner import ModelRunner
+    from psdlab.runtime.runner import ModelRunner
     try:
         runner = ModelRunner(spec.runner)
     except Exception as exc:
@@ -237,7 +237,7 @@ class ProcessWorker:
 def start_workers(backend: str, specs: list[WorkerSpec]) -> dict[str, Any]:
     """Start one worker per spec (all loading at once) and return them by role once every
     one has loaded its model.  On failure the started ones are closed and the error raised."""
-    from analysis.checks import check_choice
+    from psdlab.analysis.checks import check_choice
     check_choice("backend", backend, BACKENDS)
     workers: dict[str, Any] = {}
     try:

@@ -73,10 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from runtime.distill import acceptance_walk, generate, greedy_match, mean_acceptance_length
-    from runtime.drafter import preferred_dtype
-    from runtime.pair import prepare_pair
-    from runtime.prompts import load_prompts
+    from psdlab.runtime.distill import acceptance_walk, generate, greedy_match, mean_acceptance_length
+    from psdlab.runtime.drafter import preferred_dtype
+    from psdlab.runtime.pair import prepare_pair
+    from psdlab.runtime.prompts import load_prompts
 
     torch.set_num_threads(max(1, min(args.threads, 2)))
     if bool(args.target) != bool(args.draft):

@@ -52,8 +52,8 @@ def hf_config(size: str, vocab: int, max_len: int) -> dict:
 
 def build_random(config: dict, seed: int, device, dtype):
     """ModelSpec factory: a random-weight Transformer built from an HF-style config."""
-    from runtime.config import ModelConfig
-    from runtime.weights import random_model
+    from psdlab.runtime.config import ModelConfig
+    from psdlab.runtime.weights import random_model
     cfg = ModelConfig.from_hf(config)
     return random_model(cfg, seed=seed, device=device, dtype=dtype), cfg
 
@@ -76,10 +76,10 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from runtime.bench import bench_runtime, format_report
-    from runtime.engine import EngineConfig
-    from runtime.requests import Request
-    from runtime.runner import ModelSpec
+    from psdlab.runtime.bench import bench_runtime, format_report
+    from psdlab.runtime.engine import EngineConfig
+    from psdlab.runtime.requests import Request
+    from psdlab.runtime.runner import ModelSpec
 
     smoke = args.device == "cpu"
     if not smoke and not torch.cuda.is_available():

@@ -72,8 +72,8 @@ def load_or_generate(args: argparse.Namespace, target_dir: Path, tok, t0: float)
 
     from transformers import AutoModelForCausalLM
 
-    from runtime import distill, distill_data
-    from runtime.prompts import load_prompts
+    from psdlab.runtime import distill, distill_data
+    from psdlab.runtime.prompts import load_prompts
 
     key = {"synth_prompts": args.synth_prompts, "samples": args.samples, "seed": args.seed,
            "max_new_tokens": args.max_new_tokens, "workers": args.workers}
@@ -107,11 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from analysis.checks import check_int, check_positive
-    from runtime import distill, distill_data
-    from runtime.drafter import (DATA_DIR, DrafterSpec, file_sha256, save_drafter_spec,
+    from psdlab.analysis.checks import check_int, check_positive
+    from psdlab.runtime import distill, distill_data
+    from psdlab.runtime.drafter import (DATA_DIR, DrafterSpec, file_sha256, save_drafter_spec,
                                  slim_mlp_state)
-    from runtime.pair import prepare_target
+    from psdlab.runtime.pair import prepare_target
 
     check_int("--keep", args.keep, 1, 29)
     check_int("--new-layers", args.new_layers, 0, 4)

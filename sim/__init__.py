@@ -20,9 +20,9 @@ __all__ = ["load_config", "simulate"]
 
 def __getattr__(name: str):
     if name == "load_config":
-        from sim.config import load_config
+        from psdlab.sim.config import load_config
         return load_config
     if name == "simulate":
-        from sim.engine import simulate
+        from psdlab.sim.engine import simulate
         return simulate
     raise AttributeError(f"module 'sim' has no attribute {name!r}")

@@ -38,7 +38,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from analysis.checks import check_choice, check_int, check_range
+from psdlab.analysis.checks import check_choice, check_int, check_range
 
 KMAX = 4096
 
@@ -242,7 +242,7 @@ def _require(spec: Mapping[str, Any], key: str, where: str) -> Any:
 def load_replay_counts(path: str | os.PathLike, where: str = "acceptance.trace"
                        ) -> tuple[np.ndarray, np.ndarray]:
     """(accepted, proposed) of every verified row of a psdlab trace, in file order."""
-    from analysis.trace import StepRecord, iter_records
+    from psdlab.analysis.trace import StepRecord, iter_records
     acc: list[int] = []
     prop: list[int] = []
     name = os.fspath(path)
@@ -305,7 +305,7 @@ def make_acceptance(spec: Mapping[str, Any], where: str = "acceptance") -> Accep
     if name == "replay":
         return _make_replay(spec, where)
     if name == "matches":
-        from sim.acceptance_matches import make_matches
+        from psdlab.sim.acceptance_matches import make_matches
         return make_matches(spec, where)
     raise ValueError(f"{where}.name: unknown acceptance model {name!r}; known: "
                      f"{', '.join(ACCEPTANCE_MODELS)}")

@@ -28,7 +28,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from analysis.checks import check_range
+from psdlab.analysis.checks import check_range
 
 SYMBOLS = {"1": 1, "0": 0, ".": -1}
 
@@ -83,7 +83,7 @@ class MatchAcceptance:
         return out
 
     def sample_at(self, rng, params, k, pos) -> np.ndarray:
-        from sim.acceptance import _k_array
+        from psdlab.sim.acceptance import _k_array
         params = np.asarray(params, dtype=float)
         n = params.size
         karr = _k_array(k, n)
@@ -101,8 +101,8 @@ class MatchAcceptance:
         return self.sample_at(rng, np.full(n, -1.0), k, np.zeros(n, dtype=np.int64))
 
     def expected_accepted(self, k: int) -> float:
-        from analysis.checks import check_int
-        from sim.acceptance import KMAX
+        from psdlab.analysis.checks import check_int
+        from psdlab.sim.acceptance import KMAX
         k = check_int("k", k, 0, KMAX)
         return float(np.cumprod(self._rates(k)).sum()) if k else 0.0
 
@@ -114,7 +114,7 @@ def _fallback_rates(spec: Any, where: str) -> tuple[float, ...]:
     if not isinstance(spec, Mapping) or spec.get("name") not in ("positional", "geometric"):
         raise ValueError(f"{where}: expected a 'positional' or 'geometric' acceptance spec, "
                          f"got {spec!r}")
-    from sim.acceptance import make_acceptance
+    from psdlab.sim.acceptance import make_acceptance
     model = make_acceptance(spec, where)
     if spec["name"] == "geometric":
         return (float(model.alpha),)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.config import SimConfig, config_from_dict
+from psdlab.sim.config import SimConfig, config_from_dict
 
 
 def bench_config(requests: int, workload: dict[str, Any], seed: int, k: int = 4,
@@ -38,9 +38,9 @@ def bench_config(requests: int, workload: dict[str, Any], seed: int, k: int = 4,
 
 def run_bench(requests: int = 100_000, load: float = 1.0, seed: int = 0,
               path: str = "fast", progress: bool = False) -> dict[str, Any]:
-    from analysis.checks import check_int, check_range
-    from sim.engine import simulate
-    from sim.lengths import sharegpt_like_lengths
+    from psdlab.analysis.checks import check_int, check_range
+    from psdlab.sim.engine import simulate
+    from psdlab.sim.lengths import sharegpt_like_lengths
 
     check_int("--requests", requests, 1, 10_000_000)
     check_range("--load", load, 0.0, 10.0, lo_open=True)

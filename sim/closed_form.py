@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.checks import check_int, check_positive, check_range
+from psdlab.analysis.checks import check_int, check_positive, check_range
 
 
 def emitted_pmf(alpha: float, k: int) -> np.ndarray:

@@ -28,7 +28,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from analysis.checks import check_choice, check_int
+from psdlab.analysis.checks import check_choice, check_int
 
 MODES = ("ar", "sd", "sd-sep", "psd")
 POLICIES = ("paper", "rebalance")

@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from sim import lanes
-from sim.batching import BatchManager
-from sim.kv import blocks
-from sim.planner import Plan, Planner, proposal_caps
-from sim.trajectories import Trajectories
+from psdlab.sim import lanes
+from psdlab.sim.batching import BatchManager
+from psdlab.sim.kv import blocks
+from psdlab.sim.planner import Plan, Planner, proposal_caps
+from psdlab.sim.trajectories import Trajectories
 
 JITTER_KEYS = ("prefill_t", "prefill_d", "draft", "verify")
 
@@ -294,7 +294,7 @@ class Core:
     # ------------------------------------------------------------------ commit
     def commit(self, p: Plan) -> None:
         if p.kind == "lanes":
-            from sim.lanes_build import commit_lanes
+            from psdlab.sim.lanes_build import commit_lanes
             commit_lanes(self, p)
             self._advance(p)
             return

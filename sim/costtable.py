@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from sim.planner import cost_time
+from psdlab.sim.planner import cost_time
 
 SHIFT = 10
 WIDTH = 1 << SHIFT

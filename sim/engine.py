@@ -20,12 +20,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from analysis.trace import RunInfo, Trace, TraceWriter
-from sim.config import SimConfig
-from sim.core import Core, JitterStreams
-from sim.kv import check_fits
-from sim.records import Sink
-from sim.trajectories import sample_trajectories
+from psdlab.analysis.trace import RunInfo, Trace, TraceWriter
+from psdlab.sim.config import SimConfig
+from psdlab.sim.core import Core, JitterStreams
+from psdlab.sim.kv import check_fits
+from psdlab.sim.records import Sink
+from psdlab.sim.trajectories import sample_trajectories
 
 PATHS = ("fast", "simpy")
 
@@ -43,7 +43,7 @@ class SimResult:
     @property
     def metrics(self) -> dict[str, Any]:
         if self._metrics is None:
-            from analysis.metrics import summarize
+            from psdlab.analysis.metrics import summarize
             self._metrics = summarize(self.trace)
         return self._metrics
 
@@ -76,9 +76,9 @@ def _versions() -> dict[str, str]:
 
 def build(config: SimConfig) -> Built:
     """Models, requests and trajectories for a config (no simulation yet)."""
-    from sim.acceptance import make_acceptance
-    from sim.costs import make_cost_model, make_jitter
-    from sim.workloads import make_workload
+    from psdlab.sim.acceptance import make_acceptance
+    from psdlab.sim.costs import make_cost_model, make_jitter
+    from psdlab.sim.workloads import make_workload
 
     srv = config.server
     ss = np.random.SeedSequence(config.seed)
@@ -144,9 +144,9 @@ def simulate(config: SimConfig, *, path: str = "fast", trace_path: str | None = 
              progress: bool = False, observer: Callable[[Core], None] | None = None) -> SimResult:
     """Run one simulation.  ``trace_path`` overrides ``config.trace.path``; ``observer`` is
     called with the core at every step boundary (after admission; for tests)."""
-    from analysis.checks import check_choice
-    from sim.fast import run_fast
-    from sim.servers import run_simpy
+    from psdlab.analysis.checks import check_choice
+    from psdlab.sim.fast import run_fast
+    from psdlab.sim.servers import run_simpy
 
     check_choice("path", path, PATHS)
     t0, c0 = time.perf_counter(), time.process_time()

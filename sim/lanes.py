@@ -34,9 +34,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.lanes_build import build_plan
-from sim.planner import Plan
-from sim.sweep import sweep, sweepable
+from psdlab.sim.lanes_build import build_plan
+from psdlab.sim.planner import Plan
+from psdlab.sim.sweep import sweep, sweepable
 
 MAX_ITERATIONS = 8
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.planner import PhaseArr, Plan, cost_time
+from psdlab.sim.planner import PhaseArr, Plan, cost_time
 
 
 def _matrices(c, lay, nb: int, period: int, v: np.ndarray | None = None):

@@ -22,7 +22,7 @@ from typing import Any, Mapping
 import numpy as np
 from scipy import stats
 
-from analysis.checks import check_int, check_positive
+from psdlab.analysis.checks import check_int, check_positive
 
 MAX_LEN = 10_000_000
 

@@ -25,8 +25,8 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from analysis.checks import check_int, check_positive
-from sim.config import MODES, ModelConfig, SimConfig
+from psdlab.analysis.checks import check_int, check_positive
+from psdlab.sim.config import MODES, ModelConfig, SimConfig
 
 SLO_METRICS = ("ttft", "tpot", "e2e")
 SLO_STATS = ("mean", "p50", "p90", "p99")
@@ -160,7 +160,7 @@ def meets_slo(metrics: Mapping[str, Any], spec: PlanSpec) -> bool:
 
 def evaluate(cfg: SimConfig, spec: PlanSpec, combo) -> dict[str, Any]:
     """Highest sustainable Poisson rate of one configuration (one replica)."""
-    from sim.engine import simulate
+    from psdlab.sim.engine import simulate
 
     lengths = _lengths(cfg)
     offline = simulate(_variant(cfg, spec, combo, {"name": "offline", **lengths}))

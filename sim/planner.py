@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.kv import blocks
+from psdlab.sim.kv import blocks
 
 
 @dataclass

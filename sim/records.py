@@ -5,8 +5,8 @@ from typing import Callable
 
 import numpy as np
 
-from analysis.trace import Phase, RequestRecord, StepRecord, Verified
-from sim.planner import proposal_caps
+from psdlab.analysis.trace import Phase, RequestRecord, StepRecord, Verified
+from psdlab.sim.planner import proposal_caps
 
 
 def step_records(core, p) -> list[StepRecord]:

@@ -25,8 +25,8 @@ import heapq
 
 import numpy as np
 
-from sim.costtable import MASK, NBITS, SHIFT, StepCosts
-from sim.planner import PhaseArr, Plan
+from psdlab.sim.costtable import MASK, NBITS, SHIFT, StepCosts
+from psdlab.sim.planner import PhaseArr, Plan
 
 
 def sweepable(c) -> bool:
@@ -80,7 +80,7 @@ def sweep(c, order: list[int], period: int, S_max: int) -> Plan:
     """The lanes plan of at most ``S_max`` steps from the current boundary, laid out exactly.
     With ``c.step_detail`` False (no step records wanted) only the clock and the prefills
     are kept: the plan then serves ``commit`` but not ``sim.records.step_records``."""
-    from sim.lanes import Layout
+    from psdlab.sim.lanes import Layout
 
     nb = len(order)
     VLEN = S_max + 2
@@ -269,7 +269,7 @@ def _light(c, order, period, lay, pf) -> Plan:
 
 
 def _assemble(c, order, period, lay, kind, cols, pf) -> Plan:
-    from sim.lanes_build import attach_rows
+    from psdlab.sim.lanes_build import attach_rows
 
     S, k = lay.S, c.k
     v_n, v_c, d_n, d_c = (np.asarray(x, np.int64) for x in cols[:4])

@@ -30,7 +30,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from analysis.checks import check_int, check_nonnegative, check_range
+from psdlab.analysis.checks import check_int, check_nonnegative, check_range
 
 from .lengths import LengthDist, make_length, sharegpt_like_lengths
 

@@ -19,7 +19,7 @@ needs_two_cores = pytest.mark.skipif(not {0, 1} <= set(os.sched_getaffinity(0)),
 def tiny_pair(root: Path, vocab: int = VOCAB) -> dict[str, Path]:
     """A tiny random target, a different random drafter with the same vocabulary, and a
     drafter that is the target with noise added (so drafts are partly accepted)."""
-    from runtime.weights import random_model_dir
+    from psdlab.runtime.weights import random_model_dir
     target = random_model_dir(root / "target", {"vocab_size": vocab, "max_position_embeddings":
                                                 256}, seed=11)
     other = random_model_dir(root / "other", {"vocab_size": vocab, "num_hidden_layers": 1,

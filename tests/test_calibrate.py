@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from analysis.trace import (Phase, RequestRecord, RunInfo, StepRecord, Trace, Verified,
+from psdlab.analysis.trace import (Phase, RequestRecord, RunInfo, StepRecord, Trace, Verified,
                             write_trace)
 from psdlab.cli import main
-from validation.acceptance_fit import beta_moments, fit_acceptance, positional_rates
-from validation.calibrate import calibrate, design, predict_phases
-from validation.fit import fit_nonneg, identifiable_columns
-from validation.model_file import (acceptance_spec, cost_spec, read_model, role_coefficients,
+from psdlab.validation.acceptance_fit import beta_moments, fit_acceptance, positional_rates
+from psdlab.validation.calibrate import calibrate, design, predict_phases
+from psdlab.validation.fit import fit_nonneg, identifiable_columns
+from psdlab.validation.model_file import (acceptance_spec, cost_spec, read_model, role_coefficients,
                                    write_model)
 
 # the "true" machine the synthetic traces come from (seconds)
@@ -125,8 +125,8 @@ def test_fixed_cost_per_drafting_phase_is_told_from_the_per_pass_base(tmp_path):
     _covers(draft, {**DRAFT, "per_phase": phase})
     path = str(tmp_path / "m.json")
     write_model(path, cal)
-    from sim.costs import make_cost_model
-    from validation.sim_costs import calibrated_cost
+    from psdlab.sim.costs import make_cost_model
+    from psdlab.validation.sim_costs import calibrated_cost
     fitted = make_cost_model(cost_spec(path, "drafter"))
     assert fitted.phase_overhead == pytest.approx(draft.coefficients()["per_phase"])
     assert calibrated_cost(path, "drafter", scale=2.0).phase_overhead == pytest.approx(
@@ -142,8 +142,8 @@ def test_fixed_cost_per_drafting_phase_is_told_from_the_per_pass_base(tmp_path):
 
 
 def test_planner_adds_the_phase_overhead_once_per_drafting_phase(tmp_path):
-    from sim.config import config_from_dict
-    from sim.engine import simulate
+    from psdlab.sim.config import config_from_dict
+    from psdlab.sim.engine import simulate
     doc = {"format": "psdlab.cost-fit", "version": 1, "meta": {}, "roles": {
         "t": {"kind": "affine", "coef": {"base": 0.01, "per_seq": 0.0, "per_token": 0.0,
                                          "per_context": 0.0}},
@@ -260,8 +260,8 @@ def test_fit_at_one_batch_size_predicts_another():
 
 def _sim_trace(mode: str, k: int, m: int, seed: int) -> Trace:
     """A simulator trace of the synthetic machine (affine costs, Beta acceptance, 3% jitter)."""
-    from sim.config import config_from_dict
-    from sim.engine import simulate
+    from psdlab.sim.config import config_from_dict
+    from psdlab.sim.engine import simulate
 
     length = lambda lo, hi: {"name": "uniform", "low": lo, "high": hi}
     raw = {"seed": seed, "requests": 60, "server": {"mode": mode, "k": k, "m": m},
@@ -346,8 +346,8 @@ def test_model_file_round_trip(tmp_path):
 
 
 def test_model_file_loads_in_the_simulator_and_reproduces_the_fit(tmp_path):
-    from sim.acceptance import make_acceptance
-    from sim.costs import make_cost_model
+    from psdlab.sim.acceptance import make_acceptance
+    from psdlab.sim.costs import make_cost_model
 
     traces = [make_trace(2, seed=42), make_trace(4, seed=43)]
     cal = calibrate(traces)

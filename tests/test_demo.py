@@ -7,7 +7,7 @@ import json
 import pytest
 
 from psdlab.cli import main
-from validation.runs import Plan, RunSpec, default_plan
+from psdlab.validation.runs import Plan, RunSpec, default_plan
 
 
 def test_default_plan_holds_out_other_k_batch_and_arrivals():
@@ -73,7 +73,7 @@ def test_default_plan_runs_held_out_configs_more_often():
 
 
 def test_spread_rounds_are_even_and_include_both_ends():
-    from validation.runs import spread_rounds
+    from psdlab.validation.runs import spread_rounds
     assert spread_rounds(2, 3) == {0, 2} and spread_rounds(3, 3) == {0, 1, 2}
     assert spread_rounds(1, 4) == {0} and spread_rounds(3, 5) == {0, 2, 4}
     assert spread_rounds(5, 3) == {0, 1, 2}
@@ -102,7 +102,7 @@ def test_cli_rejects_half_a_pair(capsys, tmp_path):
 @pytest.fixture(scope="module")
 def quick_demo(tmp_path_factory):
     from runtime_engine_util import prompts, tiny_pair
-    from validation.demo import demo
+    from psdlab.validation.demo import demo
     root = tmp_path_factory.mktemp("demo")
     pair = tiny_pair(root / "models")
     out = root / "report"
@@ -135,7 +135,7 @@ def test_quick_demo_end_to_end(quick_demo):
 
 
 def test_block_of_is_the_pair_of_one_repeat():
-    from validation.runs import block_of
+    from psdlab.validation.runs import block_of
     plan = default_plan(repeats=2)
     for i, r in enumerate(plan.runs):
         block = block_of(plan.runs, i)
@@ -148,7 +148,7 @@ def test_repeats_past_the_deadline_are_skipped_with_their_pair(tmp_path):
     import time
 
     from runtime_engine_util import prompts, tiny_pair
-    from validation.runs import run_plan
+    from psdlab.validation.runs import run_plan
     pair = tiny_pair(tmp_path / "models")
     plan = default_plan(quick=True, repeats=2)
     skipped = []
@@ -165,7 +165,7 @@ def test_a_repeat_pair_that_starts_is_never_split(tmp_path, monkeypatch):
     import time
     import types
 
-    import validation.runs as runs
+    import psdlab.validation.runs as runs
     from runtime_engine_util import prompts, tiny_pair
     calls = []
 

@@ -13,13 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import minimize_scalar
 
-from paper_figs.common import FigOptions, read_csv, trace_files
-from paper_figs.registry import FIGURES, make_figures, parse_only
+from psdlab.paper_figs.common import FigOptions, read_csv, trace_files
+from psdlab.paper_figs.registry import FIGURES, make_figures, parse_only
 
 
 @pytest.fixture(scope="module")
 def traces_dir(tmp_path_factory):
-    from paper_figs.demo_traces import write_demo_traces
+    from psdlab.paper_figs.demo_traces import write_demo_traces
     d = tmp_path_factory.mktemp("traces")
     write_demo_traces(str(d), ks=(1, 3), requests=12)
     (d / "broken.jsonl").write_text('{"type": "step"}\n')      # not a trace: noted, ignored
@@ -95,7 +95,7 @@ def test_theory_csv(figs):
 
 def test_throughput_k_csv(figs, traces_dir):
     rows = _csv(figs[0], "fig2_throughput_k.csv")
-    from paper_figs.fig_throughput_k import COLUMNS
+    from psdlab.paper_figs.fig_throughput_k import COLUMNS
     assert tuple(rows[0]) == COLUMNS
     sim = [r for r in rows if r["source"] == "sim"]
     assert {r["panel"] for r in sim} == {"setting 1", "setting 2", "setting 3"}
@@ -115,8 +115,8 @@ def test_throughput_k_csv(figs, traces_dir):
     measured = [r for r in rows if r["source"] == "measured"]
     assert {(r["mode"], int(r["k"])) for r in measured} == {("sd", 1), ("sd", 3), ("psd", 1),
                                                             ("psd", 3)}
-    from analysis.metrics import summarize
-    from analysis.trace import read_trace
+    from psdlab.analysis.metrics import summarize
+    from psdlab.analysis.trace import read_trace
     ref = summarize(read_trace(str(traces_dir / "psd_k3.jsonl")))
     got = next(r for r in measured if r["mode"] == "psd" and r["k"] == "3")
     assert _f(got["decode_throughput_tok_s"]) == pytest.approx(ref["decode_throughput_tok_s"])
@@ -179,7 +179,7 @@ def _check_intervals(rows, m):
 
 def test_lifespan_csv(figs):
     rows = _csv(figs[0], "fig4_lifespan.csv")
-    from paper_figs.fig_lifespan import COLUMNS, M, REQUESTS
+    from psdlab.paper_figs.fig_lifespan import COLUMNS, M, REQUESTS
     assert tuple(rows[0]) == COLUMNS
     sim = [r for r in rows if r["source"] == "sim"]
     assert len(_check_intervals(sim, M)) == REQUESTS
@@ -195,9 +195,9 @@ def test_lifespan_csv(figs):
 @settings(deadline=None, max_examples=8)
 @given(seed=st.integers(0, 1000), m=st.integers(1, 4), n=st.integers(1, 12))
 def test_interval_rows_invariants(seed, m, n):
-    from paper_figs.fig_lifespan import interval_rows
-    from sim.engine import simulate
-    from tests.sim_helpers import make_config
+    from psdlab.paper_figs.fig_lifespan import interval_rows
+    from psdlab.sim.engine import simulate
+    from sim_helpers import make_config
     cfg = make_config(mode="psd", m=m, requests=n, seed=seed,
                       workload={"name": "offline", "prompt": {"name": "fixed", "value": 8},
                                 "output": {"name": "uniform", "low": 1, "high": 40}})

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from analysis.metrics import first_steps, percentiles, summarize
-from analysis.stats import covered_length, merge_intervals, union_length
-from analysis.trace import (Phase, RequestRecord, RunInfo, StepRecord, Trace, Verified,
+from psdlab.analysis.metrics import first_steps, percentiles, summarize
+from psdlab.analysis.stats import covered_length, merge_intervals, union_length
+from psdlab.analysis.trace import (Phase, RequestRecord, RunInfo, StepRecord, Trace, Verified,
                             read_trace, write_trace)
 from psdlab.cli import main
 

@@ -8,11 +8,11 @@ import json
 import numpy as np
 import pytest
 
-from analysis.trace import TraceFormatError
+from psdlab.analysis.trace import TraceFormatError
 from psdlab.cli import main
-from validation.calibrate import calibrate
-from validation.importers import detect_format, load_traces
-from validation.importers.minedraft import parse_filename, read_minedraft
+from psdlab.validation.calibrate import calibrate
+from psdlab.validation.importers import detect_format, load_traces
+from psdlab.validation.importers.minedraft import parse_filename, read_minedraft
 
 NAME = ("input=128_sharegpt_Qwen3-32B_Qwen3-0.6B_16_False_parallel={par}_k={k}_t=0_n=1_c=0"
         "_warmup={w}_runs={r}.jsonl")

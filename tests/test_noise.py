@@ -1,4 +1,4 @@
-"""validation.noise: how much of a prediction's error the measurement's own noise explains."""
+"""psdlab.validation.noise: how much of a prediction's error the measurement's own noise explains."""
 from __future__ import annotations
 
 import math
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from validation.compare import Row
-from validation.noise import (break_chance, median_se, metric_cvs, pooled_cv, ratio_cvs,
+from psdlab.validation.compare import Row
+from psdlab.validation.noise import (break_chance, median_se, metric_cvs, pooled_cv, ratio_cvs,
                               row_noise)
 
 

@@ -6,8 +6,8 @@ from collections import defaultdict
 
 import pytest
 
-from analysis.perfetto import to_chrome_trace, write_chrome_trace
-from analysis.trace import (Phase, RequestRecord, RunInfo, StepRecord, Trace, Verified,
+from psdlab.analysis.perfetto import to_chrome_trace, write_chrome_trace
+from psdlab.analysis.trace import (Phase, RequestRecord, RunInfo, StepRecord, Trace, Verified,
                             write_trace)
 from psdlab.cli import main
 

@@ -13,15 +13,15 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.runtime
 
-from runtime.engine import Engine, EngineConfig  # noqa: E402
-from runtime.requests import Request  # noqa: E402
-from runtime.runner import ModelSpec  # noqa: E402
+from psdlab.runtime.engine import Engine, EngineConfig  # noqa: E402
+from psdlab.runtime.requests import Request  # noqa: E402
+from psdlab.runtime.runner import ModelSpec  # noqa: E402
 from runtime_engine_util import prompts, shared_pair  # noqa: E402
-from validation.calibrate import calibrate  # noqa: E402
-from validation.compare import predict  # noqa: E402
-from validation.model_file import write_model  # noqa: E402
-from validation.schedule import admission_index, agreement, schedule  # noqa: E402
-from validation.validate import model_params  # noqa: E402
+from psdlab.validation.calibrate import calibrate  # noqa: E402
+from psdlab.validation.compare import predict  # noqa: E402
+from psdlab.validation.model_file import write_model  # noqa: E402
+from psdlab.validation.schedule import admission_index, agreement, schedule  # noqa: E402
+from psdlab.validation.validate import model_params  # noqa: E402
 
 
 @pytest.fixture(scope="module")

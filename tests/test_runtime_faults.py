@@ -15,10 +15,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from analysis.trace import read_trace  # noqa: E402
-from runtime.engine import Engine, EngineConfig  # noqa: E402
-from runtime.requests import Request  # noqa: E402
-from runtime.runner import ModelSpec  # noqa: E402
+from psdlab.analysis.trace import read_trace  # noqa: E402
+from psdlab.runtime.engine import Engine, EngineConfig  # noqa: E402
+from psdlab.runtime.requests import Request  # noqa: E402
+from psdlab.runtime.runner import ModelSpec  # noqa: E402
 from runtime_engine_util import (needs_two_cores, prompts, shared_pair,  # noqa: E402
                                  write_prompt_ids)
 

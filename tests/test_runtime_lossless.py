@@ -15,10 +15,10 @@ torch = pytest.importorskip("torch")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from runtime.engine import Engine, EngineConfig  # noqa: E402
-from runtime.requests import Request  # noqa: E402
-from runtime.runner import ModelSpec  # noqa: E402
-from runtime.tracing import overlap_seconds  # noqa: E402
+from psdlab.runtime.engine import Engine, EngineConfig  # noqa: E402
+from psdlab.runtime.requests import Request  # noqa: E402
+from psdlab.runtime.runner import ModelSpec  # noqa: E402
+from psdlab.runtime.tracing import overlap_seconds  # noqa: E402
 from runtime_engine_util import (hf_greedy, needs_two_cores, prompts,  # noqa: E402
                                  shared_pair)
 
@@ -129,7 +129,7 @@ def _exact_second_token(model_dir, prompt, vocab):
 def test_psd_sampling_matches_ar_sampling(tmp_path):
     from scipy.stats import chi2_contingency, chisquare
 
-    from runtime.weights import random_model_dir
+    from psdlab.runtime.weights import random_model_dir
     torch.set_num_threads(1)
     vocab, n, prompt = 8, 600, [1, 2, 3]
     target = random_model_dir(tmp_path / "t", {"vocab_size": vocab, "initializer_range": 0.3},

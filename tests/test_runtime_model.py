@@ -11,10 +11,10 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
-from runtime import weights  # noqa: E402
-from runtime.config import ModelConfig  # noqa: E402
-from runtime.kv_cache import KVCache  # noqa: E402
-from runtime.weights import convert_gguf, load_model, random_model_dir  # noqa: E402
+from psdlab.runtime import weights  # noqa: E402
+from psdlab.runtime.config import ModelConfig  # noqa: E402
+from psdlab.runtime.kv_cache import KVCache  # noqa: E402
+from psdlab.runtime.weights import convert_gguf, load_model, random_model_dir  # noqa: E402
 
 pytestmark = pytest.mark.runtime
 TOL = 1e-4
@@ -262,7 +262,7 @@ def test_legacy_llama3_rope_config_matches_transformers_frequencies():
     """transformers 4.x config.json style (top-level rope_theta, rope_scaling) as real Llama 3
     checkpoints ship it; our inverse frequencies must equal transformers' llama3 ones."""
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-    from runtime.model import rope_inv_freq
+    from psdlab.runtime.model import rope_inv_freq
     legacy = {"model_type": "llama", "vocab_size": 64, "hidden_size": 256, "intermediate_size": 64,
               "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
               "max_position_embeddings": 131072, "rope_theta": 500000.0,

@@ -13,11 +13,11 @@ transformers = pytest.importorskip("transformers")
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from runtime import pair as pair_mod  # noqa: E402
-from runtime.distill import acceptance_walk, greedy_match, literal_greedy_sd  # noqa: E402
-from runtime.distill import mean_acceptance_length  # noqa: E402
-from runtime.drafter import DATA_DIR, file_sha256, load_drafter_spec  # noqa: E402
-from runtime.prompts import load_prompts  # noqa: E402
+from psdlab.runtime import pair as pair_mod  # noqa: E402
+from psdlab.runtime.distill import acceptance_walk, greedy_match, literal_greedy_sd  # noqa: E402
+from psdlab.runtime.distill import mean_acceptance_length  # noqa: E402
+from psdlab.runtime.drafter import DATA_DIR, file_sha256, load_drafter_spec  # noqa: E402
+from psdlab.runtime.prompts import load_prompts  # noqa: E402
 
 pytestmark = pytest.mark.runtime
 
@@ -197,7 +197,7 @@ def test_prepare_pair_is_idempotent(real_pair, monkeypatch: pytest.MonkeyPatch) 
         raise AssertionError("converted or built again")
 
     monkeypatch.setattr(pair_mod, "convert_target", fail)
-    monkeypatch.setattr("runtime.drafter.build_drafter_dir", fail)
+    monkeypatch.setattr("psdlab.runtime.drafter.build_drafter_dir", fail)
     again = pair_mod.prepare_pair(progress=False)
     assert again == real_pair
     assert stamp == {p: (Path(p) / "model.safetensors").stat().st_mtime_ns for p in stamp}
@@ -217,12 +217,12 @@ def test_drafter_is_a_smaller_llama_with_the_targets_tokenizer(real_pair, real_m
     n_t = sum(p.numel() for n, p in target.named_parameters() if "embed_tokens" not in n)
     t_dir, d_dir = Path(real_pair.target_dir), Path(real_pair.drafter_dir)
     assert n_d < 0.65 * n_t
-    from runtime.drafter import preferred_dtype
+    from psdlab.runtime.drafter import preferred_dtype
     d_bits = torch.finfo(getattr(torch, preferred_dtype(d_dir) or "float32")).bits
     assert n_d * d_bits < 0.35 * n_t * 32
     assert (d_dir / "tokenizer.json").read_bytes() == (t_dir / "tokenizer.json").read_bytes()
     try:
-        from runtime.weights import load_model
+        from psdlab.runtime.weights import load_model
     except ImportError:
         load_model = None
     if load_model is not None:  # the runtime's own loader reads it too (strict names)
@@ -250,7 +250,7 @@ def _broken_copy(drafter, n_kept: int):
 
 @pytest.mark.slow
 def test_greedy_acceptance_on_heldout_prompts_beats_broken_drafter(real_models) -> None:
-    from runtime.distill import generate
+    from psdlab.runtime.distill import generate
 
     tok, target, drafter = real_models
     prompts = [p for p in load_prompts(split="heldout") if p.style in ("chat", "code")]
@@ -288,7 +288,7 @@ def tiny_llm_with_real_tokenizer(real_pair):
 
 
 def test_synthetic_requests_answers_and_padded_features(tiny_llm_with_real_tokenizer) -> None:
-    from runtime import distill_data
+    from psdlab.runtime import distill_data
 
     model, tok = tiny_llm_with_real_tokenizer
     openers = {o for group in distill_data.OPENERS.values() for o in group}
@@ -350,8 +350,8 @@ def _tiny_llama(layers: int = 3):
 def test_pruned_mlp_neurons_stay_zero_under_training_and_store_slim(tmp_path: Path) -> None:
     from safetensors.torch import save_file
 
-    from runtime.distill import build_drafter_model, trainable_state
-    from runtime.drafter import DrafterSpec, build_drafter_dir, slim_mlp_state
+    from psdlab.runtime.distill import build_drafter_model, trainable_state
+    from psdlab.runtime.drafter import DrafterSpec, build_drafter_dir, slim_mlp_state
 
     target = _tiny_llama()
     target.save_pretrained(tmp_path / "target", safe_serialization=True)
@@ -384,7 +384,7 @@ def test_pruned_mlp_neurons_stay_zero_under_training_and_store_slim(tmp_path: Pa
 
 
 def test_pad_slim_mlp_refuses_other_shape_mismatches() -> None:
-    from runtime.drafter import pad_slim_mlp
+    from psdlab.runtime.drafter import pad_slim_mlp
 
     w = torch.ones(24, 32)
     padded = pad_slim_mlp("model.layers.3.mlp.gate_proj.weight", w, (64, 32), "w.safetensors")

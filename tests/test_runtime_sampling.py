@@ -10,8 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
-from runtime.rejection import PAD, rejection_sample  # noqa: E402
-from runtime.sampling import SamplingParams, logits_to_probs, sample  # noqa: E402
+from psdlab.runtime.rejection import PAD, rejection_sample  # noqa: E402
+from psdlab.runtime.sampling import SamplingParams, logits_to_probs, sample  # noqa: E402
 
 pytestmark = pytest.mark.runtime
 N = 100_000

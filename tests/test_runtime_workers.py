@@ -7,12 +7,12 @@ import time
 
 import pytest
 
-from runtime.workers import _await_command
+from psdlab.runtime.workers import _await_command
 
 torch = pytest.importorskip("torch")
 
-from runtime.engine import Engine, EngineConfig  # noqa: E402
-from runtime.runner import ModelSpec  # noqa: E402
+from psdlab.runtime.engine import Engine, EngineConfig  # noqa: E402
+from psdlab.runtime.runner import ModelSpec  # noqa: E402
 from runtime_engine_util import needs_two_cores, shared_pair  # noqa: E402
 
 models = pytest.fixture(scope="module")(shared_pair)
@@ -69,7 +69,7 @@ def test_workers_spin_only_on_cores_of_their_own(models, mode, spins):
 def test_draft_feeds_unseen_tokens_in_one_batched_pass(models):
     """Rows of 1-3 unseen tokens (bonus token, or last draft + bonus) go through one ragged
     forward, not one forward per slot; the proposals equal slot-by-slot feeding."""
-    from runtime.runner import ModelRunner, RunnerConfig
+    from psdlab.runtime.runner import ModelRunner, RunnerConfig
 
     cfg = RunnerConfig(ModelSpec(str(models["noisy"])), max_slots=4, max_len=64)
     prompts = [[5, 9, 11, 3], [7, 2], [13, 14, 15, 16, 17], [4]]
@@ -97,7 +97,7 @@ def test_draft_feeds_unseen_tokens_in_one_batched_pass(models):
 
 
 def test_padded_width_leaves_the_slow_gemm_row_counts():
-    from runtime.runner import SLOW_GEMM_ROWS, padded_width
+    from psdlab.runtime.runner import SLOW_GEMM_ROWS, padded_width
     for batch in range(1, 9):
         for width in range(1, 20):
             got = padded_width(batch, width, True)
@@ -110,7 +110,7 @@ def test_padded_width_leaves_the_slow_gemm_row_counts():
 def test_padding_a_forward_does_not_change_its_results(models):
     """A 3 x 5 verification is padded to 3 x 6 in fp32 on CPU; the emitted tokens and the
     logits of the real positions are those of the unpadded forward."""
-    from runtime.runner import ModelRunner, RunnerConfig
+    from psdlab.runtime.runner import ModelRunner, RunnerConfig
 
     def runner(pad: bool):
         r = ModelRunner(RunnerConfig(ModelSpec(str(models["target"])), max_slots=4, max_len=64))

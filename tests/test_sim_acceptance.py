@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.trace import RunInfo, StepRecord, Trace, Verified, write_trace
-from sim.acceptance import make_acceptance
+from psdlab.analysis.trace import RunInfo, StepRecord, Trace, Verified, write_trace
+from psdlab.sim.acceptance import make_acceptance
 
 N = 200_000
 

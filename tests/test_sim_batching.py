@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from sim.batching import BatchManager
-from sim.engine import simulate
-from tests.sim_helpers import make_config
+from psdlab.sim.batching import BatchManager
+from psdlab.sim.engine import simulate
+from sim_helpers import make_config
 
 
 def test_paper_first_step_goes_to_smaller_batch_then_to_draft_batch():

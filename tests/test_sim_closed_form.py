@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from sim.closed_form import emitted_pmf, psd_makespan, sd_makespan, steps_cdf
-from sim.engine import simulate
-from tests.sim_helpers import make_config
+from psdlab.sim.closed_form import emitted_pmf, psd_makespan, sd_makespan, steps_cdf
+from psdlab.sim.engine import simulate
+from sim_helpers import make_config
 
 ALPHA, K, M, L = 0.8, 4, 8, 400
 C_T, C_D = 0.03, 0.006     # t = k c_d = 0.024 < V = 0.03
@@ -60,9 +60,9 @@ def test_closed_form_start_up_and_tail_matter():
 def test_saturated_decode_throughput_matches_analysis_batch_model(mode):
     """In steady state (all slots busy, drain tail cut as the paper does) the simulated decode
     throughput is the analysis layer's batch-model throughput m E(k) / step."""
-    from analysis.metrics import summarize
-    from analysis.theory import batch
-    from sim.config import config_from_dict
+    from psdlab.analysis.metrics import summarize
+    from psdlab.analysis.theory import batch
+    from psdlab.sim.config import config_from_dict
 
     m, k, alpha = 8, 4, 0.7
     model = batch.BatchModel(verify_time=batch.AffineVerifyTime(c0=0.02, c_tok=0.0005),

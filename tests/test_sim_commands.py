@@ -4,7 +4,7 @@ import json
 import os
 import textwrap
 
-from analysis.trace import read_trace
+from psdlab.analysis.trace import read_trace
 from psdlab.cli import main
 
 CONFIGS = os.path.join(os.path.dirname(__file__), "..", "sim", "configs")
@@ -17,8 +17,8 @@ import pytest
 
 @pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(CONFIGS, "*.toml"))))
 def test_shipped_configs_run(path):
-    from sim.config import load_config
-    from sim.engine import simulate
+    from psdlab.sim.config import load_config
+    from psdlab.sim.engine import simulate
     cfg = load_config(path).replace(requests=12, trace_level="request", trace_path=None)
     res = simulate(cfg)
     assert len(res.trace.requests) == 12

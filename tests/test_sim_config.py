@@ -6,8 +6,8 @@ import textwrap
 
 import pytest
 
-from sim.config import config_from_dict, load_config
-from sim.engine import simulate
+from psdlab.sim.config import config_from_dict, load_config
+from psdlab.sim.engine import simulate
 
 GOOD = {
     "server": {"mode": "psd", "k": 4, "m": 4},

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.costs import (get_hardware, get_model, hardware_catalog, make_cost_model, make_jitter,
+from psdlab.sim.costs import (get_hardware, get_model, hardware_catalog, make_cost_model, make_jitter,
                        model_catalog, write_fit)
 
 

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.trace import RequestRecord, RunInfo, StepRecord, Trace, Verified
-from sim.acceptance import make_acceptance
-from sim.acceptance_matches import parse_pattern, pattern_text
-from sim.trajectories import sample_trajectories
-from sim.workloads import make_workload
-from validation.match_patterns import match_patterns
+from psdlab.analysis.trace import RequestRecord, RunInfo, StepRecord, Trace, Verified
+from psdlab.sim.acceptance import make_acceptance
+from psdlab.sim.acceptance_matches import parse_pattern, pattern_text
+from psdlab.sim.trajectories import sample_trajectories
+from psdlab.sim.workloads import make_workload
+from psdlab.validation.match_patterns import match_patterns
 
 ALWAYS = {"name": "positional", "rates": [1.0]}
 NEVER = {"name": "positional", "rates": [0.0]}

@@ -4,8 +4,8 @@ import filecmp
 
 import pytest
 
-from sim.engine import simulate
-from tests.sim_helpers import make_config
+from psdlab.sim.engine import simulate
+from sim_helpers import make_config
 
 POISSON = {"name": "poisson", "rate": 40.0,
            "prompt": {"name": "uniform", "low": 8, "high": 200},

@@ -7,9 +7,9 @@ from collections import Counter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analysis.trace import read_trace
-from sim.engine import simulate
-from tests.sim_helpers import make_config
+from psdlab.analysis.trace import read_trace
+from psdlab.sim.engine import simulate
+from sim_helpers import make_config
 
 
 @st.composite

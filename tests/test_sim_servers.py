@@ -1,8 +1,8 @@
 """Step structure of the four servers, read back from the trace."""
 import pytest
 
-from sim.engine import simulate
-from tests.sim_helpers import make_config
+from psdlab.sim.engine import simulate
+from sim_helpers import make_config
 
 WL = {"name": "offline", "prompt": {"name": "fixed", "value": 16},
       "output": {"name": "uniform", "low": 20, "high": 120}}

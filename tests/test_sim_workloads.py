@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.lengths import make_length, sharegpt_like_lengths
-from sim.workloads import RequestSet, make_workload, read_requests
+from psdlab.sim.lengths import make_length, sharegpt_like_lengths
+from psdlab.sim.workloads import RequestSet, make_workload, read_requests
 
 N = 100_000
 

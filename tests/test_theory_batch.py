@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.theory import (AffineDraftTime, AffineVerifyTime, BatchModel, GeometricAcceptance,
+from psdlab.analysis.theory import (AffineDraftTime, AffineVerifyTime, BatchModel, GeometricAcceptance,
                              LeviathanFrontier, ar, best_k, compare, compare_all, optimal_k, psd,
                              sd)
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from analysis.theory import exact_ratio, paper_ratio_bound, region, theorem1_threshold
+from psdlab.analysis.theory import exact_ratio, paper_ratio_bound, region, theorem1_threshold
 from psdlab.cli import main
 
 

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from analysis.theory import (ExponentialFrontier, exact_ratio, exact_saving, exponential_optimum,
+from psdlab.analysis.theory import (ExponentialFrontier, exact_ratio, exact_saving, exponential_optimum,
                              optimal_times, peak_alpha_v, psd_draft_time_exponential,
                              sd_draft_time_exponential, sd_opt_draft, t_psd_exponential,
                              t_sd_exponential)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.theory import expected_max, jitter_gain
+from psdlab.analysis.theory import expected_max, jitter_gain
 
 
 def _mc(dist, mt, mv, ct, cv, n=400_000, seed=7):

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from analysis.theory import (EmpiricalFrontier, ExponentialFrontier, LeviathanFrontier,
+from psdlab.analysis.theory import (EmpiricalFrontier, ExponentialFrontier, LeviathanFrontier,
                              MixtureFrontier, exact_ratio, optimal_k, optimal_times,
                              psd_objective, sd_objective)
 

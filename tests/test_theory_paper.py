@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from analysis.theory import (THEOREM1_RATIO, ExponentialFrontier, exact_ratio, exact_saving,
+from psdlab.analysis.theory import (THEOREM1_RATIO, ExponentialFrontier, exact_ratio, exact_saving,
                              lemma1_sd_lower_bound, lemma1_t_star, lemma1_t_star_bounds,
                              lemma2_t_psd, optimal_times, paper_ratio_bound, peak, region,
                              sd_draft_time_exponential, t_psd_exponential, t_sd_exponential,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.trace import (Phase, RequestRecord, RunInfo, StepRecord, Trace, TraceFormatError,
+from psdlab.analysis.trace import (Phase, RequestRecord, RunInfo, StepRecord, Trace, TraceFormatError,
                             TraceWriter, Verified, dumps, iter_records, read_trace, write_trace)
 
 RUN = RunInfo(mode="psd", k=3, m=2, source="test", devices={"drafter": "cpu:1", "target": "cpu:0"},

@@ -13,22 +13,22 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from analysis.metrics import summarize
-from analysis.trace import (Phase, RequestRecord, RunInfo, StepRecord, Trace, Verified,
+from psdlab.analysis.metrics import summarize
+from psdlab.analysis.trace import (Phase, RequestRecord, RunInfo, StepRecord, Trace, Verified,
                             write_trace)
 from psdlab.cli import main
-from sim.config import config_from_dict
-from sim.engine import simulate
-from sim.workloads import read_requests
-from validation.calibrate import calibrate
-from validation.compare import flatten, rel_error, write_replay
-from validation.gains import closed_form, gain_rows, pair_traces, workload_key
-from validation.model_file import write_model
-from validation.replay_model import (ReplayParams, contention_scales, load_replay_params,
+from psdlab.sim.config import config_from_dict
+from psdlab.sim.engine import simulate
+from psdlab.sim.workloads import read_requests
+from psdlab.validation.calibrate import calibrate
+from psdlab.validation.compare import flatten, rel_error, write_replay
+from psdlab.validation.gains import closed_form, gain_rows, pair_traces, workload_key
+from psdlab.validation.model_file import write_model
+from psdlab.validation.replay_model import (ReplayParams, contention_scales, load_replay_params,
                                      replay_params, serial_only, step_overheads,
                                      store_replay_params)
-from validation.sim_costs import calibrated_cost
-from validation.validate import validate
+from psdlab.validation.sim_costs import calibrated_cost
+from psdlab.validation.validate import validate
 
 TARGET = {"name": "affine", "base": 0.02, "per_seq": 1e-3, "per_token": 5e-4,
           "per_context": 1e-6}
@@ -230,7 +230,7 @@ def test_prefill_overheads_per_run_kind_and_added_to_prefill_passes_only(tmp_pat
     """A prefill step's time beyond its longest prefill phase, plus the pause before the next
     step, is the prefill overhead (runs with a drafter and AR runs apart); the replay adds it
     to the target's prefill passes (no cached context), not to its decode passes."""
-    from validation.replay_model import prefill_overheads
+    from psdlab.validation.replay_model import prefill_overheads
 
     def with_prefill(mode, tail, pause):
         tr = _hand_trace(mode, 0.1, 0.2, 0.0, n=3)
@@ -312,8 +312,8 @@ def test_overlap_slowdown_measured_against_serial_fit(tmp_path):
 def test_calibrate_is_unbiased_for_the_mean_of_a_noisy_fit(tmp_path):
     """Heavy-tailed phase times: a pure relative-error fit sits below the mean; the model file
     of `calibrate` predicts the measured mean itself (no later correction needed)."""
-    from validation.calibrate import collect_phases, design
-    from validation.fit import fit_nonneg
+    from psdlab.validation.calibrate import collect_phases, design
+    from psdlab.validation.fit import fit_nonneg
     rng = np.random.default_rng(0)
     tr = _hand_trace("sd-sep", 0.1, 0.2, 0.0, n=200)
     noisy = []
@@ -482,7 +482,7 @@ def test_repeats_compared_as_their_median(loop):
 
 
 def test_overlap_share_of_overlapped_and_serial_steps():
-    from validation.replay_scales import overlap_share
+    from psdlab.validation.replay_scales import overlap_share
     assert overlap_share(_hand_trace("psd", 0.1, 0.2, 0.0)) == pytest.approx((1.0, 1.0))
     assert overlap_share(_hand_trace("sd-sep", 0.1, 0.2, 0.0)) == pytest.approx((0.0, 0.0))
     mixed = _hand_trace("psd", 0.1, 0.2, 0.0)
@@ -494,7 +494,7 @@ def test_verify_table_overrides_the_fit_for_measured_shapes(tmp_path):
     """A shape seen often enough in calibration keeps its measured median in the replay (the
     CPU's GEMM time is not monotonic in rows); smaller shapes use the affine fit, larger ones
     the largest shape's time plus the fit's increment."""
-    from validation.calibrate import MIN_TABLE
+    from psdlab.validation.calibrate import MIN_TABLE
     serial = _hand_trace("sd-sep", 0.1, 0.2, 0.0, n=MIN_TABLE + 3)
     cal = calibrate([serial], holdout=0.0)
     assert [(sq, tk, n) for sq, tk, _, n in cal.verify_table] == [(2, 10, MIN_TABLE + 3)]
@@ -525,7 +525,7 @@ def test_verify_table_interpolates_between_measured_token_counts(tmp_path):
     line between their times (a CPU pass is a step function of its shape that the affine fit
     smooths over), one past the largest measured there that shape's time plus the fit's
     increment; other sequence counts keep the fit; scalar and array calls agree."""
-    from validation.calibrate import MIN_TABLE
+    from psdlab.validation.calibrate import MIN_TABLE
     cal = calibrate([_hand_trace("sd-sep", 0.1, 0.2, 0.0, n=MIN_TABLE + 3)], holdout=0.0)
     path = str(tmp_path / "m.json")
     write_model(path, cal)
@@ -548,7 +548,7 @@ def test_verify_table_interpolates_between_measured_token_counts(tmp_path):
 def test_verify_table_keys_capped_rows_at_their_padded_width():
     """Rows of 4 and 1 proposals: the target computes 2 x 5 tokens, so the table says (2, 10),
     the shape the simulator asks for, not the token sum 7."""
-    from validation.calibrate import MIN_TABLE
+    from psdlab.validation.calibrate import MIN_TABLE
     run = RunInfo(mode="sd-sep", k=4, m=2, source="runtime",
                   devices={"drafter": "cpu:0", "target": "cpu:1"})
     steps, t = [], 0.0
@@ -564,7 +564,7 @@ def test_verify_table_keys_capped_rows_at_their_padded_width():
 
 def test_capped_rows_are_fitted_at_their_padded_width():
     """Two rows, proposals 4 and 1 (one pending token each): the target computes 2 x 5."""
-    from validation.calibrate import with_draft_forwards
+    from psdlab.validation.calibrate import with_draft_forwards
     run = RunInfo(mode="sd-sep", k=4, m=2, source="runtime",
                   devices={"drafter": "cpu:0", "target": "cpu:1"})
     step = StepRecord(0, 0.0, 0.3, (Phase("draft", "cpu:0", 0.0, 0.1, 2, 5),

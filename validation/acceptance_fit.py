@@ -24,7 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 from scipy import optimize
 
-from analysis.trace import Trace
+from psdlab.analysis.trace import Trace
 
 #: marker an importer puts in ``run.extra["verified_rows"]`` when rows come from step totals
 STEP_TOTALS = "step-totals"
@@ -187,7 +187,7 @@ def fit_acceptance(traces: Sequence[Trace], *, seed: int = 0) -> AcceptanceFit:
         notes.append("one request only: the per-request spread is not identified")
     if conc >= MAX_CONCENTRATION:
         notes.append("no per-request spread beyond binomial noise (concentration capped)")
-    from validation.match_patterns import match_patterns
+    from psdlab.validation.match_patterns import match_patterns
     patterns = match_patterns(traces) if all_greedy(traces) else None
     if patterns is not None:
         notes.append(f"greedy traces: match patterns of {len(patterns.patterns)} requests, "
@@ -201,7 +201,7 @@ def fit_acceptance(traces: Sequence[Trace], *, seed: int = 0) -> AcceptanceFit:
 
 def all_greedy(traces: Sequence[Trace]) -> bool:
     """Every trace with draft rows was decoded greedily (``run.extra["temperature"] == 0``)."""
-    from validation.match_patterns import is_greedy
+    from psdlab.validation.match_patterns import is_greedy
     drafted = [t for t in traces if any(v.proposed > 0 for s in t.steps for v in s.verified)]
     return bool(drafted) and all(is_greedy(t) for t in drafted)
 

@@ -41,9 +41,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from analysis.trace import Phase, Trace
-from validation.acceptance_fit import AcceptanceFit, fit_acceptance
-from validation.fit import LinearFit, fit_nonneg
+from psdlab.analysis.trace import Phase, Trace
+from psdlab.validation.acceptance_fit import AcceptanceFit, fit_acceptance
+from psdlab.validation.fit import LinearFit, fit_nonneg
 
 TERMS = ("base", "per_seq", "per_token", "per_context")
 #: fits, the role whose forward they describe, and the column order tried for identifiability
@@ -240,7 +240,7 @@ def serial_groups(traces: Sequence[Trace]) -> tuple[dict[str, list[tuple[Phase, 
                                                     list[str]]:
     """Phases to fit on, by fit: the serial steps' phases, or every step's for a fit with fewer
     than MIN_SERIAL serial phases (with a note)."""
-    from validation.replay_model import serial_only
+    from psdlab.validation.replay_model import serial_only
     every, skipped = collect_phases(traces)
     serial, _ = collect_phases([serial_only(t) for t in traces])
     notes = []
@@ -254,7 +254,7 @@ def serial_groups(traces: Sequence[Trace]) -> tuple[dict[str, list[tuple[Phase, 
 
 def calibrate(traces: Sequence[Trace], *, holdout: float = 0.2, seed: int = 0) -> Calibration:
     """Fit cost and acceptance models to traces (module docstring)."""
-    from validation.replay_model import replay_params_of
+    from psdlab.validation.replay_model import replay_params_of
     if not traces:
         raise ValueError("traces: need at least one trace")
     traces = [with_draft_forwards(t) for t in traces]

@@ -33,8 +33,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from analysis.metrics import summarize
-from analysis.trace import Trace
+from psdlab.analysis.metrics import summarize
+from psdlab.analysis.trace import Trace
 
 #: (metric key in the flattened summary, label, unit); errors are relative
 METRICS: tuple[tuple[str, str, str], ...] = (
@@ -127,11 +127,11 @@ def sim_config(trace: Trace, model_path: str, replay_path: str, *, seed: int = 0
     """A SimConfig that replays ``trace``'s workload with the calibrated models, the
     controller overhead and the overlap contention of ``params`` (a ReplayParams), applied to
     ``overlap_share`` of the decode time (``validation.replay_scales``)."""
-    import validation.sim_costs as sc
-    from sim.config import ModelConfig, ServerConfig, SimConfig, TraceConfig
-    from validation.model_file import acceptance_spec, read_model
-    from validation.replay_model import ReplayParams
-    from validation.replay_scales import decode_scales
+    import psdlab.validation.sim_costs as sc
+    from psdlab.sim.config import ModelConfig, ServerConfig, SimConfig, TraceConfig
+    from psdlab.validation.model_file import acceptance_spec, read_model
+    from psdlab.validation.replay_model import ReplayParams
+    from psdlab.validation.replay_scales import decode_scales
 
     run = trace.run
     mode = run.mode
@@ -171,11 +171,11 @@ def predict(trace: Trace, model_path: str, *, seeds: Sequence[int] = DEFAULT_SEE
             ) -> tuple[dict[str, float | None], Trace]:
     """Simulated metrics for a measured trace (mean over ``seeds``) and the first seed's
     simulated trace."""
-    from sim.engine import simulate
+    from psdlab.sim.engine import simulate
 
     if not seeds:
         raise ValueError("seeds: need at least one")
-    from validation.replay_scales import overlap_share
+    from psdlab.validation.replay_scales import overlap_share
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         replay = write_replay(trace, Path(tmp) / "workload.csv")
         share = None

@@ -28,9 +28,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from analysis.trace import read_trace
-from validation.report import spread_rows
-from validation.runs import Measured, Plan, default_plan, run_plan
+from psdlab.analysis.trace import read_trace
+from psdlab.validation.report import spread_rows
+from psdlab.validation.runs import Measured, Plan, default_plan, run_plan
 
 
 #: seconds kept for calibration, replay and report after the last run
@@ -71,7 +71,7 @@ def _say(msg: str, quiet: bool) -> None:
 def resolve_pair(target: str | None, draft: str | None, quiet: bool) -> tuple[str, str, str | None]:
     """(target dir, drafter dir, tokenizer dir or None)."""
     if target is None and draft is None:
-        from runtime.pair import prepare_pair
+        from psdlab.runtime.pair import prepare_pair
         pair = prepare_pair(progress=not quiet)
         return pair.target_dir, pair.drafter_dir, pair.tokenizer_dir
     if target is None or draft is None:
@@ -86,8 +86,8 @@ def resolve_pair(target: str | None, draft: str | None, quiet: bool) -> tuple[st
 
 def calibrate_runs(measured: Sequence[Measured], out_dir: str) -> str:
     """Fit on the calibration runs; write model.json with the replay parameters."""
-    from validation.calibrate import calibrate
-    from validation.model_file import write_model
+    from psdlab.validation.calibrate import calibrate
+    from psdlab.validation.model_file import write_model
     os.makedirs(out_dir, exist_ok=True)
     cal = [m for m in measured if m.spec.role == "calibrate"]
     if not cal:
@@ -142,7 +142,7 @@ def demo(out_dir: str, *, quick: bool = False, plan: Plan | None = None,
     if prompt_ids is None:
         if tok_dir is None:
             raise ValueError("target: has no tokenizer; give prompt_ids")
-        from runtime.session import load_tokenizer
+        from psdlab.runtime.session import load_tokenizer
         tokenizer = load_tokenizer(tok_dir)
     timings["prepare_s"] = time.perf_counter() - t0
     if hasattr(os, "getloadavg"):
@@ -171,7 +171,7 @@ def analyse(out_dir: str, measured: Sequence[Measured], plan: Plan, target_dir: 
     _say("psdlab demo: calibrating the simulator on the calibration runs", quiet)
     model_path = calibrate_runs(measured, out_dir)
     _say("psdlab demo: replaying every run in the calibrated simulator", quiet)
-    from validation.validate import validate
+    from psdlab.validation.validate import validate
     named = [(m.spec.name, read_trace(m.path)) for m in measured]
     validation = validate(model_path, named, seeds=seeds,
                           groups={m.spec.name: m.spec.config for m in measured})
@@ -182,7 +182,7 @@ def analyse(out_dir: str, measured: Sequence[Measured], plan: Plan, target_dir: 
     lines = headline(validation, held)
     alternatives = statistical_acceptance(model_path, named, seeds, measured)
     timings["total_s"] = time.perf_counter() - t0
-    from validation.report import write_report
+    from psdlab.validation.report import write_report
     intro = _intro(plan, target_dir, drafter_dir, timings, measured)
     files = write_report(out_dir, validation, named, roles=roles, title="psdlab demo report",
                          intro=intro, headline=lines, summary_runs=held,
@@ -199,8 +199,8 @@ def statistical_acceptance(model_path: str, named: Sequence[tuple[str, Any]],
                            ) -> list[tuple[str, Any]]:
     """When the model's acceptance is the greedy match patterns, the same replay with its
     per-position rates instead (what a model that knows no request would predict)."""
-    from validation.model_file import acceptance_spec, read_model
-    from validation.validate import validate
+    from psdlab.validation.model_file import acceptance_spec, read_model
+    from psdlab.validation.validate import validate
     model = read_model(model_path)
     if acceptance_spec(model).get("name") != "matches":
         return []
@@ -214,7 +214,7 @@ def reanalyse(trace_dir: str, out_dir: str, *, seeds: Sequence[int] = (0, 1, 2, 
               quiet: bool = True) -> DemoResult:
     """Steps 3-5 again on the traces a demo wrote (``TRACE_DIR/*.jsonl``, run order = the
     order the runs were made, read from each trace's run record), into ``out_dir``."""
-    from validation.runs import RunSpec
+    from psdlab.validation.runs import RunSpec
     paths = sorted(os.path.join(trace_dir, f) for f in os.listdir(trace_dir)
                    if f.endswith(".jsonl"))
     measured = []

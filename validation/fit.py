@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize, stats
 
-from analysis.checks import check_range
+from psdlab.analysis.checks import check_range
 
 #: condition threshold: a column is dependent when the smallest singular value of the
 #: normalised design with it added falls below this fraction of the largest

@@ -30,10 +30,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from analysis.metrics import decode_steps, steady_steps
-from analysis.theory import expected_max
-from analysis.trace import Trace
-from validation.compare import Row
+from psdlab.analysis.metrics import decode_steps, steady_steps
+from psdlab.analysis.theory import expected_max
+from psdlab.analysis.trace import Trace
+from psdlab.validation.compare import Row
 
 PAIRED_MODES = ({"sd", "sd-sep"}, "psd")
 
@@ -120,7 +120,7 @@ def closed_form(sd: Trace, psd: Trace,
     ratio = _emitted_per_verification(psd) / _emitted_per_verification(sd)
     slow = None
     if contention is not None and any(contention):
-        from validation.replay_model import contention_scales
+        from psdlab.validation.replay_model import contention_scales
         slowdown = contention_scales(tm, vm, contention[1], contention[0])
     if slowdown is not None:
         st, sdr = slowdown

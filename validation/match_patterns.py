@@ -19,8 +19,8 @@ from typing import Sequence
 
 import numpy as np
 
-from analysis.trace import Trace
-from sim.acceptance_matches import pattern_text
+from psdlab.analysis.trace import Trace
+from psdlab.sim.acceptance_matches import pattern_text
 
 
 def is_greedy(trace: Trace) -> bool:

@@ -36,8 +36,8 @@ import math
 import os
 from typing import Any, Sequence
 
-from sim.costs.fitted import load_fit, write_fit
-from validation.calibrate import TERMS, Calibration, forward_coefficients, phase_overhead
+from psdlab.sim.costs.fitted import load_fit, write_fit
+from psdlab.validation.calibrate import TERMS, Calibration, forward_coefficients, phase_overhead
 
 #: role name in the file for each fit of validation.calibrate.FITS
 ROLE_OF_FIT = {"verify": "target", "draft": "drafter", "prefill": "target:prefill",

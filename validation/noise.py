@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping, Sequence
 
-from analysis.metrics import summarize
+from psdlab.analysis.metrics import summarize
 
 #: var(median of 3) / var(one) for normal noise
 _MEDIAN3 = 0.4487
@@ -70,7 +70,7 @@ def pooled_cv(groups: Iterable[Sequence[float | None]]) -> float | None:
 
 def repeat_values(validation: Any) -> dict[str, list[dict[str, float | None]]]:
     """Per configuration, the flattened metrics of each of its repeats."""
-    from validation.compare import flatten
+    from psdlab.validation.compare import flatten
     return {c.name: [flatten(summarize(t)) for t in (c.repeats or [c.trace])]
             for c in validation.comparisons}
 

@@ -48,7 +48,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from analysis.trace import Trace
+from psdlab.analysis.trace import Trace
 
 @dataclass(frozen=True)
 class ReplayParams:
@@ -160,7 +160,7 @@ def _solo(cal: Any, ref: Mapping[tuple[str, int, int], float], ph: Any,
     hit = ref.get(_shape(ph))
     if hit is not None or strict:
         return hit
-    from validation.calibrate import design
+    from psdlab.validation.calibrate import design
     name = ph.kind
     if name not in cal.costs or ph.seqs <= 0 or ph.tokens <= 0:
         return None
@@ -303,7 +303,7 @@ def serial_only(trace: Trace) -> Trace:
 
 def _scales(cal: Any, traces: Sequence[Trace]) -> dict[str, float]:
     """(total measured) / (total predicted) per fit name over the traces' phases."""
-    from validation.calibrate import predict_phases
+    from psdlab.validation.calibrate import predict_phases
     out = {}
     for fit, (pred, meas) in predict_phases(cal, traces).items():
         total = float(np.sum(pred))
@@ -352,8 +352,8 @@ def _spread(cal: Any, traces: Sequence[Trace],
 
 def replay_params(traces: Sequence[Trace], model_path: str) -> ReplayParams:
     """Replay parameters of a model file's fits on (calibration) traces (module doc)."""
-    from validation.calibrate import with_draft_forwards
-    from validation.model_file import read_model
+    from psdlab.validation.calibrate import with_draft_forwards
+    from psdlab.validation.model_file import read_model
     return replay_params_of(calibration_view(read_model(model_path)),
                             [with_draft_forwards(t) for t in traces])
 
@@ -410,8 +410,8 @@ def load_replay_params(model: dict[str, Any]) -> ReplayParams:
 
 def calibration_view(model: Mapping[str, Any]) -> Any:
     """A Calibration holding the model file's fits (for predict_phases)."""
-    from validation.calibrate import FITS, Calibration
-    from validation.fit import LinearFit
+    from psdlab.validation.calibrate import FITS, Calibration
+    from psdlab.validation.fit import LinearFit
     costs = {}
     for name, fit in ((model.get("meta") or {}).get("fits") or {}).items():
         if name not in FITS:

@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from validation.compare import Row
+from psdlab.validation.compare import Row
 
 ROW_COLUMNS = ("run", "metric", "label", "unit", "measured", "predicted", "error",
                "error_kind", "source")
@@ -143,8 +143,8 @@ def format_summary(summary: Sequence[Mapping[str, Any]]) -> str:
 
 def run_rows(named: Sequence[tuple[str, Any]], roles: Mapping[str, str] | None = None
              ) -> list[dict[str, Any]]:
-    from analysis.metrics import summarize
-    from validation.compare import flatten
+    from psdlab.analysis.metrics import summarize
+    from psdlab.validation.compare import flatten
     out = []
     for name, tr in named:
         s = flatten(summarize(tr))
@@ -242,7 +242,7 @@ def write_report(out_dir: str, validation: Any, named: Sequence[tuple[str, Any]]
     """Write the CSVs, figures and ``report.md`` (module docstring); returns the file paths.
     ``alternatives``: (what differs, Validation) replays of the same runs under another
     model, whose summaries over ``summary_runs`` are shown after the targets."""
-    from validation.model_file import read_model
+    from psdlab.validation.model_file import read_model
     roles = dict(roles or {})
     os.makedirs(out_dir, exist_ok=True)
     model = read_model(validation.model_path)
@@ -250,7 +250,7 @@ def write_report(out_dir: str, validation: Any, named: Sequence[tuple[str, Any]]
     files = write_tables(out_dir, validation, runs, model, summary_runs)
     figs: dict[str, str] = {}
     if figures:
-        from validation.report_figs import all_figures
+        from psdlab.validation.report_figs import all_figures
         figs = all_figures(out_dir, validation, validation.model_path, named, roles)
     files.update(figs)
     md = [f"# {title}", ""] + list(intro) + [""]
@@ -332,7 +332,7 @@ def write_report(out_dir: str, validation: Any, named: Sequence[tuple[str, Any]]
 
 def _schedule_md(out_dir: str, validation: Any, files: dict[str, str]) -> list[str]:
     """``schedule.csv`` and its section: does each replay take its run's schedule?"""
-    from validation.schedule import agreement_rows
+    from psdlab.validation.schedule import agreement_rows
     rows = agreement_rows(validation)
     if not rows:
         return []

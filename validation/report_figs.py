@@ -18,7 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from validation.report import write_csv  # noqa: E402
+from psdlab.validation.report import write_csv  # noqa: E402
 
 DPI = 110
 SCATTER = (("throughput_tok_s", "throughput (tok/s)", 0.05),
@@ -144,9 +144,9 @@ def throughput_vs_k(out_dir: str, validation: Any, m: int, offline: bool = True,
 def phase_fit(out_dir: str, model_path: str, named: Sequence[tuple[str, Any]],
               roles: Mapping[str, str]) -> str | None:
     """Calibrated vs measured phase times on every trace (held-out ones in red)."""
-    from validation.calibrate import predict_phases
-    from validation.model_file import read_model
-    from validation.replay_model import calibration_view
+    from psdlab.validation.calibrate import predict_phases
+    from psdlab.validation.model_file import read_model
+    from psdlab.validation.replay_model import calibration_view
     model = read_model(model_path)
     roles_of_fit = {"verify": "target", "draft": "drafter", "prefill": "target:prefill",
                     "drafter_prefill": "drafter:prefill"}

@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from analysis.checks import check_choice, check_int, check_range
+from psdlab.analysis.checks import check_choice, check_int, check_range
 
 ROLES = ("calibrate", "validate", "repeat", "reference")
 RUN_MODES = ("ar", "sd-sep", "psd")
@@ -206,7 +206,7 @@ def demo_requests(tokenizer: Any, n: int, prompt_ids: Sequence[Sequence[int]] | 
     (or of ``prompt_ids`` when given, e.g. for tiny test models without a tokenizer)."""
     if prompt_ids is not None:
         return [(f"r{i}", tuple(int(x) for x in p)) for i, p in enumerate(prompt_ids[:n])]
-    from runtime.prompts import load_prompts
+    from psdlab.runtime.prompts import load_prompts
     out = []
     for p in load_prompts(split="heldout")[:n]:
         ids = tokenizer(p.chat_text(tokenizer), add_special_tokens=False)["input_ids"]
@@ -215,7 +215,7 @@ def demo_requests(tokenizer: Any, n: int, prompt_ids: Sequence[Sequence[int]] | 
 
 
 def poisson_times(n: int, rate: float, seed: int) -> list[float]:
-    from runtime.requests import arrival_times
+    from psdlab.runtime.requests import arrival_times
     return arrival_times(f"poisson:{rate!r}", n, seed)
 
 
@@ -249,9 +249,9 @@ def run_plan(plan: Plan, target_dir: str, drafter_dir: str, out_dir: str | os.Pa
     block at its first run by the first repeats' wall times, is skipped with its block
     (``on_skip(spec)``), so the plan keeps its time budget on a slower machine and never
     splits a pair; first repeats always run."""
-    from runtime.engine import Engine, EngineConfig
-    from runtime.requests import Request
-    from runtime.runner import ModelSpec
+    from psdlab.runtime.engine import Engine, EngineConfig
+    from psdlab.runtime.requests import Request
+    from psdlab.runtime.runner import ModelSpec
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import Any, Hashable, Mapping
 
-from analysis.trace import Trace
+from psdlab.analysis.trace import Trace
 
 
 def admission_index(trace: Trace) -> dict[Hashable, int]:
     """Request id -> its position in the run's admission order (the replay's numbering)."""
-    from validation.compare import admission_order
+    from psdlab.validation.compare import admission_order
     return {r.id: i for i, r in enumerate(admission_order(trace))}
 
 

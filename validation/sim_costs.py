@@ -38,10 +38,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from analysis.checks import check_nonnegative, check_range
-from sim.costs import CostModel, register_cost_model
-from sim.costs.base import COST_MODELS, check_fields
-from sim.costs.fitted import cost_from_role, load_fit
+from psdlab.analysis.checks import check_nonnegative, check_range
+from psdlab.sim.costs import CostModel, register_cost_model
+from psdlab.sim.costs.base import COST_MODELS, check_fields
+from psdlab.sim.costs.fitted import cost_from_role, load_fit
 
 NAME = "calibrated"
 

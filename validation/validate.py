@@ -22,13 +22,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from analysis.metrics import summarize
-from analysis.trace import Trace
-from validation.compare import (DEFAULT_SEEDS, Row, TraceComparison, compare_trace, flatten,
+from psdlab.analysis.metrics import summarize
+from psdlab.analysis.trace import Trace
+from psdlab.validation.compare import (DEFAULT_SEEDS, Row, TraceComparison, compare_trace, flatten,
                                 merged)
-from validation.gains import GainResult, closed_form, gain_rows, pair_traces, workload_key
-from validation.noise import break_chance, noise_of
-from validation.replay_model import ReplayParams, load_replay_params
+from psdlab.validation.gains import GainResult, closed_form, gain_rows, pair_traces, workload_key
+from psdlab.validation.noise import break_chance, noise_of
+from psdlab.validation.replay_model import ReplayParams, load_replay_params
 
 #: summary checks: (label, row metric, row source, bound, error kind)
 TARGETS: tuple[tuple[str, str, str, float, str], ...] = (
@@ -121,7 +121,7 @@ class Validation:
 
 def model_params(model_path: str) -> ReplayParams:
     """The replay parameters stored in a model file (defaults when absent)."""
-    from validation.model_file import read_model
+    from psdlab.validation.model_file import read_model
     return load_replay_params(read_model(model_path))
 
 

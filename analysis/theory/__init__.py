@@ -8,19 +8,19 @@
 * `batch`: batch-aware AR / SD / PSD throughput and per-token latency, labelled comparisons.
 * `jitter`: E[max(t, V)] under random step times and the PSD gain it costs.
 """
-from analysis.theory.batch import (BASES, AffineDraftTime, AffineVerifyTime, BatchModel,
+from psdlab.analysis.theory.batch import (BASES, AffineDraftTime, AffineVerifyTime, BatchModel,
                                    Comparison, GeometricAcceptance, ModeResult, ar, best_k,
                                    compare, compare_all, psd, sd)
-from analysis.theory.exponential import (exact_ratio, exact_saving, exponential_optimum,
+from psdlab.analysis.theory.exponential import (exact_ratio, exact_saving, exponential_optimum,
                                          peak_alpha_v, psd_draft_time_exponential,
                                          sd_draft_time_exponential, sd_opt_draft,
                                          t_psd_exponential, t_sd_exponential)
-from analysis.theory.frontiers import (EmpiricalFrontier, ExponentialFrontier,
+from psdlab.analysis.theory.frontiers import (EmpiricalFrontier, ExponentialFrontier,
                                        LeviathanFrontier, MixtureFrontier)
-from analysis.theory.jitter import DISTRIBUTIONS, JitterResult, expected_max, jitter_gain
-from analysis.theory.optimum import (KOptimum, Optimum, optimal_k, optimal_times,
+from psdlab.analysis.theory.jitter import DISTRIBUTIONS, JitterResult, expected_max, jitter_gain
+from psdlab.analysis.theory.optimum import (KOptimum, Optimum, optimal_k, optimal_times,
                                      psd_objective, sd_objective)
-from analysis.theory.paper import (THEOREM1_RATIO, THEOREM1_SAVING, Peak, Theorem1Check,
+from psdlab.analysis.theory.paper import (THEOREM1_RATIO, THEOREM1_SAVING, Peak, Theorem1Check,
                                    lemma1_sd_lower_bound, lemma1_t_star, lemma1_t_star_bounds,
                                    lemma2_t_psd, paper_ratio_bound, paper_saving_bound, peak,
                                    region, theorem1_check, theorem1_threshold)

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from analysis.checks import check_positive, check_range
+from psdlab.analysis.checks import check_positive, check_range
 
 __all__ = ["positive_array", "threshold_value"]
 

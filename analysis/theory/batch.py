@@ -29,7 +29,7 @@ from typing import Callable
 
 import numpy as np
 
-from analysis.checks import check_choice, check_int, check_nonnegative, check_range
+from psdlab.analysis.checks import check_choice, check_int, check_nonnegative, check_range
 
 __all__ = ["AffineVerifyTime", "AffineDraftTime", "GeometricAcceptance", "BatchModel",
            "ModeResult", "Comparison", "BASES", "ar", "sd", "psd", "best_k", "compare",

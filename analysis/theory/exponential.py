@@ -34,8 +34,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import lambertw
 
-from analysis.theory._checks import positive_array
-from analysis.theory.optimum import Optimum
+from psdlab.analysis.theory._checks import positive_array
+from psdlab.analysis.theory.optimum import Optimum
 
 __all__ = ["sd_opt_draft", "exact_ratio", "exact_saving", "peak_alpha_v", "t_sd_exponential",
            "t_psd_exponential", "sd_draft_time_exponential", "psd_draft_time_exponential",

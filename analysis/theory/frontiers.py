@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import curve_fit, lsq_linear
 
-from analysis.checks import (check_choice, check_int, check_nonnegative, check_positive,
+from psdlab.analysis.checks import (check_choice, check_int, check_nonnegative, check_positive,
                              check_range)
 
 __all__ = ["ExponentialFrontier", "LeviathanFrontier", "EmpiricalFrontier", "MixtureFrontier"]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import integrate, stats
 
-from analysis.checks import check_choice, check_nonnegative, check_positive
+from psdlab.analysis.checks import check_choice, check_nonnegative, check_positive
 
 __all__ = ["DISTRIBUTIONS", "expected_max", "JitterResult", "jitter_gain"]
 

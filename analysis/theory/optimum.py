@@ -23,8 +23,8 @@ from typing import Any, Callable
 import numpy as np
 from scipy.optimize import minimize_scalar
 
-from analysis.checks import check_int, check_positive
-from analysis.theory._checks import positive_array
+from psdlab.analysis.checks import check_int, check_positive
+from psdlab.analysis.theory._checks import positive_array
 
 __all__ = ["Optimum", "KOptimum", "optimal_times", "optimal_k", "sd_objective", "psd_objective"]
 

@@ -42,9 +42,9 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import lambertw
 
-from analysis.checks import check_positive
-from analysis.theory._checks import positive_array, threshold_value
-from analysis.theory.exponential import exact_ratio, exact_saving, peak_alpha_v
+from psdlab.analysis.checks import check_positive
+from psdlab.analysis.theory._checks import positive_array, threshold_value
+from psdlab.analysis.theory.exponential import exact_ratio, exact_saving, peak_alpha_v
 
 __all__ = ["THEOREM1_RATIO", "THEOREM1_SAVING", "lemma1_t_star", "lemma1_t_star_bounds",
            "lemma1_sd_lower_bound", "lemma2_t_psd", "theorem1_threshold", "paper_ratio_bound",

@@ -40,11 +40,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis.checks import check_int
-    from runtime import session
-    from runtime.bench import bench_runtime, cycle_requests, format_report
-    from runtime.engine import EngineConfig
-    from runtime.runner import ModelSpec
+    from psdlab.analysis.checks import check_int
+    from psdlab.runtime import session
+    from psdlab.runtime.bench import bench_runtime, cycle_requests, format_report
+    from psdlab.runtime.engine import EngineConfig
+    from psdlab.runtime.runner import ModelSpec
     check_int("num_prompts", args.num_prompts, minimum=1)
     check_int("rounds", args.rounds, minimum=1)
     backend = "thread" if args.device.startswith("cuda") else "process"

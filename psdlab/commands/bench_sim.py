@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sim.bench import run_bench
+    from psdlab.sim.bench import run_bench
 
     out = run_bench(args.requests, args.load, args.seed, args.path,
                     progress=sys.stderr.isatty() and not args.json)

@@ -48,7 +48,7 @@ _UNITS = {"base": "ms", "per_seq": "ms/seq", "per_token": "ms/token",
 
 
 def _cost_lines(fits: dict) -> list[str]:
-    from validation.calibrate import FITS
+    from psdlab.validation.calibrate import FITS
     lines = [f"{'fit':<16}{'role':<9}{'term':<13}{'estimate':>12}  {'95% CI':<24}unit"]
     for name, fit in fits.items():
         for term in ("base", "per_seq", "per_token", "per_context"):
@@ -99,10 +99,10 @@ def _replay_lines(rp: dict | None) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis.checks import check_range
-    from validation.calibrate import calibrate
-    from validation.importers import load_traces
-    from validation.model_file import write_model
+    from psdlab.analysis.checks import check_range
+    from psdlab.validation.calibrate import calibrate
+    from psdlab.validation.importers import load_traces
+    from psdlab.validation.model_file import write_model
 
     holdout = check_range("--holdout", args.holdout, 0.0, 0.9)
     traces = [t for path in args.traces for t in load_traces(path)]

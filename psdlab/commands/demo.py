@@ -60,9 +60,9 @@ def run(args: argparse.Namespace) -> int:
                          "real pair)")
     from dataclasses import replace
 
-    from analysis.checks import check_int, check_range
-    from validation.demo import demo, reanalyse
-    from validation.runs import default_plan
+    from psdlab.analysis.checks import check_int, check_range
+    from psdlab.validation.demo import demo, reanalyse
+    from psdlab.validation.runs import default_plan
     if args.traces is not None:
         if not os.path.isdir(args.traces):
             raise FileNotFoundError(f"--traces: no such directory: {args.traces}")

@@ -5,7 +5,7 @@ import argparse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from paper_figs.cli import EPILOG, add_arguments
+    from psdlab.paper_figs.cli import EPILOG, add_arguments
 
     p = subparsers.add_parser(
         "figs", help="regenerate the figures (PNG + CSV) from theory, simulator and traces",
@@ -17,5 +17,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from paper_figs.cli import run_args
+    from psdlab.paper_figs.cli import run_args
     return run_args(args)

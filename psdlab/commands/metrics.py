@@ -52,9 +52,9 @@ def format_summary(s: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis.checks import check_range
-    from analysis.metrics import summarize
-    from analysis.trace import read_trace
+    from psdlab.analysis.checks import check_range
+    from psdlab.analysis.metrics import summarize
+    from psdlab.analysis.trace import read_trace
 
     check_range("--steps-fraction", args.steps_fraction, 0.0, 1.0, lo_open=True)
     summary = summarize(read_trace(args.trace), steps_fraction=args.steps_fraction)

@@ -28,9 +28,9 @@ def run(args: argparse.Namespace) -> int:
     import dataclasses
     import os
 
-    from analysis.checks import check_int
-    from sim.config import config_from_dict, read_toml
-    from sim.plan import format_table, parse_plan, run_plan, write_csv
+    from psdlab.analysis.checks import check_int
+    from psdlab.sim.config import config_from_dict, read_toml
+    from psdlab.sim.plan import format_table, parse_plan, run_plan, write_csv
 
     raw = read_toml(args.config)
     cfg = config_from_dict(raw, os.path.dirname(os.path.abspath(args.config)))

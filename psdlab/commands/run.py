@@ -65,7 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def engine_config(args: argparse.Namespace, eos: int | None):
-    from runtime.engine import EngineConfig
+    from psdlab.runtime.engine import EngineConfig
     backend = args.backend or ("thread" if args.device.startswith("cuda") else "process")
     return EngineConfig(
         mode=args.mode, k=args.k, batch=args.batch, max_num_seqs=args.max_num_seqs,
@@ -78,14 +78,14 @@ def engine_config(args: argparse.Namespace, eos: int | None):
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis.checks import check_int
+    from psdlab.analysis.checks import check_int
     if getattr(args, "engine", "psdlab") == "vllm":
-        from runtime.vllm_ext.cli import run_command
+        from psdlab.runtime.vllm_ext.cli import run_command
         return run_command(args)
     if args.num_prompts is not None:
         check_int("num_prompts", args.num_prompts, minimum=1)
     engine_config(args, None)                       # validate arguments before loading models
-    from runtime import session
+    from psdlab.runtime import session
     models = session.resolve_models(args.target, args.draft, args.mode != "ar",
                                     progress=not args.json)
     tokenizer = session.load_tokenizer(models.tokenizer)
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     requests = session.load_requests(args.prompts, tokenizer, args.arrivals, args.num_prompts,
                                      args.seed)
     bar = _progress_bar(len(requests), disable=args.json)
-    from runtime.workers import WorkerDied, WorkerError
+    from psdlab.runtime.workers import WorkerDied, WorkerError
     try:
         result = session.run_requests(cfg, models, requests, args.trace, tokenizer,
                                       progress=bar.update_to if bar else None)
@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace, result) -> None:
-    from analysis.metrics import summarize
+    from psdlab.analysis.metrics import summarize
     summary = summarize(result.trace)
     errors = [o for o in result.outputs if o.error]
     summary.update({"interrupted": result.interrupted, "drafter_failure": result.drafter_failure,

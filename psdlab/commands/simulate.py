@@ -52,8 +52,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sim.config import load_config
-    from sim.engine import simulate
+    from psdlab.sim.config import load_config
+    from psdlab.sim.engine import simulate
 
     cfg = apply_overrides(load_config(args.config), args)
     if args.trace_level:
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     summary["trace"] = result.trace_path
     summary["sim"] = {"wall_s": result.wall_s, "events": result.events, **result.counters}
     if args.perfetto:
-        from analysis.perfetto import write_chrome_trace
+        from psdlab.analysis.perfetto import write_chrome_trace
         write_chrome_trace(result.trace, args.perfetto)
     if args.json:
         print(json.dumps(summary, sort_keys=True))

@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def parse_grid(text: str) -> list[float]:
     """'0.1,1,5' -> [0.1, 1.0, 5.0]; each value must be a finite number > 0."""
-    from analysis.checks import check_positive
+    from psdlab.analysis.checks import check_positive
 
     values = []
     for item in str(text).split(","):
@@ -48,9 +48,9 @@ def compute(xs: list[float], threshold: float) -> dict[str, Any]:
     """The report as a JSON-ready dict (keys as documented in the command's help)."""
     import numpy as np
 
-    from analysis.theory import (THEOREM1_RATIO, exact_ratio, paper_ratio_bound, peak, region,
+    from psdlab.analysis.theory import (THEOREM1_RATIO, exact_ratio, paper_ratio_bound, peak, region,
                                  sd_opt_draft, theorem1_check, theorem1_threshold)
-    from analysis.theory.paper import X_MAX, X_MIN
+    from psdlab.analysis.theory.paper import X_MAX, X_MIN
 
     x = np.asarray(xs, dtype=float)
     ratio, bound, s_opt = exact_ratio(x), paper_ratio_bound(x), sd_opt_draft(x)
@@ -111,7 +111,7 @@ def format_report(rep: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis.theory._checks import threshold_value
+    from psdlab.analysis.theory._checks import threshold_value
 
     threshold = threshold_value(args.threshold, "--threshold")
     rep = compute(parse_grid(args.alpha_v), threshold)

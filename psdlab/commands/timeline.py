@@ -20,8 +20,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis.perfetto import write_chrome_trace
-    from analysis.trace import read_trace
+    from psdlab.analysis.perfetto import write_chrome_trace
+    from psdlab.analysis.trace import read_trace
 
     count = write_chrome_trace(read_trace(args.trace), args.output)
     if args.json:

@@ -44,11 +44,11 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis.checks import check_int
-    from validation.importers import load_traces
-    from validation.model_file import acceptance_spec, read_model
-    from validation.report import format_summary, format_table, write_report
-    from validation.validate import trace_name, validate
+    from psdlab.analysis.checks import check_int
+    from psdlab.validation.importers import load_traces
+    from psdlab.validation.model_file import acceptance_spec, read_model
+    from psdlab.validation.report import format_summary, format_table, write_report
+    from psdlab.validation.validate import trace_name, validate
 
     seeds = check_int("--seeds", args.seeds, 1, 50)
     model = read_model(args.model)
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     for path in args.traces:
         for tr in load_traces(path):
             named.append((trace_name(path, tr, used), tr))
-    from validation.replay_model import ReplayParams
+    from psdlab.validation.replay_model import ReplayParams
     result = validate(args.model, named, seeds=range(seeds),
                       params=ReplayParams() if args.raw else None,
                       acceptance=acceptance)

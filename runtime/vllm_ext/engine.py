@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from analysis.checks import check_choice, check_int, check_positive
+from psdlab.analysis.checks import check_choice, check_int, check_positive
 
 MODES = ("ar", "sd", "psd")
 
@@ -84,8 +84,8 @@ def _env(cfg: VllmRunConfig) -> None:
 
 def llm_kwargs(cfg: VllmRunConfig) -> dict[str, Any]:
     """The keyword arguments of `vllm.LLM` for this run."""
-    from runtime.vllm_ext.proposer import NULL_PROPOSER
-    from runtime.vllm_ext.settings import PsdSettings
+    from psdlab.runtime.vllm_ext.proposer import NULL_PROPOSER
+    from psdlab.runtime.vllm_ext.settings import PsdSettings
     label = f"cpu:{cfg.target_cores}" if cfg.device == "cpu" else cfg.device
     drafter_device = "cpu" if cfg.device == "cpu" else (cfg.drafter_device or cfg.device)
     settings = PsdSettings(
@@ -99,7 +99,7 @@ def llm_kwargs(cfg: VllmRunConfig) -> dict[str, Any]:
     kw: dict[str, Any] = dict(
         model=cfg.target, dtype=cfg.dtype, max_model_len=cfg.max_model_len,
         max_num_seqs=cfg.num_seqs, enforce_eager=True, seed=cfg.seed,
-        scheduler_cls=f"runtime.vllm_ext.scheduler.{sched}", async_scheduling=False,
+        scheduler_cls=f"psdlab.runtime.vllm_ext.scheduler.{sched}", async_scheduling=False,
         enable_prefix_caching=False, additional_config={"psdlab": settings.to_dict()})
     if cfg.mode == "sd":
         kw["speculative_config"] = {"method": "draft_model", "model": cfg.draft,
@@ -113,7 +113,7 @@ def llm_kwargs(cfg: VllmRunConfig) -> dict[str, Any]:
 def build_llm(cfg: VllmRunConfig) -> Any:
     _env(cfg)
     import vllm
-    from runtime.vllm_ext.patches import check_version
+    from psdlab.runtime.vllm_ext.patches import check_version
     check_version(vllm.__version__)
     return vllm.LLM(**llm_kwargs(cfg))
 
@@ -128,7 +128,7 @@ def sampling_params(cfg: VllmRunConfig) -> Any:
 def close_llm(llm: Any) -> Any:
     """Close the psdlab trace and shut the engine (and the drafter process) down; returns the
     in-memory trace."""
-    from runtime.vllm_ext.patches import engine_scheduler
+    from psdlab.runtime.vllm_ext.patches import engine_scheduler
     sched = engine_scheduler(llm)
     trace = None
     if sched is not None and hasattr(sched, "close_trace"):

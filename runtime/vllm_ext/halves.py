@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Hashable, Iterable
 
-from runtime.batch_manager import BatchManager
+from psdlab.runtime.batch_manager import BatchManager
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,10 @@ from typing import Any
 
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from analysis.trace import Verified
-from runtime.vllm_ext import patches
-from runtime.vllm_ext.settings import PsdSettings, run_info
-from runtime.vllm_ext.tracer import VllmTracer
+from psdlab.analysis.trace import Verified
+from psdlab.runtime.vllm_ext import patches
+from psdlab.runtime.vllm_ext.settings import PsdSettings, run_info
+from psdlab.runtime.vllm_ext.tracer import VllmTracer
 
 
 class TracingScheduler(Scheduler):
@@ -117,8 +117,8 @@ class PSDScheduler(TracingScheduler):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        from runtime.vllm_ext.drafter import DraftClient
-        from runtime.vllm_ext.halves import Halves
+        from psdlab.runtime.vllm_ext.drafter import DraftClient
+        from psdlab.runtime.vllm_ext.halves import Halves
         cap = (self.scheduler_config.max_num_seqs + 1) // 2
         self.halves = Halves(cap)
         self.drafter = DraftClient(self.psd.draft_config(self.scheduler_config.max_num_seqs,

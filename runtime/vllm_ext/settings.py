@@ -10,8 +10,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from analysis.checks import check_choice, check_int
-from analysis.trace import RunInfo
+from psdlab.analysis.checks import check_choice, check_int
+from psdlab.analysis.trace import RunInfo
 
 KEY = "psdlab"
 MODES = ("ar", "sd", "psd")
@@ -53,7 +53,7 @@ class PsdSettings:
         return cls(**raw)
 
     def draft_config(self, max_slots: int, max_len: int):
-        from runtime.vllm_ext.drafter import DraftConfig
+        from psdlab.runtime.vllm_ext.drafter import DraftConfig
         return DraftConfig(model=str(self.draft_model), k=self.k, max_slots=max_slots,
                            max_len=max_len, device=self.drafter_device,
                            core=self.drafter_core, dtype=self.dtype,
@@ -66,7 +66,7 @@ class PsdSettings:
 
 
 def run_info(s: PsdSettings, vllm_config: Any) -> RunInfo:
-    from runtime.vllm_ext.tracer import versions
+    from psdlab.runtime.vllm_ext.tracer import versions
     sched = vllm_config.scheduler_config
     devices = {"target": s.target_label}
     if s.mode == "psd":

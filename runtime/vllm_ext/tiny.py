@@ -49,7 +49,7 @@ def _perturb(src: Path, dst: Path, scale: float, seed: int) -> None:
 
 
 def _build(out: Path, seed: int, noise_from: Path | None) -> Path:
-    from runtime.weights import random_model_dir
+    from psdlab.runtime.weights import random_model_dir
     if (out / "tokenizer.json").is_file() and (out / "model.safetensors").is_file():
         return out
     tmp = out.with_name(out.name + ".tmp")

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Hashable
 
-from analysis.trace import Phase, RequestRecord, RunInfo, StepRecord, Trace, TraceWriter, Verified
+from psdlab.analysis.trace import Phase, RequestRecord, RunInfo, StepRecord, Trace, TraceWriter, Verified
 
 
 def versions() -> dict[str, str]:

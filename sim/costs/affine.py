@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from analysis.checks import check_nonnegative, check_positive
+from psdlab.analysis.checks import check_nonnegative, check_positive
 
 from .base import CostModel, check_fields, register_cost_model
 

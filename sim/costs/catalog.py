@@ -13,7 +13,7 @@ import os
 from dataclasses import MISSING, dataclass, fields
 from typing import Any, Mapping
 
-from analysis.checks import check_int, check_positive
+from psdlab.analysis.checks import check_int, check_positive
 
 try:  # Python 3.11+
     import tomllib as _toml

@@ -46,7 +46,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from analysis.checks import check_nonnegative
+from psdlab.analysis.checks import check_nonnegative
 
 from .affine import AFFINE_TERMS, AffineCost, affine_from_coefficients
 from .base import CostModel, check_fields, register_cost_model

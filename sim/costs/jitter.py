@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from analysis.checks import check_choice, check_range
+from psdlab.analysis.checks import check_choice, check_range
 
 NORMAL_FLOOR = 0.01
 MAX_CV = {"normal": 0.5, "gamma": 3.0}

@@ -46,7 +46,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from analysis.checks import check_choice, check_int, check_nonnegative, check_range
+from psdlab.analysis.checks import check_choice, check_int, check_nonnegative, check_range
 
 from .base import CostModel, check_fields, prepare_inputs, register_cost_model, vmax
 from .catalog import DTYPES, HardwareSpec, ModelSpec, get_hardware, get_model

@@ -5,9 +5,9 @@ import argparse
 
 import pytest
 
-from runtime.vllm_ext.cli import config_from_args
-from runtime.vllm_ext.patches import check_version, hide_running
-from runtime.vllm_ext.settings import PsdSettings
+from psdlab.runtime.vllm_ext.cli import config_from_args
+from psdlab.runtime.vllm_ext.patches import check_version, hide_running
+from psdlab.runtime.vllm_ext.settings import PsdSettings
 
 
 def _args(**kw):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from runtime.vllm_ext.halves import Halves
+from psdlab.runtime.vllm_ext.halves import Halves
 
 CAP = 4   # max_num_seqs 8
 

@@ -11,9 +11,9 @@ import pytest
 
 vllm = pytest.importorskip("vllm")
 
-from analysis.trace import read_trace  # noqa: E402
-from runtime.vllm_ext.engine import VllmRunConfig, run_vllm  # noqa: E402
-from runtime.vllm_ext.tiny import tiny_pair, tiny_prompts  # noqa: E402
+from psdlab.analysis.trace import read_trace  # noqa: E402
+from psdlab.runtime.vllm_ext.engine import VllmRunConfig, run_vllm  # noqa: E402
+from psdlab.runtime.vllm_ext.tiny import tiny_pair, tiny_prompts  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not {0, 1} <= set(os.sched_getaffinity(0)),
                                 reason="needs CPU cores 0 (drafter) and 1 (target)")
@@ -91,8 +91,8 @@ def test_arrivals_finishes_and_aborts_keep_halves_balanced(pair, runs, tmp_path)
     running requests; the survivors' output equals the no-speculation output."""
     from vllm.inputs import TokensPrompt
 
-    from runtime.vllm_ext.engine import build_llm, close_llm, sampling_params
-    from runtime.vllm_ext.patches import engine_scheduler
+    from psdlab.runtime.vllm_ext.engine import build_llm, close_llm, sampling_params
+    from psdlab.runtime.vllm_ext.patches import engine_scheduler
     cfg = _cfg(pair, "psd", tmp_path / "live.jsonl")
     llm = build_llm(cfg)
     try:

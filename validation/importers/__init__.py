@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import os
 
-from analysis.trace import Trace, TraceFormatError, read_trace
-from validation.importers.minedraft import looks_like_minedraft, read_minedraft
+from psdlab.analysis.trace import Trace, TraceFormatError, read_trace
+from psdlab.validation.importers.minedraft import looks_like_minedraft, read_minedraft
 
 FORMATS = ("psdlab", "minedraft")
 

@@ -44,9 +44,9 @@ import os
 import re
 from typing import Any, Iterator
 
-from analysis.trace import (Phase, RequestRecord, RunInfo, StepRecord, Trace,
+from psdlab.analysis.trace import (Phase, RequestRecord, RunInfo, StepRecord, Trace,
                             TraceFormatError, Verified)
-from validation.acceptance_fit import STEP_TOTALS
+from psdlab.validation.acceptance_fit import STEP_TOTALS
 
 SOURCE = "minedraft"
 _NAME_RE = re.compile(
