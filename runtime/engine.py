@@ -17,20 +17,18 @@ requests target-only.  The first Ctrl-C stops after the current step and leaves 
 """
 from __future__ import annotations
 
-import signal
-import sys
-import threading
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Hashable, Sequence
 
 from psdlab.analysis.checks import check_choice, check_int, check_range
-from psdlab.analysis.trace import MODES, RunInfo, Trace
+from psdlab.analysis.trace import MODES, RunInfo
 from psdlab.runtime.drafter import preferred_dtype
-from psdlab.runtime.requests import Request, RequestOutput
+from psdlab.runtime.loop import _Loop
+from psdlab.runtime.requests import Request
+from psdlab.runtime.run_state import EngineResult
 from psdlab.runtime.runner import ModelSpec, RunnerConfig
 from psdlab.runtime.tracing import software_versions
-from psdlab.runtime.workers import WorkerDied, WorkerSpec, start_workers
+from psdlab.runtime.workers import WorkerSpec, start_workers
 
 
 @dataclass(frozen=True)
@@ -85,16 +83,6 @@ class EngineConfig:
     def slots(self) -> int:
         return self.max_num_seqs or (2 * self.batch if self.mode == "psd" else self.batch)
 
-
-@dataclass
-class EngineResult:
-    outputs: list[RequestOutput]
-    trace: Trace
-    interrupted: bool = False
-    drafter_failure: str | None = None
-    wall_s: float = 0.0
-    notes: list[str] = field(default_factory=list)
-    error: str | None = None           # the run stopped early (the target worker died)
 
 
 def _labels(cfg: EngineConfig) -> tuple[str, str, int | None, int | None]:
@@ -156,13 +144,12 @@ class Engine:
     def run(self, requests: Sequence[Request], trace_path: Any = None,
             reference: dict[Hashable, list[int]] | None = None,
             progress: Callable[[int, int], None] | None = None,
-            on_step: Callable[["_Loop", int], None] | None = None,
+            on_step: Callable[[_Loop, int], None] | None = None,
             run_extra: dict[str, Any] | None = None,
             config: EngineConfig | None = None) -> EngineResult:
         """Serve ``requests`` to completion (or Ctrl-C) and return their outputs.  ``config``
         may change the schedule for this run (mode among sd-sep/psd/ar, k, batch, ...) on the
         same workers; it must fit their slots and devices."""
-        from psdlab.runtime.loop import _Loop
         saved = self.cfg
         if config is not None:
             self._check_override(config)
@@ -208,35 +195,3 @@ class Engine:
                                  "arrivals": "offline" if all(r.arrival == 0 for r in
                                                               loop.requests) else "timed"},
                        seed=cfg.seed, versions=software_versions(), extra=more)
-
-
-class StopFlag:
-    """First SIGINT asks the loop to stop after the current step; a second one interrupts."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._old: Any = None
-
-    def __enter__(self) -> "StopFlag":
-        if threading.current_thread() is threading.main_thread():
-            self._old = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        print("psdlab: interrupted; finishing the current step and closing the trace "
-              "(Ctrl-C again to abort)", file=sys.stderr)
-
-    def __exit__(self, *exc) -> None:
-        if self._old is not None:
-            signal.signal(signal.SIGINT, self._old)
-
-
-def drafter_died_message(exc: WorkerDied, running: int) -> str:
-    return (f"psdlab: {exc}; finishing {running} running request(s) target-only (AR)")
-
-
-def now() -> float:
-    return time.perf_counter()

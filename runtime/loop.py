@@ -17,7 +17,7 @@ import numpy as np
 from psdlab.analysis.trace import RunInfo, Verified
 from psdlab.runtime.batch_manager import BatchManager
 from psdlab.runtime.controlled import ControlledProposer
-from psdlab.runtime.engine import EngineResult, StopFlag, drafter_died_message, now
+from psdlab.runtime.run_state import EngineResult, StopFlag, drafter_died_message, now
 from psdlab.runtime.requests import Request, RequestOutput, Seq
 from psdlab.runtime.tracing import RuntimeTracer
 from psdlab.runtime.workers import WorkerDied

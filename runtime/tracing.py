@@ -12,17 +12,14 @@ import os
 import platform
 from typing import Any, Iterable
 
+from psdlab.analysis.version import __version__
 from psdlab.analysis.trace import Phase, RequestRecord, RunInfo, StepRecord, Trace, TraceWriter, Verified
 
 
 def software_versions() -> dict[str, str]:
     import torch
     out = {"python": platform.python_version(), "torch": torch.__version__}
-    try:
-        from psdlab import __version__
-        out["psdlab"] = __version__
-    except ImportError:
-        pass
+    out["psdlab"] = __version__
     return out
 
 

@@ -70,7 +70,7 @@ class Built:
 def _versions() -> dict[str, str]:
     import simpy
 
-    from psdlab import __version__
+    from psdlab.analysis.version import __version__
     return {"psdlab": __version__, "numpy": np.__version__, "simpy": simpy.__version__}
 
 

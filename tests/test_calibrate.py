@@ -126,7 +126,7 @@ def test_fixed_cost_per_drafting_phase_is_told_from_the_per_pass_base(tmp_path):
     path = str(tmp_path / "m.json")
     write_model(path, cal)
     from psdlab.sim.costs import make_cost_model
-    from psdlab.validation.sim_costs import calibrated_cost
+    from psdlab.sim.costs.calibrated import calibrated_cost
     fitted = make_cost_model(cost_spec(path, "drafter"))
     assert fitted.phase_overhead == pytest.approx(draft.coefficients()["per_phase"])
     assert calibrated_cost(path, "drafter", scale=2.0).phase_overhead == pytest.approx(

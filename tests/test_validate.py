@@ -27,7 +27,7 @@ from psdlab.validation.model_file import write_model
 from psdlab.validation.replay_model import (ReplayParams, contention_scales, load_replay_params,
                                      replay_params, serial_only, step_overheads,
                                      store_replay_params)
-from psdlab.validation.sim_costs import calibrated_cost
+from psdlab.sim.costs.calibrated import calibrated_cost
 from psdlab.validation.validate import validate
 
 TARGET = {"name": "affine", "base": 0.02, "per_seq": 1e-3, "per_token": 5e-4,

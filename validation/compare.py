@@ -1,7 +1,7 @@
 """Predicted vs measured: replay a measured workload in the calibrated simulator.
 
 For each measured trace the simulator is configured like the run (mode, k, batch size m, the
-runtime's batch manager) with the calibrated cost models (``validation.sim_costs``: decode and
+runtime's batch manager) with the calibrated cost models (``sim.costs.calibrated``: decode and
 prefill fits, plus the controller overhead of ``validation.replay_model`` and the multipliers
 of ``validation.replay_scales``: overlap contention) and the calibrated
 acceptance model, and replays the measured workload: the same requests (their ids as the
@@ -127,7 +127,7 @@ def sim_config(trace: Trace, model_path: str, replay_path: str, *, seed: int = 0
     """A SimConfig that replays ``trace``'s workload with the calibrated models, the
     controller overhead and the overlap contention of ``params`` (a ReplayParams), applied to
     ``overlap_share`` of the decode time (``validation.replay_scales``)."""
-    import psdlab.validation.sim_costs as sc
+    import psdlab.sim.costs.calibrated as sc
     from psdlab.sim.config import ModelConfig, ServerConfig, SimConfig, TraceConfig
     from psdlab.validation.model_file import acceptance_spec, read_model
     from psdlab.validation.replay_model import ReplayParams

@@ -23,7 +23,7 @@ from psdlab.analysis.trace import Trace
 def solo_step_times(trace: Trace, model_path: str) -> tuple[float | None, float | None]:
     """(draft, verify) solo times of one full step of the run (m sequences, k tokens each, the
     workload's mean context) under the model file's decode fits; (None, None) when absent."""
-    import psdlab.validation.sim_costs as sc
+    import psdlab.sim.costs.calibrated as sc
     run = trace.run
     reqs = trace.requests
     if not reqs or run.k < 1:

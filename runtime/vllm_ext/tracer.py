@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Hashable
 
+from psdlab.analysis.version import __version__
 from psdlab.analysis.trace import Phase, RequestRecord, RunInfo, StepRecord, Trace, TraceWriter, Verified
 
 
@@ -25,11 +26,7 @@ def versions() -> dict[str, str]:
             out[name] = __import__(name).__version__
         except Exception:   # pragma: no cover - reported, not needed
             pass
-    try:
-        from psdlab import __version__
-        out["psdlab"] = __version__
-    except ImportError:
-        pass
+    out["psdlab"] = __version__
     return out
 
 

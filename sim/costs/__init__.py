@@ -4,13 +4,15 @@ A CostModel describes one model on one device (or tensor-parallel group):
 ``forward_time(seqs, new_tokens, context_tokens)`` = seconds for one forward pass over
 ``new_tokens`` new tokens of ``seqs`` sequences whose KV caches hold ``context_tokens`` tokens,
 numpy-vectorised.  Registered names: constant, affine (affine.py), roofline (roofline.py, with
-the hardware/model catalogs of catalog.py), fitted and tabulated (fitted.py).  ``make_jitter``
+the hardware/model catalogs of catalog.py), fitted and tabulated (fitted.py), calibrated (calibrated.py: a
+``psdlab calibrate`` model file).  ``make_jitter``
 (jitter.py) adds seeded multiplicative step-time noise.  Add a model with
 ``@register_cost_model("name")`` on a factory ``f(spec, where) -> CostModel``.
 """
 from __future__ import annotations
 
 from . import affine as _affine  # noqa: F401  (registers constant, affine)
+from . import calibrated as _calibrated  # noqa: F401  (registers calibrated)
 from . import fitted as _fitted  # noqa: F401  (registers fitted, tabulated)
 from . import roofline as _roofline  # noqa: F401  (registers roofline)
 from .affine import AffineCost, ConstantCost

@@ -27,8 +27,8 @@ Spec::
     {"name": "calibrated", "path": "MODEL.json", "role": "target" | "drafter",
      "overhead": 0.0, "scale": 1.0, "prefill_scale": 1.0, "prefill_overhead": 0.0}
 
-Importing this module registers the name with ``sim.costs`` (validation imports it before it
-builds a simulator config).
+``sim.costs`` registers the name when it is imported, so any simulator config (``psdlab
+simulate CONFIG.toml`` included) can name a model file from ``psdlab calibrate``.
 """
 from __future__ import annotations
 
@@ -39,8 +39,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from psdlab.analysis.checks import check_nonnegative, check_range
-from psdlab.sim.costs import CostModel, register_cost_model
-from psdlab.sim.costs.base import COST_MODELS, check_fields
+from psdlab.sim.costs.base import CostModel, check_fields, register_cost_model
 from psdlab.sim.costs.fitted import cost_from_role, load_fit
 
 NAME = "calibrated"
@@ -174,5 +173,4 @@ def cost_spec(path: str, role: str, overhead: float = 0.0, scale: float = 1.0,
             "prefill_overhead": float(prefill_overhead)}
 
 
-if NAME not in COST_MODELS:
-    register_cost_model(NAME)(_make)
+register_cost_model(NAME)(_make)

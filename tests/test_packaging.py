@@ -1,0 +1,105 @@
+"""One package on disk: the wheel built from the tracked files installs `psdlab` and nothing else
+at the top level, with every module of the layout folders and their data under it; after the
+set-up the old top-level names (`runtime`, `sim`, ...) do not import from outside the checkout."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYOUT = {"psdlab": "psdlab", "analysis": "psdlab/analysis", "sim": "psdlab/sim",
+          "runtime": "psdlab/runtime", "validation": "psdlab/validation",
+          "paper_figs": "psdlab/paper_figs"}
+DATA = (".toml", ".json", ".jsonl", ".csv", ".safetensors")
+
+
+def _tracked() -> list[str]:
+    out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True)
+    return [p for p in out.stdout.decode().split("\0") if p]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("needs a git checkout")
+    src = tmp_path_factory.mktemp("src")
+    for rel in _tracked():
+        if (ROOT / rel).is_file():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, src / rel)
+    out = tmp_path_factory.mktemp("wheel")
+    run = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
+                          "--no-build-isolation", "-q", "-w", str(out), str(src)],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    (whl,) = out.glob("psdlab-*.whl")
+    return whl
+
+
+def test_psdlab_is_the_wheels_only_top_level_name(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/")[0] for n in names}
+    assert {t for t in top if not t.endswith(".dist-info")} == {"psdlab"}
+    level = [n for n in names if n.endswith(".dist-info/top_level.txt")]
+    if level:                         # setuptools writes it; the list must agree
+        assert zipfile.ZipFile(wheel).read(level[0]).decode().split() == ["psdlab"]
+
+
+def test_every_tracked_module_and_data_file_is_in_the_wheel_under_psdlab(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    want = set()
+    for rel in _tracked():
+        folder, _, rest = rel.partition("/")
+        if folder in LAYOUT and rest and rel.endswith((".py",) + DATA):
+            want.add(f"{LAYOUT[folder]}/{rest}")
+    assert want and not sorted(want - names)
+    assert "psdlab/runtime/data/drafter.safetensors" in names
+    assert "psdlab/sim/configs/psd_offline.toml" in names
+
+
+def test_the_wheel_imports_from_outside_the_checkout_and_the_old_names_do_not(wheel, tmp_path):
+    target = tmp_path / "site"
+    run = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q",
+                          "--target", str(target), str(wheel)], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); import psdlab, psdlab.analysis.trace, "
+             "psdlab.sim.config, psdlab.sim.costs; from psdlab.runtime.prompts import "
+             "load_prompts; assert psdlab.__file__.startswith(sys.argv[1]), psdlab.__file__; "
+             "assert load_prompts(); print('ok')")
+    ok = subprocess.run([sys.executable, "-c", probe, str(target)], capture_output=True,
+                        text=True, cwd=tmp_path, timeout=300)
+    assert ok.returncode == 0 and ok.stdout.strip() == "ok", ok.stderr[-2000:]
+    for old in ("runtime", "sim", "analysis", "validation", "paper_figs"):
+        bad = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, "
+                              f"sys.argv[1]); import {old}", str(target)],
+                             capture_output=True, text=True, cwd=tmp_path, timeout=300)
+        assert bad.returncode != 0 and "ModuleNotFoundError" in bad.stderr, (old, bad.stderr)
+
+
+def test_the_set_up_installs_no_old_top_level_name(tmp_path):
+    """In the set-up's environment (an editable install), from outside the checkout."""
+    for old in ("runtime", "sim", "analysis", "validation", "paper_figs"):
+        bad = subprocess.run([sys.executable, "-c", f"import {old}"], capture_output=True,
+                             text=True, cwd=tmp_path, timeout=300)
+        assert bad.returncode != 0 and "ModuleNotFoundError" in bad.stderr, (old, bad.stderr)
+    ok = subprocess.run([sys.executable, "-c", "import psdlab.runtime.prompts, psdlab.cli"],
+                        capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+
+
+def test_pyproject_lists_every_package_folder():
+    import tomllib
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(cfg["packages"])
+    found = set()
+    for folder, pkg in LAYOUT.items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / folder).parts
+            found.add(".".join([pkg.replace("/", "."), *rel]))
+    assert listed == found
