@@ -107,15 +107,32 @@ def prompts_for(target: str, n: int) -> list[list[int]]:
 
 def phase_means(trace) -> tuple[float, float, float]:
     """Mean draft time t, mean verify time V and the mean of the per-step max(t, V) over the
-    PSD trace's overlapped decode steps (E max(t, V) >= max(E t, E V): step-time jitter)."""
+    PSD trace's decode steps that drafted the other half (E max(t, V) >= max(E t, E V):
+    step-time jitter)."""
     import numpy as np
     t, v = [], []
     for s in trace.steps:
-        if not s.overlapped or any(p.kind == "prefill" for p in s.phases):
+        if s.draft_batch is None or any(p.kind == "prefill" for p in s.phases):
             continue
         t.append(sum(p.end - p.start for p in s.phases if p.kind == "draft"))
         v.append(sum(p.end - p.start for p in s.phases if p.kind == "verify"))
     return float(np.mean(t)), float(np.mean(v)), float(np.mean(np.maximum(t, v)))
+
+
+def overlap_figures(result) -> dict[str, object]:
+    """The PSD run's structure (`runtime.vllm_ext.structure`, from the scheduler's events) and
+    how much drafting and verification really ran at once: the share of drafting time hidden
+    under verification (`analysis.metrics`) and the share of the other-half steps whose two
+    phases intersect on the clock."""
+    from psdlab.analysis.metrics import summarize
+    from psdlab.runtime.vllm_ext.structure import psd_structure
+    st = psd_structure(result.events)
+    drafted = [s for s in result.trace.steps if s.draft_batch is not None]
+    return {"psd_structure_ok": st.ok, "psd_structure_problems": list(st.problems[:5]),
+            "psd_steps_drafting_other_half": st.overlapped, "psd_steps": st.steps,
+            "overlap_draft_hidden_fraction": summarize(result.trace)["draft_hidden_fraction"],
+            "overlap_steps_intersecting_fraction":
+                sum(s.overlapped for s in drafted) / len(drafted) if drafted else None}
 
 
 def mean_step_time(trace) -> float:
@@ -193,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         "predicted_gain_from_sd_step": sd_step / max(t, v) * l_psd / l_sd if l_sd else None,
         "psd_mean_step_max_tV_s": tv_max,
         "predicted_gain_from_sd_step_jitter": sd_step / tv_max * l_psd / l_sd if l_sd else None,
+        **overlap_figures(res["psd"]),
         "traces": str(out)}
     if args.json:
         print(json.dumps(report))

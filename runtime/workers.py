@@ -140,19 +140,21 @@ class ThreadWorker:
 
 
 # ------------------------------------------------------------------------- process
-def _await_command(conn: Any, spin_s: float) -> None:
+def _await_command(conn: Any, spin_s: float, clock: Any = time.perf_counter) -> str:
     """Return when a command (or EOF) is ready: poll in a busy loop for up to ``spin_s``
     seconds, then block.  On a virtual machine a vCPU that sleeps between steps can be
     descheduled by the host and wake up slow (SD-separate idles each core half the time);
     spinning keeps it running, as GPU serving loops busy-poll (on this project's 2-core VM an
     interleaved A/B test stayed within the run-to-run noise).  The bound stops an idle worker
-    from holding its core between runs."""
+    from holding its core between runs.  Returns ``"spun"`` (found while polling) or
+    ``"blocked"`` (waited in a blocking poll); ``clock`` is injectable for tests."""
     if spin_s > 0:
-        deadline = time.perf_counter() + spin_s
-        while time.perf_counter() < deadline:
+        deadline = clock() + spin_s
+        while clock() < deadline:
             if conn.poll(0):
-                return
+                return "spun"
     conn.poll(None)
+    return "blocked"
 
 
 def _child_main(conn: Any, spec: WorkerSpec, threads: int) -> None:

@@ -305,13 +305,21 @@ def test_cli_bench_runtime_json(models, tmp_path, capsys):
                  "--rounds", "1", "--trace-dir", str(tmp_path / "tr"), "--json"])
     assert code == 0
     fig = json.loads(capsys.readouterr().out)
-    for key in ("t_ms", "v_ms", "measured_gain", "predicted_gain"):
-        assert isinstance(fig[key], float) and fig[key] > 0, (key, fig)
-    assert isinstance(fig["overlap"], float) and 0.0 <= fig["overlap"] <= 1.0, fig
-    assert 1.0 <= fig["predicted_gain"] <= 2.0 and fig["lossless"] is True
+    assert fig["lossless"] is True
     assert fig["requests"] == 6                        # 4 prompts, cycled to 6 requests
     t = read_trace(tmp_path / "tr" / "psd_r1.jsonl")
     assert t.run.devices == {"target": "cpu:1", "drafter": "cpu:0"}
+    # every figure is the one the written traces give (one round: no pooling)
+    from psdlab.analysis.metrics import summarize
+    sd = summarize(read_trace(tmp_path / "tr" / "sd_r1.jsonl"))
+    psd = summarize(t)
+    t_s, v_s = sd["mean_draft_time_s"], sd["mean_verify_time_s"]
+    assert fig["t_ms"] == pytest.approx(1e3 * t_s) and fig["v_ms"] == pytest.approx(1e3 * v_s)
+    assert fig["predicted_gain"] == pytest.approx((t_s + v_s) / max(t_s, v_s))
+    assert fig["measured_gain"] == pytest.approx(psd["decode_throughput_tok_s"]
+                                                 / sd["decode_throughput_tok_s"])
+    assert fig["overlap"] == pytest.approx(psd["draft_hidden_fraction"])
+    assert fig["t_psd_ms"] == pytest.approx(1e3 * psd["mean_draft_time_s"])
 
 
 def test_gpu_bench_smoke_mode_on_cpu(tmp_path):

@@ -18,7 +18,6 @@ from hypothesis import strategies as st  # noqa: E402
 from psdlab.runtime.engine import Engine, EngineConfig  # noqa: E402
 from psdlab.runtime.requests import Request  # noqa: E402
 from psdlab.runtime.runner import ModelSpec  # noqa: E402
-from psdlab.runtime.tracing import overlap_seconds  # noqa: E402
 from runtime_engine_util import (hf_greedy, needs_two_cores, prompts,  # noqa: E402
                                  shared_pair)
 
@@ -108,9 +107,9 @@ def test_psd_with_worker_processes_is_lossless(models, reference):
     assert [o.token_ids for o in result.outputs] == reference
     devices = {p.kind: p.device for s in result.trace.steps for p in s.phases}
     assert devices["draft"] == "cpu:0" and devices["verify"] == "cpu:1"
+    # overlapped = both commands submitted before waiting for either (a structural flag: how
+    # much the two intervals intersect on the clock is a timing figure, bench-runtime's)
     assert any(s.overlapped for s in result.trace.steps)
-    # drafting really ran while the target verified: the intervals intersect on the clock
-    assert sum(overlap_seconds(s.phases) for s in result.trace.steps if s.overlapped) > 0
 
 
 # ----------------------------------------------------------------------------- sampling
@@ -178,9 +177,16 @@ def test_sampling_same_seed_same_output(models):
 
 
 @needs_two_cores
-def test_sampling_through_worker_processes(models):
-    result = _sample_run(models, 3, backend="process")
-    assert all(len(o.token_ids) == 6 for o in result.outputs)
-    assert all(0 <= t < 96 for o in result.outputs for t in o.token_ids)
-    proposed, accepted = _counts(result)
-    assert proposed > 0 and accepted <= proposed
+def test_sampling_through_worker_processes_equals_inline(models):
+    """The process backend (drafter and target in their own pinned processes) samples exactly
+    what the inline backend samples at the same seed: token for token, draft for draft."""
+    procs = _sample_run(models, 3, backend="process")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)             # as each worker process runs: the same float sums
+    try:
+        inline = _sample_run(models, 3, backend="inline")
+    finally:
+        torch.set_num_threads(threads)
+    assert [o.token_ids for o in procs.outputs] == [o.token_ids for o in inline.outputs]
+    assert _counts(procs) == _counts(inline)
+    assert _counts(procs)[0] > 0

@@ -18,41 +18,81 @@ from runtime_engine_util import needs_two_cores, shared_pair  # noqa: E402
 models = pytest.fixture(scope="module")(shared_pair)
 
 
-def _send_later(conn, delay: float, msg) -> threading.Thread:
-    th = threading.Thread(target=lambda: (time.sleep(delay), conn.send(msg)))
-    th.start()
-    return th
+class _CountingConn:
+    """A real pipe end that counts its polls: ``poll(0)`` (non-blocking) and ``poll(None)``."""
+
+    def __init__(self, conn):
+        self.conn, self.nonblocking, self.blocking = conn, 0, 0
+
+    def poll(self, timeout=0.0):
+        if timeout is None:
+            self.blocking += 1
+        else:
+            self.nonblocking += 1
+        return self.conn.poll(timeout)
+
+
+class _StepClock:
+    """A clock that advances ``step`` seconds per reading (no real time passes)."""
+
+    def __init__(self, step: float):
+        self.t, self.step, self.readings = 0.0, step, 0
+
+    def __call__(self) -> float:
+        self.readings += 1
+        self.t += self.step
+        return self.t
 
 
 @pytest.mark.parametrize("spin_s", [0.0, 0.05, 5.0])
-def test_await_command_returns_once_a_command_is_ready(spin_s):
+def test_await_command_returns_at_once_when_a_command_is_waiting(spin_s):
     a, b = mp.Pipe()
-    th = _send_later(a, 0.2, ("verify", ()))
-    t0 = time.perf_counter()
-    _await_command(b, spin_s)                # inside, after, or without the spin window
-    waited = time.perf_counter() - t0
-    th.join()
-    assert b.poll(0) and b.recv() == ("verify", ())
-    assert 0.15 < waited < 2.0               # waited for the message, did not spin out 5 s
+    a.send(("verify", ()))
+    conn = _CountingConn(b)
+    how = _await_command(conn, spin_s, clock=_StepClock(0.01))
+    assert how == ("spun" if spin_s > 0 else "blocked")
+    assert conn.nonblocking == (1 if spin_s > 0 else 0)     # found on the first poll
+    assert conn.blocking == (0 if spin_s > 0 else 1)
+    assert b.recv() == ("verify", ())
 
 
-def test_await_command_busy_polls_then_blocks():
+def test_await_command_spins_for_its_window_then_blocks_until_the_command():
+    """No command during the 0.2 s window (20 clock steps of 10 ms): 19 non-blocking polls,
+    then one blocking poll that returns when the command arrives."""
     a, b = mp.Pipe()
-    th = _send_later(a, 0.6, None)
-    c0, t0 = time.process_time(), time.perf_counter()
-    _await_command(b, 0.2)
-    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
-    th.join()
-    assert wall > 0.5
-    assert 0.03 < cpu < 0.45                 # ~0.2 s of spinning, then asleep until the message
+    clock = _StepClock(0.01)
+    sender = threading.Thread(target=lambda: (time.sleep(0.05), a.send(None)))
+
+    class _SendWhenBlocking(_CountingConn):
+        def poll(self, timeout=0.0):
+            if timeout is None and not sender.is_alive() and self.blocking == 0:
+                sender.start()
+            return super().poll(timeout)
+
+    conn = _SendWhenBlocking(b)
+    how = _await_command(conn, 0.2, clock=clock)
+    sender.join()
+    assert how == "blocked"
+    assert conn.blocking == 1 and conn.nonblocking == 19
+    assert b.recv() is None
 
 
-def test_await_command_returns_on_a_closed_pipe():
+def test_await_command_without_spin_never_polls_in_a_loop():
+    a, b = mp.Pipe()
+    a.send(("draft", ()))
+    conn = _CountingConn(b)
+    clock = _StepClock(1.0)
+    assert _await_command(conn, 0.0, clock=clock) == "blocked"
+    assert conn.nonblocking == 0 and clock.readings == 0
+
+
+def test_await_command_returns_on_a_closed_pipe_without_spinning_out():
     a, b = mp.Pipe()
     a.close()
-    t0 = time.perf_counter()
-    _await_command(b, 10.0)
-    assert time.perf_counter() - t0 < 1.0
+    conn = _CountingConn(b)
+    clock = _StepClock(0.01)
+    assert _await_command(conn, 10.0, clock=clock) == "spun"   # EOF reads as ready
+    assert conn.nonblocking == 1 and clock.readings == 2       # 10 s window, one poll
     with pytest.raises(EOFError):
         b.recv()
 

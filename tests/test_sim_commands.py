@@ -50,7 +50,12 @@ def test_simulate_overrides_and_trace_level(tmp_path, capsys):
 def test_bench_sim_json(capsys):
     assert main(["bench-sim", "--requests", "300", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["requests_per_s"] > 0 and out["events_per_s"] > out["requests_per_s"]
+    # the counts behind the rates: every request arrives and completes once, no KV limit
+    # (no preemptions), and each simulated step is an event
+    assert out["requests"] == 300 and out["steps"] > 0
+    assert out["events"] == out["steps"] + 2 * out["requests"]
+    assert out["requests_per_s"] * out["wall_s"] == pytest.approx(300)
+    assert out["events_per_s"] / out["requests_per_s"] == pytest.approx(out["events"] / 300)
 
 
 def test_plan_table_and_csv(tmp_path, capsys):

@@ -31,6 +31,9 @@ class DraftConfig:
     core: int | None = 0       # CPU: the core the drafter process is pinned to
     dtype: str = "float32"
     backend: str = "process"   # "process" (CPU), "thread" (CUDA), "inline" (tests)
+    spin_s: float = 1.0        # process backend: busy-wait this long for the next batch
+                               # before blocking (the drafter owns its core; a blocked
+                               # process wakes up late, after a short target step is over)
 
     @property
     def label(self) -> str:
@@ -57,8 +60,9 @@ class DraftClient:
         dtype = preferred_dtype(cfg.model) or cfg.dtype
         runner = RunnerConfig(spec=ModelSpec(path=cfg.model), device=cfg.device, dtype=dtype,
                               max_slots=cfg.max_slots, max_len=cfg.max_len + cfg.k + 1)
+        proc = cfg.backend == "process"
         spec = WorkerSpec(role="drafter", runner=runner, label=cfg.label,
-                          core=cfg.core if cfg.backend == "process" else None)
+                          core=cfg.core if proc else None, spin_s=cfg.spin_s if proc else 0.0)
         cls = {"process": ProcessWorker, "thread": ThreadWorker, "inline": InlineWorker}
         self.worker = cls[cfg.backend](spec)
         if hasattr(self.worker, "ready"):

@@ -65,6 +65,8 @@ class VllmResult:
     outputs: list[list[int]]        # generated token ids per prompt, in prompt order
     wall_s: float                   # generate() wall time
     trace: Any                      # analysis.trace.Trace (in memory) or None
+    events: list = field(default_factory=list)   # PSD: the scheduler's event log
+                                    # (runtime.vllm_ext.structure); other modes: empty
 
 
 def quiet_vllm_logs() -> None:
@@ -143,7 +145,9 @@ def close_llm(llm: Any) -> Any:
 def run_vllm(cfg: VllmRunConfig, prompts: Sequence[Sequence[int]],
              progress: bool = False) -> VllmResult:
     """Generate for token-id prompts with one fresh LLM; return outputs, wall time, trace."""
+    from psdlab.runtime.vllm_ext.patches import engine_scheduler
     llm = build_llm(cfg)
+    sched = engine_scheduler(llm)
     try:
         from vllm.inputs import TokensPrompt
         inputs = [TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
@@ -153,4 +157,4 @@ def run_vllm(cfg: VllmRunConfig, prompts: Sequence[Sequence[int]],
     finally:
         trace = close_llm(llm)
     return VllmResult(outputs=[list(o.outputs[0].token_ids) for o in outs], wall_s=wall,
-                      trace=trace)
+                      trace=trace, events=list(getattr(sched, "events", ())))

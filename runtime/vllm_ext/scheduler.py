@@ -18,6 +18,7 @@ bits (the running-request limits hidden half by half) live in `runtime.vllm_ext.
 from __future__ import annotations
 
 import time
+from collections import deque
 from typing import Any
 
 from vllm.v1.core.sched.scheduler import Scheduler
@@ -125,6 +126,12 @@ class PSDScheduler(TracingScheduler):
                                                          self.vllm_config.model_config
                                                          .max_model_len))
         self._drafts: dict[str, tuple[int, list[int]]] = {}
+        self.step_index = 0
+        # (event, step, half): "submit" (drafting of a half dispatched), "scheduled" (the
+        # verify half handed to vLLM), "output" (its result back), "collect" (drafts back).
+        # The PSD structure is their order; the last 10,000 are kept.
+        self.events: deque[tuple[str, int, int]] = deque(maxlen=10_000)
+        self._submitted: tuple[int, int] | None = None    # (step, half) being drafted
 
     def _half(self, rid: str) -> int | None:
         return self.halves.half_of(rid)
@@ -138,6 +145,7 @@ class PSDScheduler(TracingScheduler):
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
         outputs = super().update_from_output(scheduler_output, model_runner_output)
+        self.events.append(("output", self.step_index, self._step_meta.get("verify_batch")))
         self._refresh()
         return outputs
 
@@ -168,20 +176,34 @@ class PSDScheduler(TracingScheduler):
                 rows.append((rid, list(req.all_token_ids), k))
         return rows
 
+    def _submit(self, half: int, ids: Any) -> bool:
+        if not self.drafter.submit(self._rows(ids)):
+            return False
+        self._submitted = (self.step_index, half)
+        self.events.append(("submit", self.step_index, half))
+        return True
+
     def _collect(self, upcoming: bool = False) -> None:
         got, res = self.drafter.collect()
+        if self._submitted is not None:
+            self.events.append(("collect", *self._submitted))
+            self._submitted = None
         if res is not None:
             self.tracer.draft_done(self.drafter.cfg.label, res.start, res.end, len(got),
                                    sum(len(d) for _, d in got.values()), upcoming=upcoming)
             self._drafts.update(got)
 
     def _schedule(self, *args: Any, **kwargs: Any) -> Any:
+        """One PSD step: collect the drafts made during the last step, plan the halves,
+        dispatch the drafting of the other half *first* (so the drafter starts while vLLM
+        schedules and runs this half), then schedule the verify half with its drafts."""
         self._collect()
+        self.step_index += 1
         plan = self.halves.begin_step([r.request_id for r in self.running], self._drafts)
         for rid in plan.gone:
             self.drafter.release(rid)
             self._drafts.pop(rid, None)
-        if plan.draft is None and self.drafter.submit(self._rows(plan.verify_ids)):
+        if plan.draft is None and self._submit(plan.verify, plan.verify_ids):
             self._collect(upcoming=True)           # nothing to overlap: sequential SD
         for rid in plan.verify_ids:
             req = self.requests.get(rid)
@@ -189,15 +211,17 @@ class PSDScheduler(TracingScheduler):
             if req is not None:
                 ok = base == req.num_tokens and self._ready(req)
                 req.spec_token_ids = drafts[:self.psd.k] if ok else []
+        if plan.draft is not None:
+            # the draft half is hidden from this step's scheduling, so its rows are final now
+            self._submit(plan.draft, plan.draft_ids)
         hidden = [r for r in self.running if self.halves.half_of(r.request_id) == plan.draft]
         with patches.hide_running(self, hidden):
             out = super()._schedule(*args, **kwargs)
+        self.events.append(("scheduled", self.step_index, plan.verify))
         self.halves.admit([r.request_id for r in self.running
                            if r.request_id not in self.halves], plan)
         self._step_meta = {"verify_batch": plan.verify,
                            "draft_batch": plan.draft}
-        if plan.draft is not None:
-            self.drafter.submit(self._rows(plan.draft_ids))
         return out
 
     def close_trace(self) -> None:

@@ -1,7 +1,8 @@
 """PSD inside vLLM v1 on a tiny random Llama (skipped when vLLM is not installed).
 
 Greedy PSD-in-vLLM and vLLM's own draft-model SD must equal vLLM without speculation token for
-token; the psdlab trace of each run must read back, with overlapped draft/verify steps for PSD;
+token; the psdlab trace of each run must read back and the PSD run must have the PSD structure
+(the other half drafted across each verification, halves alternating);
 requests that arrive, finish or are aborted mid-run keep the halves balanced."""
 from __future__ import annotations
 
@@ -49,14 +50,25 @@ def test_psd_and_sd_greedy_equal_no_speculation(runs):
     assert runs["sd"].outputs == runs["ar"].outputs
 
 
-def test_psd_trace_reads_back_with_overlapped_halves(runs):
+def test_psd_trace_reads_back_and_the_run_has_the_psd_structure(runs):
+    """Structure, not wall-clock: each step but the first and the tail dispatched the other
+    half's drafting before scheduling this half's verification and collected it after the
+    output; the halves alternate (`runtime.vllm_ext.structure`).  How much the two phases
+    intersect on the clock is the benchmark's figure (a 3 ms step of a tiny model can end
+    before the drafter process has started)."""
+    from psdlab.runtime.vllm_ext.structure import psd_structure
     trace = read_trace(runs["psd_trace"])
     assert trace.run.mode == "psd" and trace.run.source == "vllm"
     assert len(trace.requests) == len(PROMPTS)
     assert sum(r.output_len for r in trace.requests) == NEW * len(PROMPTS)
-    overlapped = [s for s in trace.steps if s.overlapped]
-    assert len(overlapped) >= len(trace.steps) // 2
-    for s in overlapped:
+    st = psd_structure(runs["psd"].events)
+    assert st.ok, st.problems
+    assert st.steps == len(trace.steps)
+    # 6 prompts in halves of 3: all but the prefill step and a short tail are overlapped
+    assert st.overlapped >= len(trace.steps) // 2 and st.alternations >= st.overlapped - 2
+    drafted = [s for s in trace.steps if s.draft_batch is not None]
+    assert len(drafted) == st.overlapped
+    for s in drafted:
         kinds = {p.kind: p for p in s.phases}
         assert kinds["draft"].device != kinds["verify"].device
         assert {s.verify_batch, s.draft_batch} == {0, 1}
@@ -123,8 +135,10 @@ def test_arrivals_finishes_and_aborts_keep_halves_balanced(pair, runs, tmp_path)
     for i in ("0", "3", "5"):
         assert done[i] == expected[int(i)]
     assert done["2"] == expected[2][:5]
+    from psdlab.runtime.vllm_ext.structure import psd_structure
+    st = psd_structure(sched.events)
+    assert st.ok and st.overlapped > 0, st
     trace = read_trace(tmp_path / "live.jsonl")
-    assert any(s.overlapped for s in trace.steps)
     assert len(trace.requests) == 6     # aborted ones are recorded too
 
 
