@@ -1,6 +1,6 @@
 """Figure 3 (batch-size ablation): simulated SD and PSD decode throughput for m in
 {8, 16, 32, 64} in the paper's setting 2 (Qwen3-32B on 4x L40 TP 4, Qwen3-1.7B drafter on a
-fifth L40, roofline costs, ShareGPT-like prompts, 256 output tokens, offline, *assumed*
+fifth L40, vllm-eager preset costs, ShareGPT-like prompts, 256 output tokens, offline, *assumed*
 alpha = 0.70), each at its best k in 1..5 (every k is in the CSV).
 
 Left: throughput vs m.  Right: the PSD/SD gain at the same m (iso-batch, the paper's
@@ -20,7 +20,7 @@ MS = (8, 16, 32, 64)
 SETTING = simruns.SETTINGS[1]
 COLUMNS = ("setting", "drafter", "alpha", "alpha_source", "mode", "m", "concurrent", "k",
            "best_k", "requests", "decode_throughput_tok_s", "throughput_tok_s",
-           "acceptance_rate")
+           "acceptance_rate", "cost_model")
 GAIN_COLUMNS = ("m", "psd_k", "psd_decode_throughput_tok_s", "sd_k", "sd_decode_throughput_tok_s",
                 "gain_iso_batch", "sd_2m_k", "sd_2m_decode_throughput_tok_s",
                 "gain_iso_concurrency")
@@ -48,7 +48,8 @@ def sweep(opts: FigOptions, tick: Tick) -> list[dict[str, Any]]:
                               "requests": n,
                               "decode_throughput_tok_s": met["decode_throughput_tok_s"],
                               "throughput_tok_s": met["throughput_tok_s"],
-                              "acceptance_rate": met["acceptance_rate"]})
+                              "acceptance_rate": met["acceptance_rate"],
+                              "cost_model": simruns.ENGINE})
                 tick(1)
             best = max(group, key=lambda r: r["decode_throughput_tok_s"] or 0.0)
             for r in group:
@@ -104,7 +105,8 @@ def _plot(rows: list[dict[str, Any]], gain: list[dict[str, Any]], outdir: str) -
                   "PSD uses 5 GPUs, SD 4)", fontsize=9)
     ax2.legend(fontsize=8)
     fig.suptitle(f"Batch-size ablation, simulated: {SETTING.label}, assumed alpha = "
-                 f"{SETTING.alpha}; 4x L40 TP4 + 1 L40, roofline, 256 output tokens",
+                 f"{SETTING.alpha}; 4x L40 TP4 + 1 L40, "
+                 f"{simruns.COST_LABEL}, 256 output tokens",
                  fontsize=10)
     return save_png(fig, outdir, "fig3_batch_ablation")
 

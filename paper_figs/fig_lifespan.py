@@ -39,10 +39,8 @@ def simulated_trace(seed: int = 0) -> Any:
     st = simruns.SETTINGS[1]
     cfg = config_from_dict({
         "seed": seed, "requests": REQUESTS, "server": {"mode": "psd", "k": K, "m": M},
-        "target": {"name": simruns.TARGET, "cost": {"name": "roofline", "model": simruns.TARGET,
-                                                    "hardware": simruns.HARDWARE, "tp": 4}},
-        "drafter": {"name": st.drafter, "cost": {"name": "roofline", "model": st.drafter,
-                                                 "hardware": simruns.HARDWARE, "tp": 1}},
+        "target": {"name": simruns.TARGET, "cost": simruns.cost_spec(simruns.TARGET, 4)},
+        "drafter": {"name": st.drafter, "cost": simruns.cost_spec(st.drafter, 1)},
         "acceptance": {"name": "geometric", "alpha": st.alpha},
         "workload": {"name": "offline", "prompt": {"name": "uniform", "low": 64, "high": 512},
                      "output": {"name": "uniform", "low": 24, "high": 160}},

@@ -1,6 +1,6 @@
 """Figure 5 (per-step drafting vs verification time against k).
 
-Left: simulated means for the paper's settings 1-3 under PSD (m = 16 per batch, roofline
+Left: simulated means for the paper's settings 1-3 under PSD (m = 16 per batch, vllm-eager
 costs; the same runs as figure 2): drafting time t grows with k for each drafter while the
 target's verification time V barely moves, and PSD hides drafting only while t <= V.
 Right: measured, from the given traces: per step, the drafting time (sum of its draft phases)
@@ -20,7 +20,7 @@ from psdlab.paper_figs.common import (COLORS, MARKERS, NO_TRACES, FigOptions, Fi
 NAME = "step_times"
 TITLE = "per-step drafting vs verification time against k"
 COLUMNS = ("source", "label", "mode", "k", "m", "phase", "mean_s", "p10_s", "p50_s", "p90_s",
-           "steps")
+           "steps", "cost_model")
 M = 16
 DRAFTER_COLORS = ("#2ca02c", "#9467bd", "#e377c2")
 
@@ -38,7 +38,8 @@ def sim_rows(opts: FigOptions, tick: Tick) -> list[dict[str, Any]]:
             for phase, key in (("draft", "mean_draft_time_s"), ("verify", "mean_verify_time_s")):
                 rows.append({"source": "sim", "label": st.label, "mode": "psd", "k": k, "m": M,
                              "phase": phase, "mean_s": met[key], "p10_s": None, "p50_s": None,
-                             "p90_s": None, "steps": met["decode_steps"]})
+                             "p90_s": None, "steps": met["decode_steps"],
+                             "cost_model": simruns.ENGINE})
             tick(1)
     return rows
 
@@ -76,7 +77,8 @@ def measured_rows(opts: FigOptions, notes: list[str]) -> list[dict[str, Any]]:
             p10, p50, p90 = np.percentile(x, [10, 50, 90])
             rows.append({"source": "measured", "label": label, "mode": mode, "k": k, "m": m,
                          "phase": phase, "mean_s": float(x.mean()), "p10_s": float(p10),
-                         "p50_s": float(p50), "p90_s": float(p90), "steps": int(x.size)})
+                         "p50_s": float(p50), "p90_s": float(p90), "steps": int(x.size),
+                         "cost_model": "measured"})
     if not rows:
         notes.append("step_times: no SD/PSD trace with draft and verify phases, measured panel "
                      "skipped")
@@ -99,7 +101,7 @@ def _plot_sim(ax: Any, rows: list[dict[str, Any]]) -> None:
     ax.set_xticks(list(simruns.KS))
     ax.set_ylim(bottom=0)
     ax.set_title(f"Simulated, settings 1-3 under PSD, m = {M} per batch\n(4x L40 TP4 target, "
-                 "drafter on 1 L40; roofline; per device)", fontsize=9)
+                 f"drafter on 1 L40; {simruns.COST_LABEL}; per device)", fontsize=9)
     ax.legend(fontsize=7, loc="upper left")
 
 

@@ -1,8 +1,9 @@
 """Figure 2 (throughput vs k): simulated SD and PSD decode throughput for k = 1..5 in the paper's
 settings 1-3 (Qwen3-32B on 4x L40 TP 4, Qwen3-0.6B/1.7B/4B drafters on a fifth L40, m = 16,
-roofline costs, ShareGPT-like prompts, 256 output tokens, offline), with *assumed* per-drafter
-acceptance rates (paper_figs.simruns); and for the local real pair the simulator calibrated on
-the given traces (affine costs) with the measured throughput of each trace as points.
+costs of the vllm-eager preset, which matches the paper's engine, ShareGPT-like prompts, 256
+output tokens, offline), with *assumed* per-drafter acceptance rates (paper_figs.simruns); and
+for the local real pair the simulator calibrated on the given traces (affine costs) with the
+measured throughput of each trace as points.
 
 Comparisons: PSD (m verified per step, 2m held, 5 devices) against SD at the same m
 (iso-batch, the paper's comparison, 4 devices) and SD at 2m (iso-concurrency).  Throughput is
@@ -22,7 +23,7 @@ TITLE = "decode throughput vs k, SD vs PSD (paper settings 1-3 and the local pai
 COLUMNS = ("panel", "source", "target", "drafter", "alpha", "alpha_source", "mode",
            "comparison", "k", "m", "concurrent", "devices", "requests", "decode_throughput_tok_s",
            "throughput_tok_s", "decode_throughput_per_device", "acceptance_rate",
-           "mean_draft_time_s", "mean_verify_time_s")
+           "mean_draft_time_s", "mean_verify_time_s", "cost_model")
 M = 16
 #: (label, sim mode, m used by the server, comparison, devices)
 VARIANTS = (("PSD", "psd", M, "iso-batch", 5), ("SD", "sd", M, "iso-batch", 4),
@@ -46,7 +47,8 @@ def _row(panel: str, source: str, target: str, drafter: str, alpha: Any, alpha_s
             "decode_throughput_per_device": dec / devices if dec else None,
             "acceptance_rate": met.get("acceptance_rate"),
             "mean_draft_time_s": met.get("mean_draft_time_s"),
-            "mean_verify_time_s": met.get("mean_verify_time_s")}
+            "mean_verify_time_s": met.get("mean_verify_time_s"),
+            "cost_model": simruns.ENGINE if source == "sim" else source}
 
 
 def setting_rows(opts: FigOptions, tick: Tick) -> list[dict[str, Any]]:
@@ -155,7 +157,7 @@ def make(opts: FigOptions, tick: Tick) -> FigureOutput:
     for ax, st in zip(axes, simruns.SETTINGS):
         _plot_panel(ax, [r for r in rows if r["panel"] == f"setting {st.number}"],
                     f"{st.label} (assumed alpha = {st.alpha}), m = {M}\n4x L40 TP4 + 1 L40, "
-                    "roofline, ShareGPT-like prompts, 256 out")
+                    f"{simruns.COST_LABEL}, ShareGPT-like prompts, 256 out")
     if local:
         _plot_local(axes[3], local)
     else:

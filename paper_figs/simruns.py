@@ -8,6 +8,10 @@ first principles and psdlab has no measurement for the Qwen3 pairs, so the figur
 Qwen3-4B 0.78.  They are round numbers that grow with drafter size, in the range usually
 reported for same-family drafters at temperature 1; every CSV and title that uses them says
 "assumed alpha".  Replace them with measured rates (``psdlab calibrate``) when available.
+
+**Costs.**  GPU passes are priced with the ``vllm-eager`` engine preset (sim/costs/engines.toml:
+eager vLLM, as the paper's runs used ``--enforce-eager`` on vLLM 0.9.2), fitted on the paper's
+own Nsight medians; ``cost_spec(model, tp, engine="ideal")`` gives the ideal roofline instead.
 """
 from __future__ import annotations
 
@@ -41,6 +45,14 @@ OUTPUT_TOKENS = 256
 SETTINGS = (Setting(1, "qwen3-0.6b", 0.60), Setting(2, "qwen3-1.7b", 0.70),
             Setting(3, "qwen3-4b", 0.78))
 KS = (1, 2, 3, 4, 5)
+#: the engine preset of the paper's runs (eager vLLM) and how titles and CSVs name it
+ENGINE = "vllm-eager"
+COST_LABEL = "vllm-eager costs"
+
+
+def cost_spec(model: str, tp: int, engine: str = ENGINE) -> dict[str, Any]:
+    """The cost spec of one model on `tp` L40s under an engine preset ("ideal": roofline)."""
+    return {"name": "gpu", "model": model, "hardware": HARDWARE, "tp": tp, "engine": engine}
 
 
 def requests_for(quick: bool, m: int) -> int:
@@ -51,8 +63,8 @@ def requests_for(quick: bool, m: int) -> int:
 def paper_config(setting: Setting, mode: str, k: int, m: int, requests: int,
                  seed: int = 0) -> Any:
     """The paper's setup in the simulator: Qwen3-32B on 4x L40 (TP 4), drafter on a fifth L40
-    (TP 1; for mode "sd" it shares a target GPU), roofline costs, ShareGPT-like prompts,
-    256 output tokens, all requests at t = 0."""
+    (TP 1; for mode "sd" it shares a target GPU), costs of the eager-vLLM preset (ENGINE),
+    ShareGPT-like prompts, 256 output tokens, all requests at t = 0."""
     from psdlab.sim.config import config_from_dict
     from psdlab.sim.lengths import sharegpt_like_lengths
 
@@ -60,11 +72,8 @@ def paper_config(setting: Setting, mode: str, k: int, m: int, requests: int,
     return config_from_dict({
         "seed": seed, "requests": requests,
         "server": {"mode": mode, "k": k, "m": m},
-        "target": {"name": TARGET, "cost": {"name": "roofline", "model": TARGET,
-                                            "hardware": HARDWARE, "tp": 4}},
-        "drafter": {"name": setting.drafter,
-                    "cost": {"name": "roofline", "model": setting.drafter,
-                             "hardware": HARDWARE, "tp": 1}},
+        "target": {"name": TARGET, "cost": cost_spec(TARGET, 4)},
+        "drafter": {"name": setting.drafter, "cost": cost_spec(setting.drafter, 1)},
         "acceptance": {"name": "geometric", "alpha": setting.alpha},
         "workload": {"name": "offline", "prompt": prompt,
                      "output": {"name": "fixed", "value": OUTPUT_TOKENS}},

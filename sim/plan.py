@@ -125,6 +125,16 @@ def _tp(cost: Mapping[str, Any]) -> int:
     return int(cost.get("tp", 1)) if isinstance(cost, Mapping) else 1
 
 
+def cost_label(cost: Any) -> str:
+    """How a row names its cost model: "gpu:vllm-eager" (engine preset), "roofline", ..."""
+    if not isinstance(cost, Mapping):
+        return str(cost)
+    engine = cost.get("engine")
+    name = str(cost.get("name", "?"))
+    return f"{name}:{engine}" if isinstance(engine, str) else (
+        f"{name}:inline" if engine is not None else name)
+
+
 def devices_per_replica(cfg: SimConfig, mode: str, drafter: ModelConfig | None) -> int:
     n = _tp(cfg.target.cost)
     if mode in ("sd-sep", "psd") and drafter is not None:
@@ -187,7 +197,9 @@ def evaluate(cfg: SimConfig, spec: PlanSpec, combo) -> dict[str, Any]:
     row = {"mode": mode, "k": k, "m": m, "drafter": drafter.name if drafter else "",
            "capacity_req_s": capacity, "max_rate_req_s": lo,
            "tok_s": best["throughput_tok_s"] if best else 0.0,
-           "devices_per_replica": devices_per_replica(cfg, mode, drafter)}
+           "devices_per_replica": devices_per_replica(cfg, mode, drafter),
+           "cost_model": cost_label(cfg.target.cost) + (
+               f" + {cost_label(drafter.cost)}" if drafter else "")}
     row.update(slo_values(best or {}, spec))
     return row
 
@@ -245,7 +257,8 @@ def run_plan(cfg: SimConfig, spec: PlanSpec, jobs: int = 1,
 
 
 COLUMNS = ("mode", "k", "m", "drafter", "replicas", "devices", "total_rate_req_s",
-           "max_rate_req_s", "tok_s", "tok_s_per_device", "capacity_req_s", "pareto")
+           "max_rate_req_s", "tok_s", "tok_s_per_device", "capacity_req_s", "pareto",
+           "cost_model")
 
 
 def write_csv(rows: list[dict[str, Any]], path: str) -> None:

@@ -72,7 +72,7 @@ def test_bad_specs_name_the_field(spec, field):
 
 def test_unknown_hardware_message_lists_catalog():
     with pytest.raises(ValueError, match=r"^cost\.hardware: unknown 'l41'; known: a100-80gb, "
-                                         r"h100-sxm, h200, l40$"):
+                                         r"a40, h100-sxm, h200, l40$"):
         roofline("qwen3-32b", "l41", 4)
 
 
@@ -104,7 +104,7 @@ def test_moe_active_params_match_a22b():
 
 def test_catalog_cross_checks():
     hw = hardware_catalog()
-    assert set(hw) == {"a100-80gb", "h100-sxm", "h200", "l40"}
+    assert set(hw) == {"a100-80gb", "a40", "h100-sxm", "h200", "l40"}
     assert all(h.source for h in hw.values())
     assert hw["a100-80gb"].peak_tflops_fp8 is None                # no fp8 on Ampere
     assert hw["h200"].peak_tflops_bf16 == hw["h100-sxm"].peak_tflops_bf16   # same Hopper die

@@ -15,4 +15,5 @@ COMMANDS: list[str] = [
     "figs",
     "validate",
     "demo",
+    "cost",
 ]

@@ -15,6 +15,8 @@ from . import affine as _affine  # noqa: F401  (registers constant, affine)
 from . import calibrated as _calibrated  # noqa: F401  (registers calibrated)
 from . import fitted as _fitted  # noqa: F401  (registers fitted, tabulated)
 from . import roofline as _roofline  # noqa: F401  (registers roofline)
+from . import engine as _engine  # noqa: F401  (registers gpu: roofline + engine presets)
+from .engine import EnginePreset, GpuCost, engine_presets, get_engine, gpu_cost  # noqa: F401
 from .affine import AffineCost, ConstantCost
 from .base import COST_MODELS, CostModel, make_cost_model, register_cost_model
 from .catalog import (HardwareSpec, ModelSpec, get_hardware, get_model, hardware_catalog,

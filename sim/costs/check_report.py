@@ -1,0 +1,149 @@
+"""What ``psdlab cost`` prints: one pass priced from command-line fields (with one-line errors
+that name the flag), and the predicted-vs-published report of public_check as JSON-able data,
+a text table and a markdown results file (with date, machine and commit)."""
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import subprocess
+from typing import Any
+
+from psdlab.analysis.checks import check_int
+
+from .base import make_cost_model
+from .engine import GpuCost, engine_presets
+from .public_check import (MINEDRAFT_DRAFTS, MINEDRAFT_VERIFY, check_rows, minedraft_gains,
+                           minedraft_step, per_step_gain, point_by_id)
+
+COMMAND = "psdlab cost --check --out results/gpu_cost_check.md"
+
+
+def one_pass(*, model: str, hardware: str, tp: int, dtype: str, engine: str,
+             link: str | None, seqs: int, tokens: int, context: int) -> dict[str, Any]:
+    """Seconds of one pass and its terms; ValueError naming the flag (``--tp: ...``)."""
+    seqs = check_int("--seqs", seqs, 1, 10**6)
+    tokens = check_int("--tokens", tokens, 1, 10**7)
+    if tokens < seqs:
+        raise ValueError(f"--tokens: must be >= --seqs ({seqs}): each sequence computes at "
+                         f"least one token, got {tokens}")
+    context = check_int("--context", context, 0, 10**10)
+    tp = check_int("--tp", tp, 1, 64)
+    spec: dict[str, Any] = {"name": "gpu", "model": model, "hardware": hardware, "tp": tp,
+                            "dtype": dtype, "engine": engine}
+    if link is not None:
+        spec["link"] = link
+    try:
+        cost = make_cost_model(spec, "cost")
+    except ValueError as exc:
+        msg = str(exc)
+        raise ValueError("--" + msg[len("cost."):] if msg.startswith("cost.") else msg) from None
+    seconds = cost.forward_time(seqs, tokens, context)
+    parts = cost.breakdown(seqs, tokens, context)
+    if isinstance(cost, GpuCost):
+        bound = parts.pop("bound")
+        terms = {k: v for k, v in parts.items() if k != "total"}
+    else:
+        bound = "compute" if parts["compute"] > parts["memory"] else "memory"
+        terms = {k: v for k, v in parts.items() if k != "total"}
+    return {"seconds": seconds, "model": cost.describe()["model"],
+            "hardware": cost.describe()["hardware"], "tp": tp, "dtype": dtype,
+            "engine": engine, "seqs": seqs, "tokens": tokens, "context": context,
+            "terms": terms, "bound": bound, "cost": cost.describe()}
+
+
+SETTING_DRAFTERS = ("qwen3-0.6b", "qwen3-1.7b", "qwen3-4b")
+
+
+def settings_table(engines: tuple[str, ...] = ("vllm-eager", "ideal")) -> list[dict[str, Any]]:
+    """MineDraft settings 1-3 (drafter 0.6B / 1.7B / 4B), k = 1..5: predicted drafting t,
+    verification V and per-step gain per engine, with the paper's Fig. 25 value where it has
+    one."""
+    published = {(d, k): (point_by_id(pid).published_ms, point_by_id(MINEDRAFT_VERIFY[k])
+                          .published_ms) for d, k, pid in MINEDRAFT_DRAFTS}
+    rows = []
+    for number, drafter in enumerate(SETTING_DRAFTERS, start=1):
+        for k in range(1, 6):
+            row: dict[str, Any] = {"setting": number, "drafter": drafter, "k": k}
+            for eng in engines:
+                t, v = minedraft_step(drafter, k, eng)
+                row[eng] = {"draft_ms": t * 1e3, "verify_ms": v * 1e3,
+                            "gain": per_step_gain(t, v)}
+            pub = published.get((drafter, k))
+            row["paper"] = None if pub is None else {
+                "draft_ms": pub[0], "verify_ms": pub[1],
+                "gain": per_step_gain(pub[0], pub[1])}
+            rows.append(row)
+    return rows
+
+
+def check_report() -> dict[str, Any]:
+    rows = check_rows()
+    fitted = [r for r in rows if r["fitted"]]
+    return {"points": rows, "minedraft_gains": minedraft_gains(), "settings": settings_table(),
+            "presets": {n: {"fitted_on": list(p.fitted_on), "execution": p.execution,
+                            "description": p.description}
+                        for n, p in engine_presets().items()},
+            "worst_fitted_error": max((abs(r["error"]) for r in fitted), default=None)}
+
+
+def format_report(report: dict[str, Any]) -> str:
+    lines = [f"{'point':<28}{'preset':<15}{'fit':>4}{'published':>11}{'predicted':>11}"
+             f"{'error':>8}{'ideal':>10}{'ideal err':>10}"]
+    for r in report["points"]:
+        lines.append(f"{r['id']:<28}{r['preset']:<15}{'yes' if r['fitted'] else 'no':>4}"
+                     f"{r['published_ms']:>9.3f}ms{r['predicted_ms']:>9.3f}ms"
+                     f"{r['error']:>+8.1%}{r['ideal_ms']:>8.3f}ms{r['ideal_error']:>+10.1%}")
+    lines.append("")
+    lines.append("MineDraft per-step PSD/SD gain (t + V) / max(t, V), m = 16, vllm-eager:")
+    lines.append(f"{'drafter':<12}{'k':>3}{'t pub':>9}{'V pub':>9}{'gain pub':>10}{'t pred':>9}"
+                 f"{'V pred':>9}{'gain pred':>11}{'error':>8}  published t")
+    for g in report["minedraft_gains"]:
+        lines.append(f"{g['drafter']:<12}{g['k']:>3}{g['published_draft_ms']:>9.2f}"
+                     f"{g['published_verify_ms']:>9.2f}{g['published_gain']:>10.3f}"
+                     f"{g['predicted_draft_ms']:>9.2f}{g['predicted_verify_ms']:>9.2f}"
+                     f"{g['predicted_gain']:>11.3f}{g['error']:>+8.1%}  {g['derived']}")
+    lines.append("")
+    lines.append("Settings 1-3 (Qwen3-32B TP 4 on L40 + drafter on an L40, m = 16, context "
+                 "16 x 430): per-step t, V (ms) and gain")
+    lines.append(f"{'set':>3} {'drafter':<11}{'k':>2}{'eager t':>9}{'eager V':>9}{'gain':>6}"
+                 f"{'ideal t':>9}{'ideal V':>9}{'gain':>6}{'paper t':>9}{'paper V':>9}{'gain':>6}")
+    for r in report["settings"]:
+        e, i, p = r["vllm-eager"], r["ideal"], r["paper"]
+        paper = (f"{p['draft_ms']:>9.2f}{p['verify_ms']:>9.2f}{p['gain']:>6.2f}" if p
+                 else f"{'-':>9}{'-':>9}{'-':>6}")
+        lines.append(f"{r['setting']:>3} {r['drafter']:<11}{r['k']:>2}{e['draft_ms']:>9.2f}"
+                     f"{e['verify_ms']:>9.2f}{e['gain']:>6.2f}{i['draft_ms']:>9.2f}"
+                     f"{i['verify_ms']:>9.2f}{i['gain']:>6.2f}" + paper)
+    return "\n".join(lines)
+
+
+def _commit() -> str:
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        out = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True, timeout=10, check=False)
+        dirty = subprocess.run(["git", "-C", here, "status", "--porcelain", "--", "."],
+                               capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    commit = out.stdout.strip() or "unknown"
+    return commit + (" (sim/costs modified)" if dirty.stdout.strip() else "")
+
+
+def write_report(report: dict[str, Any], path: str) -> str:
+    """The report as markdown with how and where it was made."""
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    head = [
+        "# GPU cost presets: predicted vs published public measurements", "",
+        f"Written by `{COMMAND}` on {now}, machine {platform.node() or 'unknown'} "
+        f"({platform.platform()}), commit {_commit()}.  Pure computation: the numbers do not "
+        "depend on the machine.", "",
+        "Each point is priced with the preset of the engine that was measured "
+        "(sim/costs/public_measurements.toml gives its source); `fit` says whether that preset "
+        "was fitted on it (sim/costs/engines.toml, `fitted_on`); `ideal` is the ideal "
+        "roofline.", "", "```", format_report(report), "```", ""]
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("\n".join(head))
+    return path
