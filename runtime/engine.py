@@ -53,6 +53,7 @@ class EngineConfig:
     dtype: str = "float32"
     drafter_dtype: str | None = None    # default: what the drafter directory asks for, else dtype
     controlled_alpha: float | None = None
+    compile: str = "off"                # torch.compile of the passes (runtime.runner)
     idle_spin_s: float = 1.0            # process backend: a worker waiting for its next command
                                         # busy-polls this long before it blocks (not when the
                                         # two workers share a core)
@@ -69,6 +70,8 @@ class EngineConfig:
         check_int("max_len", self.max_len, minimum=2)
         check_choice("backend", self.backend, ("inline", "thread", "process"))
         check_range("idle_spin_s", self.idle_spin_s, 0.0, 60.0)
+        from psdlab.runtime.runner import COMPILE_MODES
+        check_choice("compile", self.compile, COMPILE_MODES)
         check_choice("dtype", self.dtype, ("float32", "float16", "bfloat16"))
         if self.drafter_dtype is not None:
             check_choice("drafter_dtype", self.drafter_dtype, ("float32", "float16", "bfloat16"))
@@ -112,7 +115,8 @@ class Engine:
         self.drafter_dtype: str | None = None
         base = RunnerConfig(spec=target, device=cfg.device, dtype=cfg.dtype,
                             max_slots=cfg.slots, max_len=cfg.max_len, seed=cfg.seed,
-                            temperature=cfg.temperature, top_p=cfg.top_p)
+                            temperature=cfg.temperature, top_p=cfg.top_p,
+                            host_outputs=cfg.backend == "process", compile=cfg.compile)
         streams = cfg.device.startswith("cuda") and cfg.mode != "sd"
         d_device = cfg.device if cfg.mode == "sd" else (cfg.drafter_device or cfg.device)
         spin = cfg.idle_spin_s if d_core != t_core else 0.0

@@ -197,7 +197,7 @@ class _Loop:
             s.state["drafter"] = (len(s.tokens), mine[:-1])
             s.drafts = (self.controlled.propose(s.id, len(s.out), mine)
                         if self.controlled is not None else mine)
-            s.draft_probs = probs[i, :len(mine)].copy() if probs is not None else None
+            s.draft_probs = _row(probs, i, len(mine)) if probs is not None else None
         self.tracer.phase("draft", self.drafter.label, res.start, res.end, len(ds),
                           sum(len(s.drafts) for s in ds))
 
@@ -206,11 +206,8 @@ class _Loop:
         drafts = [list(s.drafts) for s in seqs]
         probs = None
         if any(s.draft_probs is not None for s in seqs):
-            kmax = max(len(d) for d in drafts)
-            probs = np.zeros((len(seqs), kmax, self.engine.vocab_size), dtype=np.float32)
-            for i, s in enumerate(seqs):
-                if s.draft_probs is not None:
-                    probs[i, :len(s.draft_probs)] = s.draft_probs
+            probs = _stack([s.draft_probs for s in seqs], max(len(d) for d in drafts),
+                           self.engine.vocab_size)
         self._vrows = [s.tokens[kp:] for s, kp in zip(seqs, keep)]
         self._vdrafts = drafts
         self.target.submit("verify", [s.slot for s in seqs], keep, self._vrows, drafts, probs)
@@ -321,3 +318,24 @@ class _Loop:
     def _progress(self) -> None:
         if self.progress is not None:
             self.progress(len(self.outputs), len(self.requests))
+
+
+def _row(probs: Any, i: int, n: int) -> Any:
+    """Row i's first n draft distributions: a numpy copy (it came through a pipe), or a view of
+    the drafter's device tensor (thread / inline workers: it never leaves the device)."""
+    return probs[i, :n].copy() if isinstance(probs, np.ndarray) else probs[i, :n]
+
+
+def _stack(rows: Sequence[Any], kmax: int, vocab: int) -> Any:
+    """The verify batch's draft distributions [B, kmax, V], zeros where a row has none; on the
+    drafter's device when the rows are tensors there."""
+    ref = next(r for r in rows if r is not None)
+    if isinstance(ref, np.ndarray):
+        out: Any = np.zeros((len(rows), kmax, vocab), dtype=np.float32)
+    else:
+        import torch
+        out = torch.zeros((len(rows), kmax, vocab), dtype=torch.float32, device=ref.device)
+    for i, r in enumerate(rows):
+        if r is not None:
+            out[i, :len(r)] = r
+    return out

@@ -173,59 +173,110 @@ class Transformer(nn.Module):
         Positions t >= num_new[b] are padding (any value; their logits are meaningless).
         With only_last=True, returns [B, 1, vocab]: the logits at position num_new[b] - 1.
         Slots in one call must be distinct.  Advances cache.lengths[slots] by num_new.
+        The generic entry point: it reads its arguments back to the host to check them (the
+        runner calls `forward_rows` / `forward_planned`, which need no device-to-host copy).
         """
         dev = cache.device
         tokens = tokens.to(dev)
         b, t = tokens.shape
-        slots = cache.as_slots(slots)
-        if slots.numel() != b or slots.unique().numel() != b:
-            raise ValueError(f"slots: expected {b} distinct slots (one per row), "
-                             f"got {slots.tolist()}")
-        if num_new is None:
-            num_new = torch.full((b,), t, dtype=torch.long, device=dev)
-        num_new = torch.as_tensor(num_new, dtype=torch.long, device=dev).reshape(-1)
-        if num_new.numel() != b or bool(((num_new < 0) | (num_new > t)).any()):
-            raise ValueError(f"num_new: expected {b} values in [0, {t}], got {num_new.tolist()}")
-        cache.check_append(slots, num_new)
+        host_slots = [int(x) for x in torch.as_tensor(slots).reshape(-1).tolist()]
+        new = ([t] * b if num_new is None else
+               [int(x) for x in torch.as_tensor(num_new).reshape(-1).tolist()])
+        if len(new) != b or any(n < 0 or n > t for n in new):
+            raise ValueError(f"num_new: expected {b} values in [0, {t}], got {new}")
+        self._check_rows(cache, host_slots, b, new)
         if b == 0:
             return torch.empty(0, 1 if only_last else t, self.cfg.vocab_size, device=dev)
-
-        start = cache.lengths[slots]
         steps = torch.arange(t, device=dev)
-        pos = start[:, None] + steps                           # [B, T]
-        valid = steps[None] < num_new[:, None]                 # [B, T]
-        real = tokens[valid]
+        real = tokens[steps[None] < torch.tensor(new, device=dev)[:, None]]
         if real.numel() and (int(real.min()) < 0 or int(real.max()) >= self.cfg.vocab_size):
             raise ValueError(f"tokens: ids must be in [0, {self.cfg.vocab_size - 1}], got "
                              f"{int(real.min())}..{int(real.max())}")
-        new_len = start + num_new
-        span = max(int(new_len.max()), 1)
+        return self.forward_planned(tokens, cache, host_slots, new, only_last)
+
+    @torch.no_grad()
+    def forward_rows(self, rows: list[list[int]], cache: KVCache, slots: list[int],
+                     width: int | None = None, only_last: bool = False) -> torch.Tensor:
+        """`forward` for ragged token rows given as host lists (padded to ``width``): checked
+        on the host, then one host-to-device copy of the tokens."""
+        b = len(rows)
+        width = max([len(r) for r in rows] + [width or 0, 1])
+        self._check_rows(cache, slots, b, [len(r) for r in rows])
+        for r in rows:
+            if r and (min(r) < 0 or max(r) >= self.cfg.vocab_size):
+                raise ValueError(f"tokens: ids must be in [0, {self.cfg.vocab_size - 1}], "
+                                 f"got {min(r)}..{max(r)}")
+        flat = [0] * (b * width)
+        for i, r in enumerate(rows):
+            flat[i * width:i * width + len(r)] = r
+        tokens = host_to_device(torch.tensor(flat, dtype=torch.long), cache.device).view(b, width)
+        return self.forward_planned(tokens, cache, slots, [len(r) for r in rows], only_last)
+
+    def _check_rows(self, cache: KVCache, slots: list[int], b: int, num_new: list[int]) -> None:
+        cache.check_slots(slots)
+        if len(slots) != b or len(set(slots)) != b:
+            raise ValueError(f"slots: expected {b} distinct slots (one per row), got {slots}")
+        cache.check_append_host(slots, num_new)
+
+    @torch.no_grad()
+    def forward_planned(self, tokens: torch.Tensor, cache: KVCache, slots: list[int],
+                        num_new: list[int], only_last: bool = False) -> torch.Tensor:
+        """The forward itself, planned on the host: ``tokens`` [B, T] is on the device (it may
+        be the previous pass's argmax), ``slots`` and ``num_new`` are host ints already checked
+        (`forward`, `forward_rows`).  Every shape and index comes from the host lists and
+        ``cache.host_lengths``; the device gets them in one copy, so nothing here waits for the
+        device (no ``.item()``, ``.tolist()``, boolean indexing or ``nonzero``)."""
+        dev = cache.device
+        b, t = tokens.shape
+        if b == 0:
+            return torch.empty(0, 1 if only_last else t, self.cfg.vocab_size, device=dev)
+        start = [cache.host_lengths[x] for x in slots]
+        new_len = [a + n for a, n in zip(start, num_new)]
+        span = max(max(new_len), 1)
+        rows = [i for i, n in enumerate(num_new) for _ in range(n)]
+        cols = [j for n in num_new for j in range(n)]
+        last = [max(n - 1, 0) for n in num_new]
+        meta = host_to_device(torch.tensor(slots + start + num_new + last + rows + cols,
+                                       dtype=torch.long), dev)
+        slots_t, start_t, num_t, last_t = (meta[i * b:(i + 1) * b] for i in range(4))
+        n_rows = len(rows)
+        rows_t, cols_t = meta[4 * b:4 * b + n_rows], meta[4 * b + n_rows:]
+        steps = torch.arange(t, device=dev)
+        pos = start_t[:, None] + steps                         # [B, T]
+        valid = steps[None] < num_t[:, None]                   # [B, T]
+        new_len_t = start_t + num_t
         keys = torch.arange(span, device=dev)
         # causal within the slot; key 0 always visible so empty/padding rows never go NaN
-        mask = ((keys <= pos[:, :, None]) & (keys < new_len[:, None, None])) | (keys == 0)
-        hook = _cache_hook(cache, slots, pos, valid, span)
+        mask = ((keys <= pos[:, :, None]) & (keys < new_len_t[:, None, None])) | (keys == 0)
+        contiguous = slots == list(range(slots[0], slots[0] + b))
+        hook = _cache_hook(cache, slots_t, pos, rows_t, cols_t, span,
+                           slots[0] if contiguous else None)
         x = self._run(torch.where(valid, tokens, 0), pos, mask[:, None], hook)
-        cache.lengths[slots] = new_len
+        cache.advance(slots, slots_t, new_len, new_len_t)
         if only_last:
-            last = (num_new - 1).clamp(min=0)
-            x = x[torch.arange(b, device=dev), last][:, None]
+            x = x[torch.arange(b, device=dev), last_t][:, None]
         return self._head(x)
 
 
-def _cache_hook(cache: KVCache, slots: torch.Tensor, pos: torch.Tensor, valid: torch.Tensor,
-                span: int) -> KVHook:
-    """KV hook that writes the valid new K/V into the cache and reads each row's slot back."""
-    rows, cols = valid.nonzero(as_tuple=True)
+def host_to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """One host-to-device copy that does not make the host wait (pinned memory on CUDA)."""
+    if device.type == "cuda":
+        return host.pin_memory().to(device, non_blocking=True)
+    return host
+
+
+def _cache_hook(cache: KVCache, slots: torch.Tensor, pos: torch.Tensor, rows: torch.Tensor,
+                cols: torch.Tensor, span: int, first: int | None) -> KVHook:
+    """KV hook that writes the valid new K/V (positions ``rows``, ``cols``) into the cache and
+    reads each row's slot back (a slice when the slots are ``first``, ``first + 1``, ...)."""
     w_slot, w_pos = slots[rows], pos[rows, cols]
     b = slots.numel()
-    first = int(slots[0]) if b else 0
-    contiguous = bool((slots == torch.arange(first, first + b, device=slots.device)).all())
 
     def hook(layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         kc, vc = cache.k[layer], cache.v[layer]
         kc[w_slot, :, w_pos] = k.transpose(1, 2)[rows, cols].to(kc.dtype)
         vc[w_slot, :, w_pos] = v.transpose(1, 2)[rows, cols].to(vc.dtype)
-        if contiguous:
+        if first is not None:
             keys, values = kc[first:first + b, :, :span], vc[first:first + b, :, :span]
         else:
             keys, values = kc[slots, :, :span], vc[slots, :, :span]

@@ -23,6 +23,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from psdlab.runtime.model import host_to_device
+
 #: prompt tokens are fed in chunks of this many (bounds the [1, T, V] logits of a prefill)
 PREFILL_CHUNK = 128
 #: a drafting pass takes up to this many unseen tokens per sequence in one batched ragged
@@ -63,6 +65,14 @@ class RunnerConfig:
     seed: int = 0
     temperature: float = 0.0
     top_p: float = 1.0
+    host_outputs: bool = True   # draft probabilities as numpy (they cross a pipe); False:
+                                # a tensor left on the device (thread / inline workers)
+    compile: str = "off"        # the layers' pass through torch.compile: "off", "default"
+                                # (inductor), "reduce-overhead" (inductor + CUDA graphs),
+                                # "eager" (dynamo tracing only: what CPU tests can afford)
+
+
+COMPILE_MODES = ("off", "eager", "default", "reduce-overhead")
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -98,6 +108,21 @@ class ModelRunner:
         self.greedy = float(cfg.temperature) == 0.0
         self._params = None
         self.pad_slow_gemm = self.device.type == "cpu" and dtype == torch.float32
+        if cfg.compile != "off":
+            self._compile(cfg.compile)
+
+    def _compile(self, mode: str) -> None:
+        """Run the model's layer stack (`Transformer._run`: embeddings, blocks, no host logic)
+        through torch.compile; shapes vary with every step, so ``dynamic=True``.  With
+        "reduce-overhead" on CUDA each new shape is captured once as a CUDA graph and replayed
+        after: one launch per pass instead of one per kernel."""
+        if mode not in COMPILE_MODES:
+            raise ValueError(f"compile: must be one of {', '.join(COMPILE_MODES)}, got {mode!r}")
+        if not hasattr(self.model, "_run"):
+            raise ValueError("compile: this model has no layer stack to compile")
+        kw = {"backend": "eager"} if mode == "eager" else (
+            {} if mode == "default" else {"mode": mode})
+        self.model._run = torch.compile(self.model._run, dynamic=True, **kw)
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -113,33 +138,40 @@ class ModelRunner:
                 "max_len": int(self.cfg.max_len)}
 
     def _slots(self, slots: Sequence[int]) -> torch.Tensor:
-        return torch.tensor(list(slots), dtype=torch.long, device=self.device)
+        return host_to_device(torch.tensor(list(slots), dtype=torch.long), self.device)
 
     def _rollback(self, slots: Sequence[int], keep: Sequence[int]) -> None:
-        lengths = self.cache.lengths[self._slots(slots)].tolist()
-        rows = [(s, k) for s, k, cur in zip(slots, keep, lengths) if k != cur]
+        lengths = [self.cache.host_lengths[s] for s in slots]
         if any(k > cur for k, cur in zip(keep, lengths)):
             raise RuntimeError("rollback asked to grow a cache; controller bookkeeping is off")
+        rows = [(s, k) for s, k, cur in zip(slots, keep, lengths) if k != cur]
         if rows:
-            self.cache.truncate(self._slots([s for s, _ in rows]),
-                                torch.tensor([k for _, k in rows], dtype=torch.long,
-                                             device=self.device))
+            self.cache.truncate([s for s, _ in rows], [k for _, k in rows])
 
     def _forward(self, slots: Sequence[int], rows: Sequence[Sequence[int]],
                  only_last: bool = False) -> torch.Tensor:
         """Append ragged token rows to their slots; logits [B, Tmax, V] (or [B, 1, V] at each
         row's last token with only_last)."""
         width = padded_width(len(rows), max(len(r) for r in rows), self.pad_slow_gemm)
-        tokens = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, r in enumerate(rows):
-            tokens[i, :len(r)] = torch.tensor(list(r), dtype=torch.long)
-        num_new = torch.tensor([len(r) for r in rows], dtype=torch.long, device=self.device)
         with torch.inference_mode():
-            if only_last:
-                return self.model.forward(tokens.to(self.device), self.cache,
-                                          self._slots(slots), num_new, only_last=True)
+            if hasattr(self.model, "forward_rows"):
+                return self.model.forward_rows([list(r) for r in rows], self.cache,
+                                               list(slots), width=width, only_last=only_last)
+            tokens = torch.zeros((len(rows), width), dtype=torch.long)
+            for i, r in enumerate(rows):
+                tokens[i, :len(r)] = torch.tensor(list(r), dtype=torch.long)
+            num_new = torch.tensor([len(r) for r in rows], dtype=torch.long)
             return self.model.forward(tokens.to(self.device), self.cache, self._slots(slots),
-                                      num_new)
+                                      num_new.to(self.device), only_last=only_last)
+
+    def _forward_next(self, slots: list[int], tokens: torch.Tensor) -> torch.Tensor:
+        """One token per row, already on the device (the last pass's picks): no host copy."""
+        with torch.inference_mode():
+            if hasattr(self.model, "forward_planned"):
+                return self.model.forward_planned(tokens, self.cache, slots, [1] * len(slots),
+                                                  only_last=True)
+            return self._forward(slots, [[int(x)] for x in tokens.reshape(-1).tolist()],
+                                 only_last=True)
 
     def _catch_up(self, slots: Sequence[int], rows: Sequence[Sequence[int]],
                   leave: int) -> list[list[int]]:
@@ -183,25 +215,30 @@ class ModelRunner:
         # one batched ragged pass; only long rows (a rebuilt cache) are fed ahead slot by slot
         tails = self._catch_up(slots, rows, leave=RAGGED_TAIL)
         logits = self._forward(slots, tails, only_last=True)[:, 0, :]
-        out: list[list[int]] = [[] for _ in slots]
-        probs_out = (np.zeros((len(slots), max(ks), self.vocab_size), dtype=np.float32)
-                     if not self.greedy else None)
-        active = list(range(len(slots)))
-        for j in range(max(ks)):
+        B, kmax = len(slots), max(ks)
+        picks = torch.zeros((B, kmax), dtype=torch.long, device=self.device)
+        probs_out = (torch.zeros((B, kmax, self.vocab_size), dtype=torch.float32,
+                                 device=self.device) if not self.greedy else None)
+        active = list(range(B))
+        for j in range(kmax):
+            # the picks stay on the device: the next pass reads them there, and the host
+            # reads all of them once, after the loop
             tok, probs = self._pick(logits)
-            toks = tok.tolist()
-            for n, i in enumerate(active):
-                out[i].append(int(toks[n]))
-                if probs_out is not None:
-                    probs_out[i, j] = probs[n].cpu().numpy()
+            idx = self._slots(active) if len(active) < B else slice(None)
+            picks[idx, j] = tok
+            if probs_out is not None:
+                probs_out[idx, j] = probs.float()
             active_next = [i for i in active if ks[i] > j + 1]
             if not active_next:
                 break
             keep_rows = [active.index(i) for i in active_next]
-            step_tokens = [[int(toks[n])] for n in keep_rows]
-            logits = self._forward([slots[i] for i in active_next], step_tokens,
-                                   only_last=True)[:, 0, :]
+            nxt = tok if len(keep_rows) == len(active) else tok[self._slots(keep_rows)]
+            logits = self._forward_next([slots[i] for i in active_next], nxt[:, None])[:, 0, :]
             active = active_next
+        host = picks.tolist()
+        out = [[int(x) for x in row[:k]] for row, k in zip(host, ks)]
+        if probs_out is not None and self.cfg.host_outputs:
+            return out, probs_out.cpu().numpy()
         return out, probs_out
 
     def verify(self, slots: Sequence[int], keep: Sequence[int], rows: Sequence[Sequence[int]],
@@ -216,8 +253,9 @@ class ModelRunner:
         kmax = max(ks)
         logits = self._forward(slots, [t + list(d) for t, d in zip(tails, drafts)])
         # positions of the K+1 distributions: last pending token, then each draft
-        idx = torch.tensor([[min(len(t) - 1 + j, len(t) - 1 + k) for j in range(kmax + 1)]
-                            for t, k in zip(tails, ks)], dtype=torch.long, device=logits.device)
+        idx = host_to_device(torch.tensor([[min(len(t) - 1 + j, len(t) - 1 + k)
+                                        for j in range(kmax + 1)] for t, k in zip(tails, ks)],
+                                      dtype=torch.long), logits.device)
         picked = torch.gather(logits, 1, idx.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
         if self.greedy:
             return self._verify_greedy(picked, drafts)
@@ -225,7 +263,7 @@ class ModelRunner:
 
     def _verify_greedy(self, picked: torch.Tensor, drafts: Sequence[Sequence[int]]
                        ) -> tuple[list[int], list[list[int]]]:
-        best = picked.argmax(dim=-1).tolist()
+        best = picked.argmax(dim=-1).tolist()          # the command's one device-to-host copy
         accepted, emitted = [], []
         for row, d in zip(best, drafts):
             a = 0
@@ -245,13 +283,12 @@ class ModelRunner:
             toks = sample(target_probs[:, 0, :], self.generator).reshape(-1).tolist()
             return [0] * B, [[int(t)] for t in toks]
         from psdlab.runtime.rejection import rejection_sample
-        draft_t = torch.zeros((B, kmax), dtype=torch.long, device=self.device)
-        for i, d in enumerate(drafts):
-            draft_t[i, :len(d)] = torch.tensor(list(d), dtype=torch.long)
+        draft_t = host_to_device(torch.tensor([list(d) + [0] * (kmax - len(d)) for d in drafts],
+                                              dtype=torch.long), self.device)
         q = None
-        if draft_probs is not None:
-            q = torch.as_tensor(draft_probs[:, :kmax], device=self.device).float()
-        num = torch.tensor(list(ks), dtype=torch.long, device=self.device)
+        if draft_probs is not None:      # numpy from a pipe, or a tensor on either device
+            q = torch.as_tensor(draft_probs[:, :kmax]).to(self.device).float()
+        num = host_to_device(torch.tensor(list(ks), dtype=torch.long), self.device)
         res = rejection_sample(draft_t, q, target_probs, num, self.generator)
         acc = res.accepted.tolist()
         toks = res.tokens.tolist()

@@ -5,13 +5,14 @@ Three backends with one interface (``submit`` a command, ``wait`` for its result
 - ``process`` (CPU): a spawned process pinned to one core with ``os.sched_setaffinity`` and one
   torch thread; commands and results travel over a pipe as plain lists / numpy arrays.  If the
   process dies, ``wait`` raises `WorkerDied` (the engine then goes on without it).
-- ``thread`` (CUDA): a thread per worker, optionally with its own CUDA stream, so a drafter and
-  a target on one GPU run on two streams at the same time.
+- ``thread`` (CUDA, one device): a thread per worker, optionally with its own CUDA stream, so a
+  drafter and a target on one GPU run on two streams at the same time (they share the GIL).
+  Separate devices default to ``process`` (`runtime.devices.default_backend`).
 - ``inline``: runs each command in the caller at submit time (no concurrency; fast tests).
 
 Each result comes with the worker's own ``time.perf_counter()`` at the start and end of the
-command; on Linux that is CLOCK_MONOTONIC, shared by all processes, so phases of different
-workers land on one clock.  `start_workers` returns only after every worker has loaded.
+command (on CUDA, of the device's work: `runtime.devices.CommandClock`); on Linux that is
+CLOCK_MONOTONIC, shared by all processes, so phases of different workers land on one clock.  `start_workers` returns only after every worker has loaded.
 """
 from __future__ import annotations
 
@@ -55,12 +56,18 @@ class Result:
 
 
 def _run_command(runner: Any, method: str, args: tuple) -> tuple:
-    t0 = time.perf_counter()
+    """Run one command; its start and end come from `runtime.devices.CommandClock` (the
+    device's interval on CUDA)."""
+    from psdlab.runtime.devices import CommandClock
+    clock = CommandClock(getattr(runner, "device", "cpu"))
+    clock.start()
     try:
         value = getattr(runner, method)(*args)
     except Exception as exc:  # reported to the controller, which decides
-        return ("err", f"{type(exc).__name__}: {exc}".splitlines()[0], t0, time.perf_counter())
-    return ("ok", value, t0, time.perf_counter())
+        t0, t1 = clock.stop()
+        return ("err", f"{type(exc).__name__}: {exc}".splitlines()[0], t0, t1)
+    t0, t1 = clock.stop()
+    return ("ok", value, t0, t1)
 
 
 def _unpack(reply: tuple, role: str) -> Result:
@@ -106,14 +113,13 @@ class ThreadWorker:
     def _main(self) -> None:
         import contextlib
 
-        import torch
-
+        from psdlab.runtime.devices import private_stream
         from psdlab.runtime.runner import ModelRunner
         try:
             runner = ModelRunner(self.spec.runner)
             ctx = contextlib.nullcontext()
-            if self.spec.stream and runner.device.type == "cuda":
-                ctx = torch.cuda.stream(torch.cuda.Stream(device=runner.device))
+            if self.spec.stream:
+                ctx = private_stream(runner.device)     # waits for the load's work first
         except Exception as exc:
             self._out.put(("err", f"{type(exc).__name__}: {exc}".splitlines()[0], 0.0, 0.0))
             return

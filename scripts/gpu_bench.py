@@ -1,22 +1,27 @@
 #!/usr/bin/env python
-"""The bench-runtime benchmark on one CUDA GPU: drafter and target on two CUDA streams.
+"""AR, SD and PSD on this machine's CUDA GPUs, the simulator calibrated and validated on the
+traces, one summary file: the one GPU command.
 
-One command, well under 10 minutes on a modern GPU:
+    python scripts/gpu_bench.py --out gpu_bench_out           # 1 or 2 CUDA GPUs, ~1.3B target
+    python scripts/gpu_bench.py --device cpu --out /tmp/x     # dry run: tiny models on CPU
 
-    python scripts/gpu_bench.py --out gpu_traces            # cuda:0, ~1.3B target, ~0.15B drafter
-    python scripts/gpu_bench.py --device cpu --out /tmp/x   # smoke mode: tiny models, CPU threads
+Layouts (`validation.device_bench`): ``two-devices`` (the drafter on the second GPU, one
+process per GPU) when there are two GPUs, and ``two-streams`` (both models on the first GPU,
+one process, a CUDA stream each).  Each runs AR (the reference output), SD-separate at m, PSD
+at 2 x m and PSD at 2 x m/2, ``--rounds`` times interleaved; then ``psdlab calibrate`` fits
+the simulator to AR + round 1 and ``psdlab validate`` replays round 2.  Everything goes to
+``--out``: the traces, each layout's model file and ``summary.json`` (machine, date, commit,
+per layout t, V, the measured and predicted PSD/SD gains, the overlap, the simulator's errors).
 
 Models are built from configs with seeded random weights (no downloads): a Llama-style target
-of about 1.3B parameters and a drafter of about 0.15B with the same vocabulary.  Each worker is
-a thread that owns its model, KV cache and CUDA stream, so drafting (one stream) and
-verification (the other) overlap on the GPU.  Greedy requests with random prompts run as
-SD-separate (batch m), PSD (2 x m) and PSD (2 x m/2); the script prints t, V, the measured
-PSD/SD gains, the predicted (t + V) / max(t, V) and the overlap, and writes every trace plus
-``summary.json`` into ``--out``.  Random weights accept almost no drafts; that changes
-acceptance, not the overlap mechanics being measured (equal acceptance in SD and PSD).
+of about 1.3B parameters and a drafter of about 0.15B with the same vocabulary.  Random weights
+accept almost no drafts; that changes acceptance (equal in SD and PSD), not the overlap
+mechanics being measured.  Sized to finish in well under 8 minutes on one modern GPU (two
+layouts x 7 runs of 16 requests x 64 tokens); ``--budget-s`` stops before a layout that would
+not fit.
 
-``--device cpu`` is a smoke mode that proves the same code path (thread workers, one step loop)
-with tiny models on the CPU; it measures nothing about GPUs.
+``--device cpu`` is the dry run that CI runs: the same code path with tiny models (process and
+thread workers on CPU cores); it measures nothing about GPUs.
 """
 from __future__ import annotations
 
@@ -26,9 +31,6 @@ import json
 import sys
 import time
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 SIZES = {
     # ~1.3B parameters (Llama-style, GQA)
@@ -71,19 +73,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--dtype", default=None, choices=("float32", "float16", "bfloat16"))
-    p.add_argument("--out", default="gpu_bench_traces")
+    p.add_argument("--out", default="gpu_bench_out")
+    p.add_argument("--compile", choices=("off", "eager", "default", "reduce-overhead"),
+                   default="off", help="torch.compile the passes (reduce-overhead: CUDA graphs)")
+    p.add_argument("--budget-s", type=float, default=420.0,
+                   help="skip a layout that would end past this many seconds")
     args = p.parse_args(argv)
 
     import torch
 
-    from psdlab.runtime.bench import bench_runtime, format_report
+    from psdlab.runtime.bench import format_report
     from psdlab.runtime.engine import EngineConfig
     from psdlab.runtime.requests import Request
     from psdlab.runtime.runner import ModelSpec
+    from psdlab.validation.device_bench import layouts, machine, run_layout
 
     smoke = args.device == "cpu"
     if not smoke and not torch.cuda.is_available():
-        print("gpu_bench: error: no CUDA device; use --device cpu for the smoke mode",
+        print("gpu_bench: error: device: no CUDA device; use --device cpu for the dry run",
               file=sys.stderr)
         return 2
     target_size = args.target_size or ("tiny" if smoke else "1.3b")
@@ -105,17 +112,32 @@ def main(argv: list[str] | None = None) -> int:
                 for i in range(args.num_prompts)]
     base = EngineConfig(mode="psd", k=args.k, batch=args.batch,
                         max_new_tokens=args.max_new_tokens, ignore_eos=True, max_len=max_len,
-                        backend="thread", device=args.device, dtype=dtype)
-    t0 = time.time()
-    fig = bench_runtime(target, drafter, requests, base, trace_dir=args.out, rounds=args.rounds)
-    fig.update({"device": args.device if smoke else torch.cuda.get_device_name(args.device),
-                "smoke_mode": smoke, "target": target.label, "drafter": drafter.label,
-                "dtype": dtype, "wall_s": time.time() - t0})
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / "summary.json").write_text(json.dumps(fig, indent=1))
-    print(format_report(fig))
-    print(f"traces and summary.json in {args.out} ({fig['wall_s']:.0f} s)")
-    return 0
+                        device=args.device, dtype=dtype, compile=args.compile)
+    gpus = 0 if smoke else torch.cuda.device_count()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    summary = {"machine": machine(args.device), "smoke_mode": smoke, "target": target.label,
+               "drafter": drafter.label, "dtype": dtype, "k": args.k, "m": args.batch,
+               "requests": len(requests), "max_new_tokens": args.max_new_tokens,
+               "compile": args.compile, "layouts": {}, "skipped": []}
+    t0 = time.perf_counter()
+    for lay in layouts(args.device, gpus):
+        spent = time.perf_counter() - t0
+        done = summary["layouts"]
+        if done and spent / len(done) > args.budget_s - spent:
+            summary["skipped"].append(f"{lay.name}: the {spent:.0f} s spent leave too little "
+                                      f"of --budget-s {args.budget_s:.0f}")
+            continue
+        fig = run_layout(lay, target, drafter, requests, base, out, args.rounds)
+        summary["layouts"][lay.name] = fig
+        print(f"== {lay.name}")
+        print(format_report(fig))
+        (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    summary["wall_s"] = time.perf_counter() - t0
+    summary["lossless"] = all(f["lossless"] for f in summary["layouts"].values())
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    print(f"traces, model files and summary.json in {out} ({summary['wall_s']:.0f} s)")
+    return 0 if summary["lossless"] else 1
 
 
 if __name__ == "__main__":

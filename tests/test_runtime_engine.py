@@ -322,16 +322,34 @@ def test_cli_bench_runtime_json(models, tmp_path, capsys):
     assert fig["t_psd_ms"] == pytest.approx(1e3 * psd["mean_draft_time_s"])
 
 
-def test_gpu_bench_smoke_mode_on_cpu(tmp_path):
+@needs_two_cores
+def test_gpu_bench_dry_run_on_cpu(tmp_path):
+    """scripts/gpu_bench.py --device cpu: both layouts (two pinned processes; two threads),
+    each benchmarked over two rounds, calibrated on round 1 and validated on round 2, in one
+    summary file -- every line of the GPU command but the CUDA-only ones."""
     import subprocess
     import sys
     from pathlib import Path
     script = Path(__file__).resolve().parent.parent / "scripts" / "gpu_bench.py"
     proc = subprocess.run([sys.executable, str(script), "--device", "cpu", "--out",
                            str(tmp_path), "--num-prompts", "4", "--batch", "2",
-                           "--max-new-tokens", "6", "--prompt-len", "8", "--rounds", "1"],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+                           "--max-new-tokens", "6", "--prompt-len", "8", "--rounds", "2"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["smoke_mode"] is True and summary["lossless"] is True
-    assert read_trace(tmp_path / "psd_r1.jsonl").run.mode == "psd"
+    assert set(summary["layouts"]) == {"two-devices", "two-streams"} and not summary["skipped"]
+    assert summary["machine"]["date"] and "commit" in summary["machine"]
+    for name, fig in summary["layouts"].items():
+        sim = fig["simulator"]
+        assert sim["held_out"] is True
+        assert sim["calibrated_on"] == ["ar.jsonl", "psd_iso_concurrency_r1.jsonl",
+                                        "psd_r1.jsonl", "sd_r1.jsonl"]
+        assert sim["validated_on"] == ["psd_iso_concurrency_r2.jsonl", "psd_r2.jsonl",
+                                       "sd_r2.jsonl"]
+        assert sim["summary"], name                 # the simulator's errors per target
+        assert (tmp_path / name / "model.json").is_file()
+        trace = read_trace(tmp_path / name / "psd_r2.jsonl")
+        assert trace.run.mode == "psd" and any(s.overlapped for s in trace.steps)
+    devices = read_trace(tmp_path / "two-devices" / "psd_r1.jsonl").run.devices
+    assert devices == {"target": "cpu:1", "drafter": "cpu:0"}

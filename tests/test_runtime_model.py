@@ -166,9 +166,10 @@ def test_overflowing_max_len_is_a_clear_error_and_changes_nothing(llama):
 
 
 def test_cache_truncate_and_reset_validate(llama):
-    _, cfg, _ = llama
+    ours, cfg, _ = llama
     cache = KVCache(cfg, max_slots=3, max_len=8)
-    cache.lengths[:] = torch.tensor([5, 4, 3])
+    ours(torch.zeros(3, 5, dtype=torch.long), cache, torch.tensor([0, 1, 2]),
+         torch.tensor([5, 4, 3]))
     with pytest.raises(ValueError, match="new_lengths"):
         cache.truncate([0, 1], [6, 1])                  # cannot grow by truncating
     cache.truncate([0, 1], [2, 1])

@@ -122,10 +122,13 @@ def test_draft_feeds_unseen_tokens_in_one_batched_pass(models):
 
     batched = prefilled()
     calls = []
-    forward = batched._forward
+    forward, forward_next = batched._forward, batched._forward_next
     batched._forward = lambda *a, **kw: calls.append(len(a[0])) or forward(*a, **kw)
+    batched._forward_next = lambda *a, **kw: calls.append(-len(a[0])) or forward_next(*a, **kw)
     got, _ = batched.draft([0, 1, 2, 3], [len(p) for p in prompts], rows, [3, 3, 3, 3])
-    assert calls == [4, 4, 4]                    # three passes of the whole batch
+    # three passes of the whole batch: the ragged catch-up, then two of the picks kept on the
+    # device (negative: `_forward_next`)
+    assert calls == [4, -4, -4]
 
     serial = prefilled()                          # reference: heads fed one slot at a time
     for slot, (p, r) in enumerate(zip(prompts, rows)):
@@ -160,9 +163,9 @@ def test_padding_a_forward_does_not_change_its_results(models):
 
     seen = []
     padded, plain = runner(True), runner(False)
-    forward = padded.model.forward
-    padded.model.forward = lambda tokens, *a, **kw: seen.append(tuple(tokens.shape)) or forward(
-        tokens, *a, **kw)
+    forward = padded.model.forward_planned
+    padded.model.forward_planned = lambda tokens, *a, **kw: seen.append(
+        tuple(tokens.shape)) or forward(tokens, *a, **kw)
     args = ([0, 1, 2], [4, 4, 4], [[1], [2], [3]], [[4, 5, 6, 7]] * 3, None)
     assert padded.verify(*args) == plain.verify(*args)
     assert seen == [(3, 6)]

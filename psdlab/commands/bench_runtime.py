@@ -29,7 +29,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-len", type=int, default=1024)
     p.add_argument("--target", default=None)
     p.add_argument("--draft", default=None)
-    p.add_argument("--device", default="cpu", help="cpu, or cuda:N (two streams on one GPU)")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda:N (the target's GPU)")
+    p.add_argument("--drafter-device", default=None,
+                   help="CUDA: the drafter's GPU (default: a second stream on --device)")
     add_worker_args(p)
     p.add_argument("--steps-fraction", type=float, default=1.0,
                    help="measure over the first fraction of steps (the paper's tail cut)")
@@ -47,12 +49,16 @@ def run(args: argparse.Namespace) -> int:
     from psdlab.runtime.runner import ModelSpec
     check_int("num_prompts", args.num_prompts, minimum=1)
     check_int("rounds", args.rounds, minimum=1)
-    backend = "thread" if args.device.startswith("cuda") else "process"
+    from psdlab.runtime.devices import default_backend
+    drafter_device = args.drafter_device
     base = EngineConfig(mode="psd", k=args.k, batch=args.batch, max_new_tokens=args.max_new_tokens,
-                        ignore_eos=True, max_len=args.max_len, backend=backend,
-                        device=args.device, drafter_core=args.drafter_core,
+                        ignore_eos=True, max_len=args.max_len,
+                        backend=default_backend(args.device, drafter_device),
+                        device=args.device, drafter_device=drafter_device,
+                        drafter_core=args.drafter_core,
                         target_core=args.target_core, dtype=args.dtype,
-                        drafter_dtype=args.drafter_dtype, idle_spin_s=args.idle_spin_s)
+                        drafter_dtype=args.drafter_dtype, idle_spin_s=args.idle_spin_s,
+                        compile=args.compile)
     models = session.resolve_models(args.target, args.draft, True, progress=not args.json)
     tokenizer = session.load_tokenizer(models.tokenizer)
     requests = cycle_requests(session.load_requests(args.prompts, tokenizer, "offline"),

@@ -17,6 +17,10 @@ def add_worker_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--idle-spin-s", type=float, default=1.0,
                    help="a worker waiting for its next command busy-polls this many seconds "
                         "before it sleeps (keeps idle cores awake between steps; 0: sleep)")
+    p.add_argument("--compile", choices=("off", "eager", "default", "reduce-overhead"),
+                   default="off",
+                   help="run each pass's layers through torch.compile (reduce-overhead: CUDA "
+                        "graphs on GPU; eager: dynamo tracing only)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -55,7 +59,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--drafter-device", default=None,
                    help="CUDA: put the drafter on this GPU (default: a second stream on --device)")
     p.add_argument("--backend", choices=("process", "thread", "inline"), default=None,
-                   help="worker backend (default: process on CPU, thread on CUDA)")
+                   help="worker backend (default: one process per device; threads for a "
+                        "drafter and a target on one CUDA device, as two streams)")
     add_worker_args(p)
     p.add_argument("--json", action="store_true", help="print the metrics summary as JSON")
     p.add_argument("--engine", choices=("psdlab", "vllm"), default="psdlab",
@@ -65,8 +70,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def engine_config(args: argparse.Namespace, eos: int | None):
+    from psdlab.runtime.devices import default_backend
     from psdlab.runtime.engine import EngineConfig
-    backend = args.backend or ("thread" if args.device.startswith("cuda") else "process")
+    backend = args.backend or default_backend(args.device, args.drafter_device)
     return EngineConfig(
         mode=args.mode, k=args.k, batch=args.batch, max_num_seqs=args.max_num_seqs,
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
@@ -74,7 +80,8 @@ def engine_config(args: argparse.Namespace, eos: int | None):
         backend=backend, device=args.device, drafter_device=args.drafter_device,
         drafter_core=args.drafter_core,
         target_core=args.target_core, dtype=args.dtype, drafter_dtype=args.drafter_dtype,
-        controlled_alpha=args.controlled_alpha, idle_spin_s=args.idle_spin_s)
+        controlled_alpha=args.controlled_alpha, idle_spin_s=args.idle_spin_s,
+        compile=getattr(args, "compile", "off"))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -71,6 +71,11 @@ class DraftClient:
         self._slot: dict[Hashable, int] = {}
         self._held: dict[Hashable, list[int]] = {}   # tokens the slot's cache holds
         self._pending: list[tuple[Hashable, int]] | None = None   # (req, base length)
+        #: what the drafter was asked to do, summed over calls (benchmarks read it): rows
+        #: drafted, tokens fed (the unseen ones: bonus, accepted drafts, or a rebuilt cache)
+        #: and tokens drafted
+        self.stats = {"calls": 0, "rows": 0, "fed_tokens": 0, "drafted_tokens": 0,
+                      "draft_s": 0.0}
 
     @property
     def busy(self) -> bool:
@@ -106,6 +111,10 @@ class DraftClient:
             ks.append(k)
             self._held[rid] = toks
         self.worker.submit("draft", slots, keep, feed, ks)
+        self.stats["calls"] += 1
+        self.stats["rows"] += len(rows)
+        self.stats["fed_tokens"] += sum(len(f) for f in feed)
+        self.stats["drafted_tokens"] += sum(ks)
         self._pending = [(rid, len(toks)) for rid, toks, _ in rows]
         return True
 
@@ -116,6 +125,7 @@ class DraftClient:
             return {}, None
         pending, self._pending = self._pending, None
         res = self.worker.wait()
+        self.stats["draft_s"] += res.end - res.start
         drafts, _probs = res.value
         out = {}
         for (rid, base), d in zip(pending, drafts):

@@ -67,6 +67,7 @@ class VllmResult:
     trace: Any                      # analysis.trace.Trace (in memory) or None
     events: list = field(default_factory=list)   # PSD: the scheduler's event log
                                     # (runtime.vllm_ext.structure); other modes: empty
+    drafter_stats: dict = field(default_factory=dict)   # PSD: DraftClient.stats
 
 
 def quiet_vllm_logs() -> None:
@@ -79,6 +80,10 @@ def quiet_vllm_logs() -> None:
 def _env(cfg: VllmRunConfig) -> None:
     quiet_vllm_logs()
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    # vLLM 0.32's default GPU model runner ("V2", vllm/v1/worker/gpu/) has no custom_class
+    # proposer: without this it falls back to V1 with a warning, and with an inherited
+    # VLLM_USE_V2_MODEL_RUNNER=1 it refuses to start.  PSD needs V1, so say so.
+    os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
     if cfg.device == "cpu":
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cfg.target_cores
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.kv_cache_gib)
@@ -100,7 +105,10 @@ def llm_kwargs(cfg: VllmRunConfig) -> dict[str, Any]:
     sched = "PSDScheduler" if cfg.mode == "psd" else "TracingScheduler"
     kw: dict[str, Any] = dict(
         model=cfg.target, dtype=cfg.dtype, max_model_len=cfg.max_model_len,
-        max_num_seqs=cfg.num_seqs, enforce_eager=True, seed=cfg.seed,
+        max_num_seqs=cfg.num_seqs, seed=cfg.seed,
+        # CPU: eager (vllm-cpu); GPU: vLLM's own default, CUDA graphs (FULL_AND_PIECEWISE:
+        # a verify half of uniform 1 + k tokens per request replays a full graph)
+        enforce_eager=cfg.device == "cpu",
         scheduler_cls=f"psdlab.runtime.vllm_ext.scheduler.{sched}", async_scheduling=False,
         enable_prefix_caching=False, additional_config={"psdlab": settings.to_dict()})
     if cfg.mode == "sd":
@@ -115,8 +123,8 @@ def llm_kwargs(cfg: VllmRunConfig) -> dict[str, Any]:
 def build_llm(cfg: VllmRunConfig) -> Any:
     _env(cfg)
     import vllm
-    from psdlab.runtime.vllm_ext.patches import check_version
-    check_version(vllm.__version__)
+    from psdlab.runtime.vllm_ext.patches import check_installed_vllm
+    check_installed_vllm()
     return vllm.LLM(**llm_kwargs(cfg))
 
 
@@ -157,4 +165,6 @@ def run_vllm(cfg: VllmRunConfig, prompts: Sequence[Sequence[int]],
     finally:
         trace = close_llm(llm)
     return VllmResult(outputs=[list(o.outputs[0].token_ids) for o in outs], wall_s=wall,
-                      trace=trace, events=list(getattr(sched, "events", ())))
+                      trace=trace, events=list(getattr(sched, "events", ())),
+                      drafter_stats=dict(getattr(getattr(sched, "drafter", None), "stats",
+                                                 {})))

@@ -28,6 +28,37 @@ def check_version(version: str) -> None:
                          f"{', '.join(SUPPORTED)}.x)")
 
 
+def check_installed_vllm() -> None:
+    """`check_version` of the installed vLLM, then that it has the scheduler surface PSD
+    uses (`SURFACE`); one-line ValueError otherwise."""
+    import vllm
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.core.sched.scheduler import Scheduler
+    check_version(vllm.__version__)
+    missing = check_surface(SchedulerOutput, Scheduler)
+    if missing:
+        raise ValueError(f"vllm: version {vllm.__version__} lacks {', '.join(missing)}, "
+                         "which PSD uses")
+
+
+#: what the PSD scheduler reads and overrides (vLLM 0.32); checked at start-up
+SURFACE = (("SchedulerOutput", "scheduled_spec_decode_tokens"),
+           ("Scheduler", "update_draft_token_ids"), ("Scheduler", "update_from_output"),
+           ("Scheduler", "schedule"), ("Scheduler", "finish_requests"))
+
+
+def check_surface(output_cls: Any, scheduler_cls: Any) -> list[str]:
+    """The names of `SURFACE` that the given classes lack (dataclass fields count)."""
+    have = {"SchedulerOutput": output_cls, "Scheduler": scheduler_cls}
+    missing = []
+    for owner, name in SURFACE:
+        cls = have[owner]
+        fields = getattr(cls, "__dataclass_fields__", {})
+        if name not in fields and not hasattr(cls, name):
+            missing.append(f"{owner}.{name}")
+    return missing
+
+
 @contextlib.contextmanager
 def hide_running(scheduler: Any, hidden: list[Any]) -> Iterator[None]:
     """Within the block, ``scheduler.running`` lacks ``hidden`` and the running limits are

@@ -87,7 +87,8 @@ class TracingScheduler(Scheduler):
             n = emitted.get(rid, 0)
             if n <= 0:
                 continue
-            proposed = len(spec.get(rid, ()))
+            # vLLM pads a resumed request's drafts with -1: those were never proposed
+            proposed = sum(1 for t in spec.get(rid, ()) if t >= 0)
             got = len(sampled[index[rid]]) if rid in index and index[rid] < len(sampled) else n
             accepted = min(proposed, max(got - 1, 0))
             verified.append(Verified(req=rid, proposed=proposed, accepted=accepted,

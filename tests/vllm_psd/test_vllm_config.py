@@ -6,7 +6,7 @@ import argparse
 import pytest
 
 from psdlab.runtime.vllm_ext.cli import config_from_args
-from psdlab.runtime.vllm_ext.patches import check_version, hide_running
+from psdlab.runtime.vllm_ext.patches import check_surface, check_version, hide_running
 from psdlab.runtime.vllm_ext.settings import PsdSettings
 
 
@@ -51,6 +51,50 @@ def test_supported_versions(version, ok):
     else:
         with pytest.raises(ValueError, match="^vllm: version"):
             check_version(version)
+
+
+def test_surface_check_names_what_a_vllm_lacks():
+    from dataclasses import dataclass
+
+    @dataclass
+    class Output:
+        scheduled_spec_decode_tokens: dict
+
+    class Sched:
+        def update_draft_token_ids(self): ...
+        def update_from_output(self): ...
+        def schedule(self): ...
+        def finish_requests(self): ...
+
+    assert check_surface(Output, Sched) == []
+
+    @dataclass
+    class Renamed:
+        spec_tokens: dict
+
+    class Older:
+        def schedule(self): ...
+
+    assert check_surface(Renamed, Older) == [
+        "SchedulerOutput.scheduled_spec_decode_tokens", "Scheduler.update_draft_token_ids",
+        "Scheduler.update_from_output", "Scheduler.finish_requests"]
+
+
+def test_llm_kwargs_use_the_v1_runner_and_vllms_gpu_defaults(monkeypatch):
+    """GPU: vLLM's defaults (CUDA graphs: no enforce_eager); CPU: eager; the V1 model runner
+    always (0.32's V2 runner has no custom_class proposer)."""
+    import os
+
+    from psdlab.runtime.vllm_ext.engine import VllmRunConfig, _env, llm_kwargs
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    gpu = VllmRunConfig(mode="psd", target="T", draft="D", device="cuda:0",
+                        drafter_device="cuda:1")
+    _env(gpu)
+    assert os.environ["VLLM_USE_V2_MODEL_RUNNER"] == "0"
+    kw = llm_kwargs(gpu)
+    assert kw["enforce_eager"] is False and kw["async_scheduling"] is False
+    assert kw["speculative_config"]["method"] == "custom_class"
+    assert llm_kwargs(VllmRunConfig(mode="psd", target="T", draft="D"))["enforce_eager"] is True
 
 
 class _Sched:

@@ -1,0 +1,106 @@
+"""The one GPU command (``scripts/gpu_bench.py``): AR, SD-separate and PSD on every device layout
+the machine has, then the simulator calibrated on the first round of traces and validated on the
+second, all in one summary file.
+
+Layouts (`layouts`): ``two-devices`` (drafter on the second GPU, one process per GPU: no shared
+GIL) when there are two GPUs, and ``two-streams`` (both on the first GPU, one process, a CUDA
+stream each).  A dry run (``device="cpu"``) runs the same layouts on CPU with tiny models --
+``two-devices`` as two pinned processes on cores 0 and 1, ``two-streams`` as two threads -- so
+every line but the CUDA-only ones runs in CI.  Each layout runs `runtime.bench.bench_runtime`
+(AR for the reference output, then SD-sep at m, PSD at 2 x m and PSD at 2 x m/2, ``rounds``
+times interleaved), then `psdlab calibrate` on round 1 and `psdlab validate` on round 2 (with
+one round, on round 1 itself: a consistency check, not held out; the summary says which).
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import platform
+import subprocess
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+
+@dataclass(frozen=True)
+class Layout:
+    name: str
+    backend: str
+    device: str
+    drafter_device: str | None
+
+
+def layouts(device: str, gpus: int) -> list[Layout]:
+    """The layouts to run: on CUDA, ``two-devices`` needs a second GPU; the dry run has both."""
+    if device == "cpu":
+        return [Layout("two-devices", "process", "cpu", None),
+                Layout("two-streams", "thread", "cpu", None)]
+    index = int(device.split(":")[1]) if ":" in device else 0
+    out = []
+    if gpus >= 2:
+        other = (index + 1) % gpus
+        out.append(Layout("two-devices", "process", f"cuda:{index}", f"cuda:{other}"))
+    out.append(Layout("two-streams", "thread", f"cuda:{index}", None))
+    return out
+
+
+def _cli_json(argv: Sequence[str]) -> dict[str, Any]:
+    """Run a psdlab subcommand with --json in this process and return its JSON."""
+    from psdlab.cli import main
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = main(list(argv) + ["--json"])
+    if rc != 0:
+        raise RuntimeError(f"psdlab {argv[0]} failed (exit {rc})")
+    return json.loads(buf.getvalue().strip().splitlines()[-1])
+
+
+def calibrate_and_validate(trace_dir: Path, rounds: int) -> dict[str, Any]:
+    """Calibrate on AR + round 1, validate on round 2 (round 1 when there is one round)."""
+    fit_on = [trace_dir / "ar.jsonl"] + sorted(trace_dir.glob("*_r1.jsonl"))
+    held = sorted(trace_dir.glob("*_r2.jsonl")) if rounds >= 2 else sorted(
+        trace_dir.glob("*_r1.jsonl"))
+    model = trace_dir / "model.json"
+    cal = _cli_json(["calibrate", *map(str, fit_on), "-o", str(model)])
+    val = _cli_json(["validate", "--model", str(model), "--seeds", "2", *map(str, held)])
+    return {"calibrated_on": [p.name for p in fit_on], "validated_on": [p.name for p in held],
+            "held_out": rounds >= 2, "model": str(model),
+            "fit_heldout_errors": {name: f.get("heldout_error")
+                                   for name, f in cal.get("meta", {}).get("fits", {}).items()},
+            "summary": val.get("summary"), "notes": val.get("notes", [])}
+
+
+def run_layout(layout: Layout, target: Any, drafter: Any, requests: list, base: Any,
+               out: Path, rounds: int) -> dict[str, Any]:
+    from psdlab.runtime.bench import bench_runtime
+    cfg = replace(base, backend=layout.backend, device=layout.device,
+                  drafter_device=layout.drafter_device)
+    trace_dir = out / layout.name
+    t0 = time.perf_counter()
+    fig = bench_runtime(target, drafter, requests, cfg, trace_dir=str(trace_dir), rounds=rounds,
+                        quiet=True)
+    fig["bench_wall_s"] = time.perf_counter() - t0
+    fig["layout"] = layout.__dict__
+    fig["simulator"] = calibrate_and_validate(trace_dir, rounds)
+    return fig
+
+
+def machine(device: str) -> dict[str, Any]:
+    info: dict[str, Any] = {"host": platform.node(), "cpu": platform.processor() or
+                            platform.machine(), "cores": os.cpu_count(),
+                            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    try:
+        info["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"],
+                                        capture_output=True, text=True, timeout=10,
+                                        cwd=Path(__file__).resolve().parent).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        info["commit"] = None
+    if device != "cpu":
+        import torch
+        info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        info["cuda"] = torch.version.cuda
+        info["torch"] = torch.__version__
+    return info
