@@ -2,7 +2,8 @@
 
 Setup (fixed, stated in the output): PSD with two batches of m = 16, k = 4, the paper's batch
 manager, no KV limit; target Qwen3-32B on 4x L40 (TP 4), drafter Qwen3-1.7B on its own L40
-(the paper's setting 2), roofline costs in bf16; per-token geometric acceptance alpha = 0.8;
+(the paper's setting 2), costs of the ``vllm-eager`` GPU preset in bf16 (the paper's engine);
+per-token geometric acceptance alpha = 0.8;
 ShareGPT-like lengths (``sim.lengths.sharegpt_like_lengths``: prompt lognormal mean 300 /
 median 200, output lognormal mean 250 / median 180, each clipped to [1, 1024]); Poisson
 arrivals at ``load`` x the server's saturated throughput, measured by a pilot offline run of
@@ -25,11 +26,12 @@ def bench_config(requests: int, workload: dict[str, Any], seed: int, k: int = 4,
     return config_from_dict({
         "seed": seed, "requests": requests,
         "server": {"mode": "psd", "k": k, "m": m, "policy": "paper"},
-        "target": {"name": "qwen3-32b", "cost": {"name": "roofline", "model": "qwen3-32b",
-                                                 "hardware": "l40", "tp": 4, "dtype": "bf16"}},
-        "drafter": {"name": "qwen3-1.7b", "cost": {"name": "roofline", "model": "qwen3-1.7b",
-                                                   "hardware": "l40", "tp": 1,
-                                                   "dtype": "bf16"}},
+        "target": {"name": "qwen3-32b", "cost": {"name": "gpu", "model": "qwen3-32b",
+                                                 "hardware": "l40", "tp": 4, "dtype": "bf16",
+                                                 "engine": "vllm-eager"}},
+        "drafter": {"name": "qwen3-1.7b", "cost": {"name": "gpu", "model": "qwen3-1.7b",
+                                                   "hardware": "l40", "tp": 1, "dtype": "bf16",
+                                                   "engine": "vllm-eager"}},
         "acceptance": {"name": "geometric", "alpha": 0.8},
         "workload": workload,
         "trace": {"level": "none"},
@@ -62,7 +64,8 @@ def run_bench(requests: int = 100_000, load: float = 1.0, seed: int = 0,
         "capacity_req_s": capacity, "load": load, "arrival_rate_req_s": rate,
         "simulated_makespan_s": res.makespan_s,
         "setup": "psd m=16/batch k=4 paper policy; qwen3-32b 4xL40 TP4 / qwen3-1.7b 1xL40; "
-                 "roofline bf16; geometric alpha=0.8; sharegpt-like lognormal lengths "
+                 "gpu cost preset vllm-eager bf16; geometric alpha=0.8; "
+                 "sharegpt-like lognormal lengths "
                  "(prompt mean 300 median 200, output mean 250 median 180, max 1024); "
                  "poisson arrivals; no KV limit",
     }
