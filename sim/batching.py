@@ -8,21 +8,26 @@ most m.  Policies are chosen by name (``server.policy``):
   step) and waits if that batch is full; a finished or preempted request gives its place back.
   Nothing else rebalances, so preemptions and uneven completions can leave the batches uneven
   for good (the paper's admitted weakness).  Preemption victim: the most recently admitted.
-- ``rebalance``: a new request joins the smaller batch (the draft batch on ties); the victim of
-  a preemption is the most recently admitted request of the larger batch; and at every step
-  boundary, after admission, while the sizes differ by more than one, the most recently
-  admitted request of the larger batch (preferring requests without drafts ready: not drafted
-  yet, or, with ``server.cap_proposals``, at their last token) moves to the smaller one -- the
-  runtime's rule (``runtime.batch_manager``), so a replay keeps every request where the run
-  had it.  A moved
-  request loses the drafts it had (it is drafted again with its new batch).  Promise: at every
-  step boundary, after admission and rebalancing, |size0 - size1| <= 1.
+- ``rebalance``: the PSD rule of ``analysis.batching``, the one copy the runtime
+  (``runtime.batch_manager``) and the vLLM extension use too, so a replay keeps every request
+  where the run had it: a new request joins the smaller batch (the draft batch on ties); the
+  victim of a preemption is the most recently admitted request of the larger batch (ties: the
+  draft batch); and at every step boundary, after admission, while the sizes differ by more
+  than one, the most recently admitted request of the larger batch (preferring requests
+  without drafts ready: not drafted yet, or, with ``server.cap_proposals``, at their last
+  token) moves to the smaller one.  A moved request loses the drafts it had (it is drafted
+  again with its new batch).  Promise: at every step boundary, after admission and
+  rebalancing, |size0 - size1| <= 1.  The fast paths (``sim.sweep``, ``sim.lanes``) call
+  ``analysis.batching.join`` for each admission; ``tests/test_batch_rule.py`` checks that
+  every path picks the same batches.
 """
 from __future__ import annotations
 
 from typing import Callable
 
 import numpy as np
+
+from psdlab.analysis import batching as rule
 
 
 class BatchManager:
@@ -78,24 +83,21 @@ class BatchManager:
         return self.policy.rebalance(self, ready, admit_seq)
 
 
-def _latest(reqs: list[int], admit_seq: np.ndarray) -> int:
-    return max(reqs, key=lambda r: admit_seq[r])
-
-
 class PaperPolicy:
+    """MineDraft's rules; only the first-step choice (the smaller batch, ties: batch 0) and
+    "the most recently admitted" are the shared rule's pieces."""
+
     @staticmethod
     def choose(bm: BatchManager) -> int | None:
         if not bm.started:
-            s0, s1 = bm.sizes()
-            b = 0 if s0 <= s1 else 1
-        else:
-            b = bm.next_draft
+            return rule.join(bm.sizes(), 0, bm.m)
+        b = bm.next_draft
         return b if len(bm.batches[b]) < bm.m else None
 
     @staticmethod
     def victim(bm: BatchManager, admit_seq: np.ndarray) -> tuple[int, int]:
-        cands = [(r, i) for i, b in enumerate(bm.batches) for r in b]
-        return max(cands, key=lambda rb: admit_seq[rb[0]])
+        r = rule.latest((r for b in bm.batches for r in b), admit_seq)
+        return r, bm.batch_of(r)
 
     @staticmethod
     def rebalance(bm: BatchManager, ready: np.ndarray, admit_seq: np.ndarray) -> list[int]:
@@ -103,34 +105,20 @@ class PaperPolicy:
 
 
 class RebalancePolicy:
+    """The PSD rule of ``analysis.batching``, over the simulator's batches."""
+
     @staticmethod
     def choose(bm: BatchManager) -> int | None:
-        s = bm.sizes()
-        b = bm.next_draft if s[0] == s[1] else int(np.argmin(s))
-        return b if s[b] < bm.m else None
+        return rule.join(bm.sizes(), bm.next_draft, bm.m)
 
     @staticmethod
     def victim(bm: BatchManager, admit_seq: np.ndarray) -> tuple[int, int]:
-        s = bm.sizes()
-        b = int(np.argmax(s)) if s[0] != s[1] else bm.next_draft
-        if not bm.batches[b]:
-            b = 1 - b
-        return _latest(bm.batches[b], admit_seq), b
+        return rule.victim(bm.batches, admit_seq, bm.next_draft)
 
     @staticmethod
     def rebalance(bm: BatchManager, ready: np.ndarray, admit_seq: np.ndarray) -> list[int]:
-        moved = []
-        while True:
-            s = bm.sizes()
-            if abs(s[0] - s[1]) <= 1:
-                return moved
-            src = 0 if s[0] > s[1] else 1
-            cands = bm.batches[src]
-            unready = [r for r in cands if not ready[r]]
-            req = _latest(unready or cands, admit_seq)
-            bm.remove(req, src)
-            bm.add(req, 1 - src)
-            moved.append(req)
+        moves = rule.rebalance(bm.batches, admit_seq, lambda r: bool(ready[r]))
+        return [r for r, _src, _dst in moves]
 
 
 POLICIES: dict[str, Callable] = {"paper": PaperPolicy, "rebalance": RebalancePolicy}

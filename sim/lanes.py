@@ -4,7 +4,8 @@ vectorised plan.
 Each batch has m *lanes* (slots).  A lane serves requests back to back, and a request's j-th
 verification is its batch's (q0 + j)-th, where q0 is its batch's first verification after its
 admission.  Given the boundary times, the order of completions (from the pre-sampled step
-counts) and of admissions (FCFS, the policy's batch, arrival <= boundary time) is integer
+counts) and of admissions (FCFS, the policy's batch -- for ``rebalance``,
+``analysis.batching.join``, the one rule of every path -- arrival <= boundary time) is integer
 bookkeeping (``layout``, a short event loop), after which the whole stretch is laid out at once:
 context matrices by lane, one cost-model call per phase kind, one cumulative sum for the clock
 (``sim.lanes_build``).
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from psdlab.analysis.batching import join
 from psdlab.sim.lanes_build import build_plan
 from psdlab.sim.planner import Plan
 from psdlab.sim.sweep import sweep, sweepable
@@ -80,7 +82,8 @@ def layout(c, order: list[int], period: int, T: np.ndarray, S_max: int) -> Layou
     admitted here are fresh (no KV limit, so no preemption): all their steps are ahead."""
     nsteps, arrival = c.nsteps_list, c.arrival_list
     Tl = T.tolist()
-    nb, rebalance = len(order), c.bm.policy_name == "rebalance"
+    nb, m = len(order), c.m
+    rebalance = nb == 2 and c.bm.policy_name == "rebalance"
     sb, sl, sr, sq, sa = [], [], [], [], []
     heap: list[tuple[int, int, int]] = []
     free: list[list[int]] = []
@@ -124,10 +127,9 @@ def layout(c, order: list[int], period: int, T: np.ndarray, S_max: int) -> Layou
             ptr += 1
         prev = (b - 1) % period
         while waiting:
-            tgt = prev
-            if rebalance and nb == 2 and size[0] != size[1]:
-                tgt = 0 if size[0] < size[1] else 1
-            if not free[tgt]:
+            # the batch the rule picks (in `order`'s indices; prev is drafted next)
+            tgt = join(size, prev, m) if rebalance else prev
+            if tgt is None or not free[tgt]:
                 break
             r = waiting[0]
             if tgt != prev or nsteps[r] == 0:
@@ -143,7 +145,7 @@ def layout(c, order: list[int], period: int, T: np.ndarray, S_max: int) -> Layou
             heapq.heappush(heap, (period * (q0 + nsteps[r] - 1) + tgt + 1, tgt, lane))
         if b >= S:
             break
-        if min(size) == 0 or (rebalance and nb == 2 and abs(size[0] - size[1]) > 1):
+        if min(size) == 0 or (rebalance and abs(size[0] - size[1]) > 1):
             S = b
             break
         b += 1

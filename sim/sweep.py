@@ -4,7 +4,8 @@
 times.  Below saturation every admission moves the later boundaries by about a prefill, so the
 iteration fixes about one admission per round and a stretch needs many rounds.  This module
 walks the stretch once, step by step, in causal order instead: at boundary s it applies the
-completions and admissions (the same integer rules as ``sim.lanes.layout``), then computes the
+completions and admissions (the same integer rules as ``sim.lanes.layout``; the
+batch an admission joins is ``analysis.batching.join``), then computes the
 exact duration of step s from the rows it verifies and drafts -- their sequences (the batch
 sizes) and summed contexts (one array indexed by the verifying step, which each admission
 updates with one strided slice add) -- and cost tables (``sim.costtable``: a dict and an
@@ -25,6 +26,7 @@ import heapq
 
 import numpy as np
 
+from psdlab.analysis.batching import join
 from psdlab.sim.costtable import MASK, NBITS, SHIFT, StepCosts
 from psdlab.sim.planner import PhaseArr, Plan
 
@@ -96,6 +98,7 @@ def sweep(c, order: list[int], period: int, S_max: int) -> Plan:
         jpt = c.jitter_at("prefill_t", c.step, S_max).tolist()
         jpd = c.jitter_at("prefill_d", c.step, S_max).tolist() if has_pd else None
     rebalance = nb == 2 and c.bm.policy_name == "rebalance"
+    m = c.m
     kind = _kind(c, nb)
     psd, sd_coloc = kind == "psd", kind == "sd"
     sh, mask, nbits = SHIFT, MASK, NBITS
@@ -143,10 +146,9 @@ def sweep(c, order: list[int], period: int, S_max: int) -> Plan:
                         r = ptr
                     else:
                         break
-                    tgt = prev
-                    if rebalance and size[0] != size[1]:
-                        tgt = 0 if size[0] < size[1] else 1
-                    if not free[tgt]:
+                    # the batch the rule picks (in `order`'s indices; prev is drafted next)
+                    tgt = join(size, prev, m) if rebalance else prev
+                    if tgt is None or not free[tgt]:
                         break
                     if tgt != prev or nsteps[r] == 0:
                         stop = True

@@ -3,9 +3,11 @@
 `Halves` is the PSD bookkeeping of the vLLM scheduler, kept free of vLLM so it can be tested
 (and reasoned about) on its own.  Each step the scheduler calls `begin_step(running)` with the
 ids of vLLM's running requests; it drops ids that left (finished, aborted, preempted), puts ids
-it has not seen (new or resumed) into the smaller half (`runtime.batch_manager.BatchManager`),
-moves requests until the halves differ by at most one (preferring requests that hold no
-drafts), and returns the half to verify now.  The other half is drafted concurrently.
+it has not seen (new or resumed) into the smaller half, moves the most recently admitted
+requests until the halves differ by at most one (preferring requests that hold no drafts) --
+the rule of ``analysis.batching``, through `runtime.batch_manager.BatchManager`, the same one
+the runtime loop and the simulator use -- and returns the half to verify now.  The other half
+is drafted concurrently.
 
 The verify half alternates: normally it is the half drafted in the previous step.  When that
 half is empty it is the other one, and with a single non-empty half the step falls back to
@@ -43,13 +45,13 @@ class Halves:
         self.next_verify = 0
 
     def __contains__(self, rid: Hashable) -> bool:
-        return rid in self.bm._where
+        return rid in self.bm
 
     def sizes(self) -> tuple[int, int]:
         return self.bm.size(0), self.bm.size(1)
 
     def half_of(self, rid: Hashable) -> int | None:
-        return self.bm._where.get(rid)
+        return self.bm.get(rid)
 
     def members(self, half: int) -> list[Hashable]:
         return self.bm.members(half)
@@ -59,11 +61,11 @@ class Halves:
         ``prefer_new``).  Returns the ids that left."""
         running = list(running)
         alive = set(running)
-        gone = [r for r in list(self.bm._where) if r not in alive]
+        gone = [r for r in self.bm.ids() if r not in alive]
         for r in gone:
             self.bm.remove(r)
         for r in running:
-            if r not in self.bm._where:
+            if r not in self.bm:
                 self.bm.assign(r, prefer_new)
         return gone
 
@@ -73,8 +75,7 @@ class Halves:
         and aborts).  Returns (ids that left, moves)."""
         gone = tuple(self.sync(running, prefer_new=1 - self.next_verify))
         with_drafts = set(has_drafts)
-        cheap = [r for r in self.bm._where if r not in with_drafts]
-        return gone, tuple(self.bm.rebalance(prefer=cheap))
+        return gone, tuple(self.bm.rebalance_moves(lambda r: r in with_drafts))
 
     def begin_step(self, running: Iterable[Hashable],
                    has_drafts: Iterable[Hashable] = ()) -> StepPlan:
@@ -93,5 +94,5 @@ class Halves:
         """Requests vLLM admitted during this step (prefilled with the verify half): they join
         the smaller half, ties going to this step's verify half (drafted next step)."""
         for r in new_ids:
-            if r not in self.bm._where and self.bm.has_room():
+            if r not in self.bm and self.bm.has_room():
                 self.bm.assign(r, plan.verify)
