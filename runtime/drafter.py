@@ -6,6 +6,10 @@ drafter is an ordinary ``LlamaForCausalLM``: its layers are the target's layers 
 ``kept_layers`` (renumbered 0..L-1), followed by ``new_layers`` layers of the target's own shape
 whose weights come from the committed file; embeddings, final norm and tied LM head are the
 target's unless the file overrides them. So any Llama loader (ours or transformers) reads it.
+
+An *early exit* of the target at depth L (``early_exit_spec(L)``) is a spec with the target's
+first L layers, no new layers and no weights file: it is built from the target's own weights
+alone (first L layers + final norm + tied LM head), into a cache directory named by its depth.
 """
 
 from __future__ import annotations
@@ -48,12 +52,19 @@ class DrafterSpec:
         for i in self.kept_layers:
             check_int("kept_layers[]", i, minimum=0)
         check_int("new_layers", self.new_layers, minimum=0, maximum=8)
+        if self.new_layers and not self.weights_file:
+            raise ValueError("weights_file: a spec with new layers needs a weights file")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype: must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
 
     @property
     def num_layers(self) -> int:
         return len(self.kept_layers) + self.new_layers
+
+    @property
+    def needs_weights(self) -> bool:
+        """False for a spec built from the target's weights alone (an early exit)."""
+        return bool(self.weights_file)
 
     def to_json(self) -> dict[str, Any]:
         return {"format": SPEC_FORMAT, "name": self.name, "kept_layers": list(self.kept_layers),
@@ -89,8 +100,20 @@ def file_sha256(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def drafter_dir_name(spec: DrafterSpec) -> str:
-    """Cache directory name; changes when the committed weights change."""
+def early_exit_spec(depth: int, dtype: str = "bfloat16", n_target: int | None = None) -> DrafterSpec:
+    """The target's first ``depth`` layers + final norm + tied LM head, nothing trained."""
+    check_int("depth", depth, minimum=1, maximum=n_target)
+    return DrafterSpec(kept_layers=tuple(range(depth)), new_layers=0, weights_file="",
+                       name=f"smollm2-exit-{depth}", dtype=dtype,
+                       info={"early_exit": depth})
+
+
+def drafter_dir_name(spec: DrafterSpec, target_key: str = "") -> str:
+    """Cache directory name; changes when the committed weights change (or, for a spec
+    without weights, when its layers, its dtype or the target, ``target_key``, change)."""
+    if not spec.needs_weights:
+        key = json.dumps([list(spec.kept_layers), spec.dtype, target_key]).encode()
+        return f"{spec.name}-{hashlib.sha256(key).hexdigest()[:12]}"
     return f"{spec.name}-{(spec.sha256 or 'nohash')[:12]}"
 
 
@@ -199,19 +222,24 @@ def _load_target_state(target_dir: Path) -> dict[str, Any]:
 
 def build_drafter_dir(target_dir: str | Path, out_dir: str | Path, spec: DrafterSpec | None = None,
                       weights_path: str | Path | None = None) -> Path:
-    """Write an HF-format drafter directory (config, fp32 safetensors, tokenizer files)."""
+    """Write an HF-format drafter directory (config, fp32 safetensors, tokenizer files).
+    A spec without a weights file (an early exit) reads nothing but the target."""
     import torch
     from safetensors.torch import load_file, save_file
 
     target_dir, out_dir = Path(target_dir), Path(out_dir)
     spec = spec or load_drafter_spec()
-    weights = Path(weights_path) if weights_path is not None else DATA_DIR / spec.weights_file
-    if not weights.is_file():
-        raise FileNotFoundError(f"drafter weights not found: {weights} (run scripts/train_drafter.py)")
-    if spec.sha256 and file_sha256(weights) != spec.sha256:
-        raise ValueError(f"{weights}: sha256 does not match the drafter spec (stale or corrupt file)")
     target_cfg = json.loads((target_dir / "config.json").read_text())
-    extra = {k: v.to(torch.float32) for k, v in load_file(str(weights)).items()}
+    extra: dict[str, Any] = {}
+    if spec.needs_weights or weights_path is not None:
+        weights = Path(weights_path) if weights_path is not None else DATA_DIR / spec.weights_file
+        if not weights.is_file():
+            raise FileNotFoundError(f"drafter weights not found: {weights} "
+                                    "(run scripts/train_drafter.py)")
+        if spec.sha256 and file_sha256(weights) != spec.sha256:
+            raise ValueError(f"{weights}: sha256 does not match the drafter spec "
+                             "(stale or corrupt file)")
+        extra = {k: v.to(torch.float32) for k, v in load_file(str(weights)).items()}
     state = drafter_state_from_target(_load_target_state(target_dir), spec, extra)
     out_dir.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in state.items()}, str(out_dir / "model.safetensors"),

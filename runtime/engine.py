@@ -148,7 +148,7 @@ class Engine:
     def run(self, requests: Sequence[Request], trace_path: Any = None,
             reference: dict[Hashable, list[int]] | None = None,
             progress: Callable[[int, int], None] | None = None,
-            on_step: Callable[[_Loop, int], None] | None = None,
+            on_step: Callable[[_Loop, int], bool | None] | None = None,
             run_extra: dict[str, Any] | None = None,
             config: EngineConfig | None = None) -> EngineResult:
         """Serve ``requests`` to completion (or Ctrl-C) and return their outputs.  ``config``

@@ -27,7 +27,7 @@ class _Loop:
     def __init__(self, engine: Any, requests: list[Request],
                  reference: dict[Hashable, list[int]] | None,
                  progress: Callable[[int, int], None] | None,
-                 on_step: Callable[[Any, int], None] | None):
+                 on_step: Callable[[Any, int], bool | None] | None):
         self.engine, self.cfg = engine, engine.cfg
         ids = [r.id for r in requests]
         if len(set(ids)) != len(ids):
@@ -75,8 +75,9 @@ class _Loop:
                         time.sleep(max(0.0, min(0.05, self.t0 + self.waiting[0].arrival - now())))
                         continue
                     self._step()
-                    if self.on_step is not None:
-                        self.on_step(self, self.tracer.index)
+                    # a hook that returns True ends the run here (outputs so far: prefixes)
+                    if self.on_step is not None and self.on_step(self, self.tracer.index):
+                        break
         except KeyboardInterrupt:
             interrupted = True
         except WorkerDied as exc:                   # the target is gone: nothing can go on

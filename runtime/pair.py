@@ -159,15 +159,25 @@ def prepare_target(cache_dir: str | os.PathLike | None = None, progress: bool = 
     return convert_target(gguf, final)
 
 
-def prepare_pair(cache_dir: str | None = None, progress: bool = True) -> ModelPair:
-    """Target and drafter directories for the real pair, built once and cached."""
+def prepare_drafter(target: Path, spec=None, cache_dir: str | os.PathLike | None = None,
+                    progress: bool = True) -> Path:
+    """The directory of drafter ``spec`` (default: the committed one; an early exit needs no
+    weights) built from ``target`` once and cached."""
     from psdlab.runtime.drafter import build_drafter_dir, drafter_dir_name, load_drafter_spec
 
-    target = prepare_target(cache_dir, progress)
-    spec = load_drafter_spec()
-    final = cache_root(cache_dir) / drafter_dir_name(spec)
+    spec = spec if spec is not None else load_drafter_spec()
+    target_key = "" if spec.needs_weights else (
+        f"{Path(target).resolve()}\n{(Path(target) / 'config.json').read_text()}")
+    final = cache_root(cache_dir) / drafter_dir_name(spec, target_key)
     if not is_complete(final):
         if progress:
             print(f"psdlab: building the drafter in {final} (once)", flush=True)
         build_atomically(final, lambda tmp: build_drafter_dir(target, tmp, spec))
+    return final
+
+
+def prepare_pair(cache_dir: str | None = None, progress: bool = True) -> ModelPair:
+    """Target and drafter directories for the real pair, built once and cached."""
+    target = prepare_target(cache_dir, progress)
+    final = prepare_drafter(target, None, cache_dir, progress)
     return ModelPair(target_dir=str(target), drafter_dir=str(final), tokenizer_dir=str(target))

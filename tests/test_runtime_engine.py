@@ -172,6 +172,25 @@ def _bf16_drafter(src, dst):
     return dst
 
 
+def test_a_step_hook_that_returns_true_ends_the_run_after_that_step(models):
+    """`Engine.run(on_step=...)`: the run ends after the step whose hook returned True -- not an
+    interruption; the outputs so far are prefixes of the full run's and the trace holds
+    exactly the steps made."""
+    reqs = [Request(f"r{i}", tuple(p)) for i, p in enumerate(prompts(4, seed=21))]
+    cfg = EngineConfig(mode="psd", k=2, batch=1, max_new_tokens=12, backend="inline",
+                       max_len=128, ignore_eos=True)
+    seen = []
+    with Engine(cfg, ModelSpec(str(models["target"])), ModelSpec(str(models["noisy"]))) as eng:
+        full = eng.run(reqs)
+        part = eng.run(reqs, on_step=lambda loop, i: seen.append(i) or len(seen) == 3)
+    assert not part.interrupted and len(seen) == 3          # the hook's index: steps written
+    assert len(part.trace.steps) == seen[-1] < len(full.trace.steps)
+    for a, b in zip(part.outputs, full.outputs):
+        assert list(a.token_ids) == list(b.token_ids)[:len(a.token_ids)]
+    assert sum(len(o.token_ids) for o in part.outputs) < sum(len(o.token_ids)
+                                                             for o in full.outputs)
+
+
 def test_drafter_runs_in_the_dtype_it_asks_for_and_output_stays_lossless(models, tmp_path):
     from psdlab.runtime.drafter import preferred_dtype
     draft = _bf16_drafter(models["noisy"], tmp_path / "bf16")

@@ -13,16 +13,13 @@ one round, on round 1 itself: a consistency check, not held out; the summary say
 """
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 import os
 import platform
 import subprocess
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -47,30 +44,29 @@ def layouts(device: str, gpus: int) -> list[Layout]:
     return out
 
 
-def _cli_json(argv: Sequence[str]) -> dict[str, Any]:
-    """Run a psdlab subcommand with --json in this process and return its JSON."""
-    from psdlab.cli import main
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        rc = main(list(argv) + ["--json"])
-    if rc != 0:
-        raise RuntimeError(f"psdlab {argv[0]} failed (exit {rc})")
-    return json.loads(buf.getvalue().strip().splitlines()[-1])
-
-
 def calibrate_and_validate(trace_dir: Path, rounds: int) -> dict[str, Any]:
-    """Calibrate on AR + round 1, validate on round 2 (round 1 when there is one round)."""
+    """Calibrate on AR + round 1, validate on round 2 (round 1 when there is one round): what
+    ``psdlab calibrate`` and ``psdlab validate`` do, called directly."""
+    from psdlab.validation.calibrate import calibrate
+    from psdlab.validation.importers import load_traces
+    from psdlab.validation.model_file import write_model
+    from psdlab.validation.validate import trace_name, validate
     fit_on = [trace_dir / "ar.jsonl"] + sorted(trace_dir.glob("*_r1.jsonl"))
     held = sorted(trace_dir.glob("*_r2.jsonl")) if rounds >= 2 else sorted(
         trace_dir.glob("*_r1.jsonl"))
     model = trace_dir / "model.json"
-    cal = _cli_json(["calibrate", *map(str, fit_on), "-o", str(model)])
-    val = _cli_json(["validate", "--model", str(model), "--seeds", "2", *map(str, held)])
+    cal = calibrate([t for p in fit_on for t in load_traces(str(p))])
+    doc = write_model(str(model), cal, traces=[str(p) for p in fit_on])
+    named, used = [], set()
+    for p in held:
+        for tr in load_traces(str(p)):
+            named.append((trace_name(str(p), tr, used), tr))
+    result = validate(str(model), named, seeds=range(2))
     return {"calibrated_on": [p.name for p in fit_on], "validated_on": [p.name for p in held],
             "held_out": rounds >= 2, "model": str(model),
             "fit_heldout_errors": {name: f.get("heldout_error")
-                                   for name, f in cal.get("meta", {}).get("fits", {}).items()},
-            "summary": val.get("summary"), "notes": val.get("notes", [])}
+                                   for name, f in doc.get("meta", {}).get("fits", {}).items()},
+            "summary": result.summary(), "notes": list(result.notes)}
 
 
 def run_layout(layout: Layout, target: Any, drafter: Any, requests: list, base: Any,

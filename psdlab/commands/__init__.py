@@ -16,4 +16,5 @@ COMMANDS: list[str] = [
     "validate",
     "demo",
     "cost",
+    "frontier",
 ]
