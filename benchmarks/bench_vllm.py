@@ -31,6 +31,7 @@ import json
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 CACHE = Path(os.environ.get("PSDLAB_CACHE", Path.home() / ".cache" / "psdlab")) / "vllm-bench"
@@ -213,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         prompts = prompts_for(target, args.prompts)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    load_before = list(os.getloadavg())
     res: dict[str, object] = {}
     walls: dict[str, list[float]] = {}
     equal: dict[str, bool] = {}
@@ -236,7 +238,10 @@ def main(argv: list[str] | None = None) -> int:
     cmp = comparisons(res, tput, args)
     t, v = cmp["psd_t_s"], cmp["psd_V_s"]
     stats = res["psd"].drafter_stats
+    from psdlab.validation.results_file import git_info, machine_info
     report = {
+        "machine": {**machine_info(load_before), **git_info(),
+                    "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
         "target": target, "drafter": draft, "drafter_kind": kind, "prompts": len(prompts),
         "max_new_tokens": args.max_new_tokens, "k": args.k, "m": args.batch,
         "outputs_equal_ar": equal, "repeats": args.repeat,

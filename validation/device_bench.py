@@ -13,9 +13,7 @@ one round, on round 1 itself: a consistency check, not held out; the summary say
 """
 from __future__ import annotations
 
-import os
 import platform
-import subprocess
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -84,16 +82,12 @@ def run_layout(layout: Layout, target: Any, drafter: Any, requests: list, base: 
     return fig
 
 
-def machine(device: str) -> dict[str, Any]:
-    info: dict[str, Any] = {"host": platform.node(), "cpu": platform.processor() or
-                            platform.machine(), "cores": os.cpu_count(),
+def machine(device: str, load_before: list[float] | None = None) -> dict[str, Any]:
+    """`validation.results_file`'s machine and commit record, the date, and on CUDA the GPUs."""
+    from psdlab.validation.results_file import git_info, machine_info
+    info: dict[str, Any] = {**machine_info(load_before), **git_info(),
+                            "host": platform.node(),
                             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    try:
-        info["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"],
-                                        capture_output=True, text=True, timeout=10,
-                                        cwd=Path(__file__).resolve().parent).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        info["commit"] = None
     if device != "cpu":
         import torch
         info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
