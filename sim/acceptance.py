@@ -22,6 +22,9 @@ Specs (``make_acceptance(spec)``):
 - ``{"name": "matches", "requests": {ID: "0111.1..."}, "fallback": SPEC}``: each request's
   greedy match pattern, position by position (``sim.acceptance_matches``): exact for greedy
   decoding at any k, for the requests and positions it knows.
+- ``{"name": "fitted", "styles": {...}, "default": b, "draft": [...], "output": d, "sigma": s}``:
+  a logistic model per draft position, request style, output position and request level
+  (``sim.acceptance_fitted``), for requests no calibration saw.
 
 Interface: ``request_params(rng, n)`` gives the per-request parameter drawn at arrival (the
 alpha for geometric and beta; rates[0] for positional; the index of the record the request would
@@ -307,8 +310,11 @@ def make_acceptance(spec: Mapping[str, Any], where: str = "acceptance") -> Accep
     if name == "matches":
         from psdlab.sim.acceptance_matches import make_matches
         return make_matches(spec, where)
+    if name == "fitted":
+        from psdlab.sim.acceptance_fitted import make_fitted
+        return make_fitted(spec, where)
     raise ValueError(f"{where}.name: unknown acceptance model {name!r}; known: "
                      f"{', '.join(ACCEPTANCE_MODELS)}")
 
 
-ACCEPTANCE_MODELS = ("geometric", "positional", "beta", "replay", "matches")
+ACCEPTANCE_MODELS = ("geometric", "positional", "beta", "replay", "matches", "fitted")

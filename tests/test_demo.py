@@ -10,15 +10,19 @@ from psdlab.cli import main
 from psdlab.validation.runs import Plan, RunSpec, default_plan
 
 
-def test_default_plan_holds_out_other_k_batch_and_arrivals():
+def test_default_plan_holds_out_other_prompts_k_and_arrivals():
     plan = default_plan()
     cal = [r for r in plan.runs if r.role == "calibrate"]
     held = [r for r in plan.runs if r.role == "validate"]
+    ref = [r for r in plan.runs if r.role == "reference"]
     assert {r.k for r in cal if r.mode != "ar"} == {2, 4}
     assert len({r.batch for r in cal}) == 1 and {r.arrivals for r in cal} == {"offline"}
-    assert {r.k for r in held} >= {3, 5}
-    assert {r.batch for r in held} - {r.batch for r in cal}
+    assert {r.prompts for r in cal} == {"calibration"}
+    assert {r.prompts for r in held + ref} == {"heldout"}
+    assert 3 in {r.k for r in held}
     assert "poisson" in {r.arrivals for r in held}
+    # the iso-concurrency references: AR at m and PSD with two batches of m / 2
+    assert {(r.mode, r.batch) for r in ref} == {("ar", 4), ("psd", 2)}
     for r in held:                            # every held-out config has its SD/PSD pair
         assert {x.mode for x in held if x.workload == r.workload} == {"sd-sep", "psd"}
     order = [r.role for r in plan.runs]       # interleaved, not all calibration first
@@ -36,8 +40,9 @@ def test_plan_repeats_in_seeded_rounds_with_pairs_back_to_back(repeats, seed):
     assert len(plan.runs) == n * repeats and len({r.name for r in plan.runs}) == len(plan.runs)
     for i in range(repeats):                  # every round runs every configuration once
         assert sorted(configs[i * n:(i + 1) * n]) == sorted(set(configs))
+    paired = {r.workload for r in plan.runs if r.mode == "sd-sep"}
     for i, r in enumerate(plan.runs):         # SD and PSD of one workload back to back
-        if r.mode != "ar":
+        if r.workload in paired:
             mates = [j for j, x in enumerate(plan.runs) if x.workload == r.workload
                      and x.mode != r.mode and (j // n) == (i // n)]
             assert len(mates) == 1 and abs(mates[0] - i) == 1
@@ -54,7 +59,10 @@ def test_default_plan_runs_held_out_configs_more_often():
     for r in plan.runs:
         reps[r.config] = reps.get(r.config, 0) + 1
     assert {reps[r.config] for r in plan.runs if r.role == "calibrate"} == {2}
-    assert {reps[r.config] for r in plan.runs if r.role == "validate"} == {3}
+    assert {reps[r.config] for r in plan.runs if r.role == "validate"
+            and r.arrivals == "offline"} == {5}
+    assert {reps[r.config] for r in plan.runs if r.arrivals == "poisson"} == {3}
+    assert {reps[r.config] for r in plan.runs if r.role == "reference"} == {2}
     # calibration in the first and last of the three rounds, so both groups sit, on
     # average, in the middle of the demo: a steady drift of the machine favours neither
     pos = {}
@@ -65,8 +73,9 @@ def test_default_plan_runs_held_out_configs_more_often():
     assert abs(sum(pos["validate"]) / len(pos["validate"]) - mid) < 4
     middle = plan.runs[len(plan.runs) // 2 - 4:len(plan.runs) // 2 + 4]
     assert {r.role for r in middle} == {"validate"}
+    paired = {r.workload for r in plan.runs if r.mode == "sd-sep"}
     for i, r in enumerate(plan.runs):         # pairs stay back to back in every round
-        if r.mode != "ar":
+        if r.workload in paired:
             assert sum(1 for j in (i - 1, i + 1) if 0 <= j < len(plan.runs)
                        and plan.runs[j].workload == r.workload
                        and plan.runs[j].rep == r.rep) == 1
@@ -119,9 +128,10 @@ def test_quick_demo_end_to_end(quick_demo):
     for f in ("report.md", "model.json", "demo.json", "comparison.csv", "summary.csv",
               "runs.csv", "predicted_vs_measured.png", "gains.png"):
         assert (out / f).is_file(), f
-    assert len(result.headline) == 3
+    assert len(result.headline) >= 3
     assert result.headline[0].startswith("measured PSD/SD gain")
     assert result.headline[2].startswith("error")
+    assert any("same batch size m" in line for line in result.headline[3:])
     model = json.loads((out / "model.json").read_text())
     assert set(model["meta"]["calibration"]["k"]) == {2, 4}          # fitted on k 2, 4 only
     assert "replay" in model["meta"]
@@ -132,6 +142,13 @@ def test_quick_demo_end_to_end(quick_demo):
     md = (out / "report.md").read_text()
     for name in held:
         assert name in md
+    res = json.loads((out / "results.json").read_text())
+    assert {"machine", "git", "date", "targets", "rows", "closed_form",
+            "prompt_sampling", "acceptance_model"} <= set(res)
+    assert {s["target"] for s in res["targets"]["heldout"]} == {
+        s["target"] for s in summary}                      # the file holds the judged figures
+    assert res["machine"]["cpus"] >= 1 and res["acceptance_model"]["chosen"]
+    assert res["acceptance_model"]["method"].startswith("leave-one-prompt-out")
 
 
 def test_block_of_is_the_pair_of_one_repeat():
@@ -140,7 +157,8 @@ def test_block_of_is_the_pair_of_one_repeat():
     for i, r in enumerate(plan.runs):
         block = block_of(plan.runs, i)
         assert r in block and len({x.rep for x in block}) == 1
-        assert len(block) == (1 if r.mode == "ar" else 2)
+        paired = any(x.workload == r.workload and x.mode != r.mode for x in plan.runs)
+        assert len(block) == (2 if paired else 1)
 
 
 def test_repeats_past_the_deadline_are_skipped_with_their_pair(tmp_path):

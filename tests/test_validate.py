@@ -574,3 +574,29 @@ def test_capped_rows_are_fitted_at_their_padded_width():
     draft, verify = tr.steps[0].phases
     assert draft.forwards == 4 and verify.tokens == 10
     assert with_draft_forwards(tr).steps[0].phases[1].tokens == 10           # idempotent
+
+
+def test_closed_form_prediction_uses_the_calibrated_costs_not_the_pair(loop):
+    """The true closed-form prediction reads t and V from the calibrated cost models at the
+    pair's k and m (the sim's affine truth here), so it agrees with the measured steady-state
+    speedup and does not move when the pair's own phase times are changed."""
+    path, held, _ = loop
+    pair = [("sd", held["sd-sep_k3"]), ("psd", held["psd_k3"])]
+    v = validate(path, pair, seeds=(0,))
+    (g,) = v.gains
+    pred = {r.metric: r for r in g.rows}["speedup.steady.predicted"]
+    assert pred.measured is not None and abs(pred.error) <= 0.10
+    m, k = 4, 3
+    reqs = held["sd-sep_k3"].requests
+    ctx = m * float(np.mean([r.prompt_len + r.output_len / 2 for r in reqs]))
+    aff = lambda c, s, t, x: c["base"] + c["per_seq"] * s + c["per_token"] * t + c["per_context"] * x
+    draft = sum(aff(DRAFTER, m, m, ctx + j * m) for j in range(k))
+    assert g.predicted_cf.t == pytest.approx(draft, rel=0.1)
+    assert g.predicted_cf.V == pytest.approx(aff(TARGET, m, m * (k + 1), ctx), rel=0.1)
+    slow = replace(held["sd-sep_k3"], steps=[replace(s, phases=tuple(
+        replace(p, end=p.start + 2 * (p.end - p.start)) for p in s.phases))
+        for s in held["sd-sep_k3"].steps])
+    v2 = validate(path, [("sd", slow), ("psd", held["psd_k3"])], seeds=(0,))
+    assert v2.gains[0].predicted_cf.speedup == pytest.approx(g.predicted_cf.speedup)
+    assert v2.gains[0].closed_form.t != pytest.approx(g.closed_form.t)
+    assert "closed-form prediction (steady state)" in {s["target"] for s in v.summary()}

@@ -3,19 +3,23 @@
 1. Prepare the real model pair (``runtime.pair.prepare_pair``: SmolLM2-135M and its distilled
    drafter; converted once and cached) unless model directories are given.
 2. Run the plan of ``validation.runs`` on this machine: AR, SD (drafter on its own core, no
-   overlap) and PSD over the shipped held-out prompts, at several k, batch sizes and arrival
-   patterns, writing one trace per run.
+   overlap) and PSD, the calibration runs over one half of the shipped prompts and the
+   held-out runs over the other half, at several k and arrival patterns, one trace per run.
 3. Calibrate the simulator on the ``calibrate`` runs (``validation.calibrate``: cost models on
    their serial steps, the overlap contention, controller overhead and spread they show,
-   ``validation.replay_model``; acceptance: the greedy runs' match patterns,
-   ``validation.match_patterns``, with per-position rates where a position was not seen) and
-   write ``model.json`` -- the same file ``psdlab calibrate`` writes from those traces.
+   ``validation.replay_model``) and write ``model.json`` -- the file ``psdlab calibrate``
+   writes from those traces -- plus the acceptance model that transfers to new prompts
+   (``validation.acceptance_transfer``: chosen by cross-validation over the calibration
+   prompts), which is the model file's default acceptance: the prediction.
 4. Replay every run in the calibrated simulator (``validation.validate``); the ``validate``
-   runs were not used for the fit: other k, another batch size, Poisson arrivals; the
-   ``repeat`` runs repeat a calibration configuration, so their errors show how much the
-   machine itself drifted between runs (the noise floor).
-5. Write the report folder (``validation.report``) and return the three-line summary:
-   measured PSD/SD gain, predicted gain, error, over the held-out SD/PSD pairs.
+   runs were not used for the fit: other prompts, other k, Poisson arrivals.  The same
+   replays under the diagnostic acceptance models (``DIAGNOSTICS``: the id-keyed replay of
+   the calibration match patterns, per-position rates only) go beside it.
+5. Write the report folder (``validation.report``, ``validation.report_transfer``) and
+   ``results.json`` (``validation.results_file``: machine, date, commit, every judged
+   figure) and return the summary lines: measured PSD/SD gain, predicted gain, error over
+   the held-out SD/PSD pairs, and each gain by what it compares (iso-batch,
+   iso-concurrency, against AR).
 """
 from __future__ import annotations
 
@@ -96,15 +100,18 @@ def calibrate_runs(measured: Sequence[Measured], out_dir: str) -> str:
     path = os.path.join(out_dir, "model.json")
     calibration = calibrate(traces, holdout=0.2, seed=0)
     write_model(path, calibration, traces=[os.path.basename(m.path) for m in cal])
+    from psdlab.validation.acceptance_transfer import add_to_model, select
+    add_to_model(path, select(traces))
     return path
 
 
 def headline(validation: Any, held_out: set[str]) -> list[str]:
-    """Three lines: measured gain, predicted gain, error (mean over held-out pairs)."""
+    """Three lines: measured gain, predicted gain, error (mean over held-out pairs), plus
+    the closed form's true prediction of the steady-state decode speedup."""
     rows = [r for g in validation.gains if g.psd in held_out and g.sd in held_out
             for r in g.rows if r.metric == "gain.throughput_tok_s"]
     cf = [r for g in validation.gains if g.psd in held_out and g.sd in held_out
-          for r in g.rows if r.metric == "speedup.steady" and r.measured is not None]
+          for r in g.rows if r.metric == "speedup.steady.predicted" and r.measured is not None]
     if not rows:
         return ["measured PSD/SD gain: n/a (no held-out SD/PSD pair)", "predicted gain: n/a",
                 "error: n/a"]
@@ -113,12 +120,13 @@ def headline(validation: Any, held_out: set[str]) -> list[str]:
     errs = [abs(r.error) for r in rows if r.error is not None]
     cf_txt = ""
     if cf:
-        cf_txt = (f"; closed form {100 * (np.mean([r.predicted for r in cf]) - 1):+.1f}% vs "
-                  f"measured {100 * (np.mean([r.measured for r in cf]) - 1):+.1f}% "
-                  f"(steady-state decode)")
-    return [f"measured PSD/SD gain:  {100 * meas:+.1f}% (throughput, mean of {len(rows)} "
-            f"held-out SD/PSD pairs)",
-            f"predicted gain:        {100 * pred:+.1f}% (calibrated simulator){cf_txt}",
+        cf_txt = (f"; closed form (calibrated t, V) "
+                  f"{100 * (np.mean([r.predicted for r in cf]) - 1):+.1f}% vs measured "
+                  f"{100 * (np.mean([r.measured for r in cf]) - 1):+.1f}% (steady-state decode)")
+    return [f"measured PSD/SD gain:  {100 * meas:+.1f}% (throughput, same batch size m, mean "
+            f"of {len(rows)} held-out SD/PSD pairs on the held-out prompts)",
+            f"predicted gain:        {100 * pred:+.1f}% (calibrated simulator, fitted "
+            f"acceptance){cf_txt}",
             f"error:                 {100 * (pred - meas):+.1f} pp (max |error| over pairs "
             f"{max(errs):.1f} pp)"]
 
@@ -147,6 +155,7 @@ def demo(out_dir: str, *, quick: bool = False, plan: Plan | None = None,
     timings["prepare_s"] = time.perf_counter() - t0
     if hasattr(os, "getloadavg"):
         timings["load_at_start"] = os.getloadavg()[0]
+        timings["load_before"] = list(os.getloadavg())
     bars = _Bars(len(plan.runs), plan.num_prompts, progress and not quiet)
     try:
         measured = run_plan(plan, target_dir, drafter_dir, trace_dir, tokenizer=tokenizer,
@@ -178,15 +187,43 @@ def analyse(out_dir: str, measured: Sequence[Measured], plan: Plan, target_dir: 
     roles = {m.spec.config: m.spec.role for m in measured}
     held = {n for n, r in roles.items() if r == "validate"}
     repeats = {n for n, r in roles.items() if r == "repeat"}
+    cal_cfgs = {n for n, r in roles.items() if r == "calibrate"}
     roles.update({m.spec.name: m.spec.role for m in measured})
-    lines = headline(validation, held)
-    alternatives = statistical_acceptance(model_path, named, seeds, measured)
+    from psdlab.validation.results_file import (build_results, concurrency_rows,
+                                                headline_comparisons, headline_lines)
+    comparisons = headline_comparisons(concurrency_rows(validation, roles))
+    lines = headline(validation, held) + headline_lines(comparisons)
+    _say("psdlab demo: the same replays under the diagnostic acceptance models", quiet)
+    alternatives = diagnostic_acceptance(model_path, named, seeds, measured)
     timings["total_s"] = time.perf_counter() - t0
+    from psdlab.validation.model_file import read_model
     from psdlab.validation.report import write_report
+    from psdlab.validation.report_transfer import transfer_sections
+    selection = (read_model(model_path).get("meta") or {}).get("acceptance_transfer")
     intro = _intro(plan, target_dir, drafter_dir, timings, measured)
+    from psdlab.validation.prompt_sampling import acceptance_by_side, sampling_md
+    sides = acceptance_by_side(
+        [t for (_, t), m in zip(named, measured) if m.spec.role == "calibrate"],
+        [t for (_, t), m in zip(named, measured) if m.spec.role == "validate"],
+        (selection or {}).get("spec"))
+    sections = (transfer_sections(validation, held, cal_cfgs, alternatives, selection)
+                + sampling_md(sides))
     files = write_report(out_dir, validation, named, roles=roles, title="psdlab demo report",
                          intro=intro, headline=lines, summary_runs=held,
-                         noise_runs=repeats, alternatives=alternatives)
+                         noise_runs=repeats, sections=sections)
+    results = build_results(validation=validation, roles=roles, held=held,
+                            calibration=cal_cfgs, diagnostics=alternatives,
+                            selection=selection, timings=timings,
+                            plan={"runs": len(plan.runs), "measured": len(measured),
+                                  "requests_per_run": plan.num_prompts,
+                                  "max_new_tokens": plan.max_new_tokens,
+                                  "heldout_configs": sorted(held),
+                                  "calibration_configs": sorted(cal_cfgs)},
+                            load_before=timings.get("load_before"))
+    results["prompt_sampling"] = sides
+    files["results"] = os.path.join(out_dir, "results.json")
+    with open(files["results"], "w", encoding="utf-8") as fh:
+        json.dump(results, fh, indent=1, default=str)
     result = DemoResult(out_dir, model_path, validation, list(measured), files, lines,
                         timings, tuple(sorted(held)), tuple(sorted(repeats)))
     with open(os.path.join(out_dir, "demo.json"), "w", encoding="utf-8") as fh:
@@ -194,20 +231,27 @@ def analyse(out_dir: str, measured: Sequence[Measured], plan: Plan, target_dir: 
     return result
 
 
-def statistical_acceptance(model_path: str, named: Sequence[tuple[str, Any]],
-                           seeds: Sequence[int], measured: Sequence[Measured]
-                           ) -> list[tuple[str, Any]]:
-    """When the model's acceptance is the greedy match patterns, the same replay with its
-    per-position rates instead (what a model that knows no request would predict)."""
-    from psdlab.validation.model_file import acceptance_spec, read_model
+#: the diagnostic acceptance models replayed beside the prediction (name in the model file)
+DIAGNOSTICS = (("matches", "with the id-keyed replay of the calibration runs' match patterns "
+                           "(diagnostic: exact where it knows the request id)"),
+               ("positional", "with per-position rates only (no style, spread or trend)"))
+
+
+def diagnostic_acceptance(model_path: str, named: Sequence[tuple[str, Any]],
+                          seeds: Sequence[int], measured: Sequence[Measured]
+                          ) -> list[tuple[str, Any]]:
+    """The same replays under each model of ``DIAGNOSTICS`` the model file has (other than
+    its default, the prediction)."""
+    from psdlab.validation.model_file import read_model
     from psdlab.validation.validate import validate
-    model = read_model(model_path)
-    if acceptance_spec(model).get("name") != "matches":
-        return []
-    alt = validate(model_path, named, seeds=seeds, acceptance=acceptance_spec(model,
-                                                                              "positional"),
-                   groups={m.spec.name: m.spec.config for m in measured})
-    return [("with the per-position acceptance rates instead of the match patterns", alt)]
+    acc = (read_model(model_path).get("meta") or {}).get("acceptance") or {}
+    out = []
+    for name, label in DIAGNOSTICS:
+        if name in acc and name != acc.get("default"):
+            out.append((label, validate(model_path, named, seeds=seeds,
+                                        acceptance=dict(acc[name]),
+                                        groups={m.spec.name: m.spec.config for m in measured})))
+    return out
 
 
 def reanalyse(trace_dir: str, out_dir: str, *, seeds: Sequence[int] = (0, 1, 2, 3, 4),
@@ -227,7 +271,7 @@ def reanalyse(trace_dir: str, out_dir: str, *, seeds: Sequence[int] = (0, 1, 2, 
         timed = any(r.arrival > 0 for r in tr.requests)
         spec = RunSpec(extra["demo_run"], tr.run.mode, tr.run.k, tr.run.m,
                        "poisson" if timed else "offline", extra["demo_role"],
-                       extra.get("demo_config", ""))
+                       extra.get("demo_config", ""), prompts=extra.get("demo_prompts", ""))
         start = min((s.start for s in tr.steps), default=0.0)
         measured.append((extra.get("run_started", os.path.getmtime(path)), start,
                          Measured(spec, path, 0.0, extra.get("poisson_rate"))))
@@ -257,7 +301,9 @@ def _intro(plan: Plan, target: str, drafter: str, timings: dict[str, float],
     reps = " / ".join(str(n) for n in sorted({sum(x.spec.config == c for x in measured)
                                               for c in configs}))
     lines = [f"Target `{os.path.basename(target.rstrip('/'))}`, drafter "
-             f"`{os.path.basename(drafter.rstrip('/'))}`; {plan.num_prompts} prompts, "
+             f"`{os.path.basename(drafter.rstrip('/'))}`; {plan.num_prompts} requests a run "
+             f"(over the prompts of its side: calibration runs and held-out runs serve "
+             f"disjoint prompts), "
              f"up to {plan.max_new_tokens} new tokens each (seeded lengths down to "
              f"{1 - plan.output_spread:.0%} of that; greedy, EOS ignored), "
              f"{len(plan.runs)} runs on one set of workers (drafter and target each on its "

@@ -7,7 +7,7 @@ same requests: arrival times, prompt and output lengths).  For a pair:
   (output tokens / makespan) and for the paper's decode throughput;
 - simulator gain: the same ratio of the replayed runs' predicted throughputs; its error is in
   percentage points;
-- closed form, from the SD trace's measured drafting time t, verification time V (per decode
+- closed form as a *consistency check*, from the SD trace's measured drafting time t, verification time V (per decode
   step, with their coefficients of variation) and controller overhead o = (mean SD step) - t
   - V: speedup = (t + V + o) / (E[max(t, V)] + o) times the ratio of tokens emitted per
   verification (PSD / SD), with E[max] for independent gamma-distributed t and V
@@ -22,6 +22,9 @@ same requests: arrival times, prompt and output lengths).  For a pair:
   the drain tail, where ever fewer sequences share a step and PSD falls back to SD for the
   last one, makes it read high; that tail is what the simulator replays.
   ``validation.validate`` applies it to offline pairs only.
+- closed form as a *prediction* (``predicted_closed_form``): the same formula with t, V,
+  overhead and jitter from the calibrated models at the pair's k and m, and tokens per
+  verification from the fitted acceptance model -- nothing measured in the pair itself.
 """
 from __future__ import annotations
 
@@ -94,6 +97,7 @@ class ClosedForm:
     speedup: float               # with jitter (gamma E[max])
     speedup_deterministic: float
     speedup_slowdown: float | None = None   # with jitter and the calibrated overlap slowdown
+    emitted_per_verification: float | None = None   # predicted (true prediction only)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -147,6 +151,7 @@ class GainResult:
     psd: str
     rows: list[Row]
     closed_form: ClosedForm | None
+    predicted_cf: ClosedForm | None = None      # the true prediction (calibrated models)
 
 
 def gain_rows(name: str, sd_meas: dict, psd_meas: dict, sd_pred: dict | None,
@@ -174,3 +179,45 @@ def gain_rows(name: str, sd_meas: dict, psd_meas: dict, sd_pred: dict | None,
             rows.append(Row(name, metric + suffix, f"PSD/SD {what}{tag}", "x", meas, pred,
                             err, "rel", "closed form"))
     return rows
+
+
+def predicted_closed_form(sd: Trace, model_path: str, params: Any,
+                          acceptance: dict[str, Any] | None = None) -> ClosedForm | None:
+    """The closed form as a *prediction*: t and V of a full step at the pair's k and m from
+    the calibrated cost models (``validation.replay_scales.solo_step_times``: the workload's
+    mean context) times the calibrated serial factors; for PSD the overlap contention at
+    those times (``ReplayParams.scales``); the calibrated controller overhead per step of
+    each mode and the calibrated jitter CV for both phases.  Nothing is read from the
+    measured runs but the workload (k, m, prompt and output lengths).  Tokens emitted per
+    verification come from the acceptance model (``acceptance``, e.g. the fitted one):
+    E[accepted] + 1 at the pair's k, the same for SD and PSD (both verify the same drafts),
+    so their ratio is 1 and acceptance cancels from the speedup.  None without cost fits."""
+    from psdlab.validation.replay_scales import solo_step_times
+    draft, verify = solo_step_times(sd, model_path)
+    if draft is None or verify is None:
+        return None
+    ts, vs = params.serial_drafter * draft, params.serial_target * verify
+    st, sdr = params.scales("psd", draft, verify)
+    tp, vp = sdr * draft, st * verify
+    o_s, o_p = params.overhead("sd-sep"), params.overhead("psd")
+    cv = float(params.jitter_cv)
+    emitted = 1.0
+    if acceptance is not None:
+        from psdlab.sim.acceptance import make_acceptance
+        emitted = 1.0 + float(make_acceptance(acceptance).expected_accepted(int(sd.run.k)))
+    e_max = expected_max(tp, vp, cv, cv, "gamma")
+    return ClosedForm(t=ts, V=vs, t_cv=cv, V_cv=cv, overhead=o_s, emitted_ratio=1.0,
+                      speedup=(ts + vs + o_s) / (e_max + o_p),
+                      speedup_deterministic=(ts + vs + o_s) / (max(tp, vp) + o_p),
+                      speedup_slowdown=None, emitted_per_verification=emitted)
+
+
+def predicted_rows(name: str, sd_meas: dict, psd_meas: dict, cf: ClosedForm) -> list[Row]:
+    """The true closed-form prediction against the measured steady-state decode speedup."""
+    meas_gain = _gain(psd_meas.get("steady_decode_throughput_tok_s"),
+                      sd_meas.get("steady_decode_throughput_tok_s"))
+    meas = None if meas_gain is None else 1.0 + meas_gain
+    err = None if meas is None else (cf.speedup - meas) / meas
+    return [Row(name, "speedup.steady.predicted",
+                "PSD/SD steady-state decode speedup, predicted (calibrated t, V, overhead; "
+                "fitted acceptance)", "x", meas, cf.speedup, err, "rel", "closed form")]

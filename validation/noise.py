@@ -108,7 +108,7 @@ def row_noise(row: Any, values: Mapping[str, Sequence[Mapping[str, Any]]],
     """Standard error of ``row.measured`` from run-to-run noise, in the row's error units
     (relative, or percentage points for a gain); None when it cannot be told."""
     metric = row.metric
-    for suffix in (".det", ".slowdown"):
+    for suffix in (".det", ".slowdown", ".predicted"):
         if metric.endswith(suffix):
             metric = metric[: -len(suffix)]
     if metric in _RATIO_OF:

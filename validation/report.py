@@ -238,10 +238,12 @@ def write_report(out_dir: str, validation: Any, named: Sequence[tuple[str, Any]]
                  intro: Sequence[str] = (), headline: Sequence[str] = (),
                  figures: bool = True, summary_runs: set[str] | None = None,
                  noise_runs: set[str] | None = None,
-                 alternatives: Sequence[tuple[str, Any]] = ()) -> dict[str, str]:
+                 alternatives: Sequence[tuple[str, Any]] = (),
+                 sections: Sequence[str] = ()) -> dict[str, str]:
     """Write the CSVs, figures and ``report.md`` (module docstring); returns the file paths.
     ``alternatives``: (what differs, Validation) replays of the same runs under another
-    model, whose summaries over ``summary_runs`` are shown after the targets."""
+    model, whose summaries over ``summary_runs`` are shown after the targets; ``sections``:
+    markdown lines put after them (e.g. ``validation.report_transfer``)."""
     from psdlab.validation.model_file import read_model
     roles = dict(roles or {})
     os.makedirs(out_dir, exist_ok=True)
@@ -264,6 +266,7 @@ def write_report(out_dir: str, validation: Any, named: Sequence[tuple[str, Any]]
         md += [f"### The same held-out runs {label}", "",
                md_table(SUMMARY_HEADER, summary_cells([x for x in alt.summary(summary_runs)
                                                         if x["source"] == "sim"])), ""]
+    md += list(sections)
     spreads = spread_rows(validation)
     if spreads:
         files["repeats"] = write_csv(os.path.join(out_dir, "repeats.csv"),

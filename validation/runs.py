@@ -4,10 +4,14 @@ A plan is a list of runs (mode, k, batch size m, arrival pattern), each with a *
 ``calibrate`` (the simulator is fitted on these), ``validate`` (held out: predicted from the
 calibration and compared with the measurement), ``repeat`` (a calibration configuration run
 again at the end: its prediction error is the machine's own drift, the noise floor of every
-comparison) or ``reference`` (for the report only).  All runs serve the same requests (the
-shipped held-out prompts, greedy, EOS ignored, each with its own seeded output length,
-``Plan.output_lengths``) on one set of workers -- drafter and target each in its own process
-on its own core -- so only the schedule changes between runs.
+comparison) or ``reference`` (for the report only).  Each run serves one of two disjoint
+prompt sets (``PROMPT_SIDES``, ``prompt_sides``): the shipped prompts never used to distil the
+drafter (split ``heldout`` of ``runtime/data/prompts.jsonl``) divided by style, so that every
+style is on both sides; calibration runs serve the ``calibration`` side, held-out runs the
+``heldout`` side, so no held-out request was seen by the calibration (greedy, EOS ignored,
+each request with its own seeded output length, ``Plan.output_lengths``; a side's prompts are
+served in turn until the run has ``num_prompts`` requests, ids ``ID``, ``ID~2``, ...).  All
+runs share one set of workers -- drafter and target each in its own process on its own core.
 
 Measurement design against drift of the machine's speed (a shared machine's speed wanders by
 tens of percent over minutes, and any drift between calibration and held-out runs would read
@@ -27,8 +31,8 @@ throughput ratio is the PSD/SD gain on one workload.
 ``Plan.controlled_alpha``: for a drafter whose own proposals are useless (e.g. a test drafter),
 the drafts sent for verification are replaced by the target's greedy continuation with
 probability alpha per position (``runtime.controlled``; the drafter still computes, so its
-time is real; labelled in the trace).  The reference continuation comes from the plan's first
-AR run (or a reference pass when the plan does not start with AR).
+time is real; labelled in the trace).  The reference continuation comes from an untraced AR
+pass over both prompt sides.
 """
 from __future__ import annotations
 
@@ -41,6 +45,7 @@ from typing import Any, Callable, Sequence
 from psdlab.analysis.checks import check_choice, check_int, check_range
 
 ROLES = ("calibrate", "validate", "repeat", "reference")
+PROMPT_SIDES = ("calibration", "heldout")
 RUN_MODES = ("ar", "sd-sep", "psd")
 
 
@@ -55,10 +60,15 @@ class RunSpec:
     role: str = "calibrate"
     config: str = ""                   # the configuration repeated (default: the name)
     rep: int = 1                       # which repeat of the configuration (1 = first)
+    prompts: str = ""                  # prompt side; default: calibration for calibrate/repeat
 
     def __post_init__(self) -> None:
         if not self.config:
             object.__setattr__(self, "config", self.name)
+        if not self.prompts:
+            object.__setattr__(self, "prompts", "calibration"
+                               if self.role in ("calibrate", "repeat") else "heldout")
+        check_choice("prompts", self.prompts, PROMPT_SIDES)
         check_choice("mode", self.mode, RUN_MODES)
         check_int("k", self.k, 0 if self.mode == "ar" else 1, 16)
         check_int("batch", self.batch, 1, 64)
@@ -68,7 +78,7 @@ class RunSpec:
     @property
     def workload(self) -> str:
         """Runs with the same workload key serve the same requests at the same times."""
-        return f"k{self.k}_m{self.batch}_{self.arrivals}"
+        return f"k{self.k}_m{self.batch}_{self.arrivals}_{self.prompts}"
 
 
 @dataclass(frozen=True)
@@ -119,6 +129,12 @@ def _pair(k: int, m: int, role: str, arrivals: str = "offline") -> list[RunSpec]
     tag = "" if arrivals == "offline" else "_poisson"
     return [RunSpec(f"sd_k{k}_m{m}{tag}", "sd-sep", k, m, arrivals, role),
             RunSpec(f"psd_k{k}_m{m}{tag}", "psd", k, m, arrivals, role)]
+
+
+def _ho(specs: list[RunSpec], role: str = "validate") -> list[RunSpec]:
+    """The same runs on the held-out prompts (names end in ``_ho``)."""
+    return [replace(r, name=f"{r.name}_ho", config="", role=role, prompts="heldout")
+            for r in specs]
 
 
 def spread_rounds(count: int, rounds: int) -> set[int]:
@@ -179,39 +195,83 @@ def block_of(runs: Sequence[RunSpec], i: int) -> list[RunSpec]:
     return list(runs[lo:hi + 1])
 
 
+#: default repeats: calibration, held-out (judged) offline and Poisson, reference (reported,
+#: not judged).  A Poisson run lasts at least its arrival span, about an SD run's makespan,
+#: so its pair gets three repeats and the offline pair, which the gain and closed form are
+#: judged on, five.
+REPEATS = {"calibrate": 2, "validate": 5, "poisson": 3, "reference": 2}
+
+
 def default_plan(quick: bool = False, repeats: int | None = None, seed: int = 0) -> Plan:
-    """Calibrate on k in {2, 4} at m = 4 offline (and AR); hold out k = 3 and 5, m = 2, and
-    Poisson arrivals (each as an SD/PSD pair); every configuration ``repeats`` times in seeded
-    random rounds (module docstring).  Default: calibration configurations twice, in the
-    first and last rounds (their ten runs average into one fit), and held-out ones three
-    times (each is judged on its own median, so it needs the more runs); 1 with ``quick``, a short plan for tests and smoke
-    runs (m = 2, k in {2, 4} calibrated, k = 3 held out)."""
+    """Calibrate on the calibration prompts at k in {2, 4}, m = 4, offline (and AR); judge on
+    the held-out prompts at k = 3 offline and k = 4 under Poisson arrivals (each an SD/PSD
+    pair); report, unjudged, AR at m = 4 and PSD at k = 3 with two batches of m = 2 on the
+    held-out prompts (the same concurrency, 4 requests in flight, as SD and AR at m = 4: the
+    iso-concurrency comparison).  Every configuration ``repeats`` times in seeded random
+    rounds (module docstring); default ``REPEATS``: the judged offline held-out pair five
+    times and the Poisson one three (each is judged on its own median, whose noise is what
+    the bounds are judged against), calibration and reference twice (first and last round).  ``quick``:
+    a short plan for tests and smoke runs (m = 2, k in {2, 4} calibrated, k = 3 held out)."""
     if quick:
-        blocks = [_pair(2, 2, "calibrate"), _pair(4, 2, "calibrate"), _pair(3, 2, "validate")]
+        blocks = [_pair(2, 2, "calibrate"), _pair(4, 2, "calibrate"),
+                  _ho(_pair(3, 2, "validate"))]
         return Plan(runs=repeated_order(blocks, repeats or 1, seed), num_prompts=4,
                     max_new_tokens=12, poisson_from="sd_k4_m2", seed=seed)
     blocks = [[RunSpec("ar_m4", "ar", 0, 4, role="calibrate")], _pair(4, 4, "calibrate"),
-              _pair(2, 4, "calibrate"), _pair(3, 4, "validate"), _pair(5, 4, "validate"),
-              _pair(4, 2, "validate"), _pair(4, 4, "validate", "poisson")]
+              _pair(2, 4, "calibrate"), _ho(_pair(3, 4, "validate")),
+              _ho(_pair(4, 4, "validate", "poisson")),
+              _ho([RunSpec("ar_m4", "ar", 0, 4)], "reference"),
+              _ho([RunSpec("psd_k3_m2", "psd", 3, 2)], "reference")]
     counts = ([repeats] * len(blocks) if repeats is not None else
-              [2 if b[0].role == "calibrate" else 3 for b in blocks])
+              [REPEATS["poisson" if b[0].arrivals == "poisson" else b[0].role]
+               for b in blocks])
     return Plan(runs=repeated_order(blocks, counts, seed, first="sd_k4_m4"), seed=seed)
 
 
 # ---------------------------------------------------------------------------- requests
 
-def demo_requests(tokenizer: Any, n: int, prompt_ids: Sequence[Sequence[int]] | None = None
-                  ) -> list[tuple[str, tuple[int, ...]]]:
-    """(id, prompt token ids) of the first n shipped held-out prompts in the chat template
-    (or of ``prompt_ids`` when given, e.g. for tiny test models without a tokenizer)."""
-    if prompt_ids is not None:
-        return [(f"r{i}", tuple(int(x) for x in p)) for i, p in enumerate(prompt_ids[:n])]
-    from psdlab.runtime.prompts import load_prompts
+def prompt_sides(items: Sequence[tuple[str, str]]) -> dict[str, list[int]]:
+    """Split (id, style) items into the two sides: within each style (sorted), alternately
+    calibration / held-out, the alternation running on across styles so the sides differ by
+    one prompt at most and every style with two or more prompts is on both."""
+    order = sorted(range(len(items)), key=lambda i: (items[i][1], items[i][0]))
+    sides: dict[str, list[int]] = {s: [] for s in PROMPT_SIDES}
+    for j, i in enumerate(order):
+        sides[PROMPT_SIDES[j % 2]].append(i)
+    return sides
+
+
+def _cycle(items: list[tuple[str, tuple[int, ...]]], n: int) -> list[tuple[str, tuple[int, ...]]]:
+    """n requests serving ``items`` in turn; the r-th serving of a prompt has id ``ID~r``."""
+    if not items:
+        raise ValueError("prompts: no prompts on this side")
     out = []
-    for p in load_prompts(split="heldout")[:n]:
+    for i in range(n):
+        rid, ids = items[i % len(items)]
+        turn = i // len(items) + 1
+        out.append((rid if turn == 1 else f"{rid}~{turn}", ids))
+    return out
+
+
+def demo_requests(tokenizer: Any, n: int, prompt_ids: Sequence[Sequence[int]] | None = None,
+                  side: str = "heldout") -> list[tuple[str, tuple[int, ...]]]:
+    """(id, prompt token ids) of n requests over one side's prompts (``prompt_sides``) of the
+    shipped prompts of split ``heldout`` in the chat template; with ``prompt_ids`` (e.g. for
+    tiny test models without a tokenizer) over alternate ones of those (even indices:
+    calibration; odd: held out; ids ``test-I``)."""
+    check_choice("side", side, PROMPT_SIDES)
+    if prompt_ids is not None:
+        mine = [(f"test-{i}", tuple(int(x) for x in p)) for i, p in enumerate(prompt_ids)
+                if i % 2 == PROMPT_SIDES.index(side) or len(prompt_ids) == 1]
+        return _cycle(mine, n)
+    from psdlab.runtime.prompts import load_prompts
+    prompts = load_prompts(split="heldout")
+    chosen = [prompts[i] for i in prompt_sides([(p.id, p.style) for p in prompts])[side]]
+    out = []
+    for p in chosen:
         ids = tokenizer(p.chat_text(tokenizer), add_special_tokens=False)["input_ids"]
         out.append((p.id, tuple(int(x) for x in ids)))
-    return out
+    return _cycle(out, n)
 
 
 def poisson_times(n: int, rate: float, seed: int) -> list[float]:
@@ -261,7 +321,9 @@ def run_plan(plan: Plan, target_dir: str, drafter_dir: str, out_dir: str | os.Pa
     base = EngineConfig(mode="psd", k=max(r.k for r in plan.runs), batch=plan.max_batch,
                         max_new_tokens=plan.max_new_tokens, ignore_eos=True, eos_token_id=eos,
                         max_len=1024, backend=backend, seed=plan.seed)
-    items = demo_requests(tokenizer, plan.num_prompts, prompt_ids)
+    sides = {s: demo_requests(tokenizer, plan.num_prompts, prompt_ids, s)
+             for s in PROMPT_SIDES}
+    items = sides["heldout"]
     lengths = plan.output_lengths(len(items))
     results: list[Measured] = []
     rate: float | None = None
@@ -271,10 +333,10 @@ def run_plan(plan: Plan, target_dir: str, drafter_dir: str, out_dir: str | os.Pa
         # first-touch costs (KV-cache pages, allocator, caches) do not land in the first runs
         warm = [Request(i, ids, 0.0, None, n) for (i, ids), n in zip(items, lengths)]
         eng.run(warm, None, config=replace(base, mode="psd", max_num_seqs=None))
-        if plan.controlled_alpha is not None and plan.runs[0].mode != "ar":
-            ref = eng.run([Request(i, ids, 0.0, None, n) for (i, ids), n in
-                           zip(items, lengths)], None,
-                          config=replace(base, mode="ar", max_num_seqs=None))
+        if plan.controlled_alpha is not None:
+            both = [Request(i, ids, 0.0, None, n) for side in sides.values()
+                    for (i, ids), n in zip(side, lengths)]
+            ref = eng.run(both, None, config=replace(base, mode="ar", max_num_seqs=None))
             reference = {o.id: o.token_ids for o in ref.outputs}
         walls: dict[str, float] = {}
         skip: set[str] = set()
@@ -298,10 +360,10 @@ def run_plan(plan: Plan, target_dir: str, drafter_dir: str, out_dir: str | os.Pa
             times = ([0.0] * len(items) if spec.arrivals == "offline"
                      else poisson_times(len(items), rate or 1.0, plan.seed))
             reqs = [Request(rid, ids, t, None, n)
-                    for (rid, ids), t, n in zip(items, times, lengths)]
+                    for (rid, ids), t, n in zip(sides[spec.prompts], times, lengths)]
             path = out / f"{spec.name}.jsonl"
             extra = {"demo_run": spec.name, "demo_role": spec.role, "demo_config": spec.config,
-                     "workload_key": spec.workload,
+                     "workload_key": spec.workload, "demo_prompts": spec.prompts,
                      "load_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
                      "run_started": time.time()}
             if spec.arrivals == "poisson":
@@ -316,8 +378,6 @@ def run_plan(plan: Plan, target_dir: str, drafter_dir: str, out_dir: str | os.Pa
             results.append(Measured(spec, str(path), res.wall_s,
                                     rate if spec.arrivals == "poisson" else None))
             walls.setdefault(spec.config, res.wall_s)
-            if spec.mode == "ar" and reference is None:
-                reference = {o.id: o.token_ids for o in res.outputs}
             if spec.config == plan.poisson_from and rate is None:
                 reqs_done = res.trace.requests
                 span = max(r.finish for r in reqs_done) - min(r.arrival for r in reqs_done)

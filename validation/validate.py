@@ -26,7 +26,8 @@ from psdlab.analysis.metrics import summarize
 from psdlab.analysis.trace import Trace
 from psdlab.validation.compare import (DEFAULT_SEEDS, Row, TraceComparison, compare_trace, flatten,
                                 merged)
-from psdlab.validation.gains import GainResult, closed_form, gain_rows, pair_traces, workload_key
+from psdlab.validation.gains import (GainResult, closed_form, gain_rows, pair_traces,
+                                    predicted_closed_form, predicted_rows, workload_key)
 from psdlab.validation.noise import break_chance, noise_of
 from psdlab.validation.replay_model import ReplayParams, load_replay_params
 
@@ -37,7 +38,10 @@ TARGETS: tuple[tuple[str, str, str, float, str], ...] = (
     ("e2e p99", "e2e.p99", "sim", 0.10, "rel"),
     ("PSD/SD gain (throughput)", "gain.throughput_tok_s", "sim", 5.0, "pp"),
     ("PSD/SD gain (decode throughput)", "gain.decode_throughput_tok_s", "sim", 5.0, "pp"),
-    ("closed-form speedup (steady state)", "speedup.steady", "closed form", 0.10, "rel"),
+    ("closed-form prediction (steady state)", "speedup.steady.predicted", "closed form", 0.10,
+     "rel"),
+    ("closed-form consistency check (steady state)", "speedup.steady", "closed form", 0.10,
+     "rel"),
     ("closed form + overlap slowdown (steady)", "speedup.steady.slowdown", "closed form", 0.10,
      "rel"),
 )
@@ -114,7 +118,9 @@ class Validation:
         return {"model": self.model_path, "replay_params": self.params.to_dict(),
                 "seeds": list(self.seeds), "rows": [r.to_dict() for r in self.rows],
                 "gains": [{"name": g.name, "sd": g.sd, "psd": g.psd,
-                           "closed_form": g.closed_form.to_dict() if g.closed_form else None}
+                           "closed_form": g.closed_form.to_dict() if g.closed_form else None,
+                           "closed_form_predicted": g.predicted_cf.to_dict()
+                           if g.predicted_cf else None}
                           for g in self.gains],
                 "summary": self.summary(), "notes": list(self.notes)}
 
@@ -186,9 +192,23 @@ def validate(model_path: str, traces: Sequence[tuple[str, Trace]], *,
                           f"{sd}/{psd}", notes, params.slowdown,
                           (params.contention_target, params.contention_drafter))
         label = f"{psd} vs {sd}"
-        gains.append(GainResult(label, sd, psd, gain_rows(label, a.measured, b.measured,
-                                                          a.predicted, b.predicted, cf), cf))
+        rows = gain_rows(label, a.measured, b.measured, a.predicted, b.predicted, cf)
+        pcf = None
+        if cf is not None:        # offline pairs only, as the consistency check
+            pcf = predicted_closed_form(a.trace, model_path, params,
+                                        acceptance or _default_acceptance(model_path))
+            if pcf is not None:
+                rows += predicted_rows(label, a.measured, b.measured, pcf)
+        gains.append(GainResult(label, sd, psd, rows, cf, pcf))
     return Validation(comps, gains, model_path, params, tuple(seeds), notes)
+
+
+def _default_acceptance(model_path: str) -> dict[str, Any] | None:
+    from psdlab.validation.model_file import acceptance_spec, read_model
+    try:
+        return acceptance_spec(read_model(model_path))
+    except ValueError:
+        return None
 
 
 def _closed_form(sd: Trace, psd: Trace, label: str, notes: list[str],

@@ -1,7 +1,9 @@
 """`psdlab demo`: the README's main job.  Runs the real model pair on this CPU in AR, SD and
-PSD over the shipped prompts, calibrates the simulator on part of the runs, predicts the
-held-out rest (other k, another batch size, Poisson arrivals), writes a report folder
-(markdown, CSVs, PNG figures) and ends with three lines: measured gain, predicted gain, error."""
+PSD over the shipped prompts, calibrates the simulator on runs over one half of the prompts,
+predicts the held-out runs (the other half of the prompts, another k, Poisson arrivals),
+writes a report folder (markdown, CSVs, PNG figures, results.json with the machine, date and
+commit) and ends with the measured gain, predicted gain and error, and what each gain
+compares."""
 from __future__ import annotations
 
 import argparse
@@ -16,17 +18,19 @@ def register(subparsers) -> None:
                     "this CPU (drafter and target on their own cores) over the shipped "
                     "prompts at several k, batch sizes and arrival patterns, calibrate the "
                     "simulator on some runs, predict the held-out others and write a report "
-                    "folder. The default plan (13 configurations, the 5 calibration ones run twice "
-                    "and the 8 held-out ones three times, 16 prompts x 32 tokens each, in "
-                    "seeded random order) takes about 13 minutes on a 2-core machine "
-                    "(--time-budget keeps it within 15); --prompts and "
+                    "folder. The default plan (34 runs: 5 calibration configurations twice on "
+                    "the calibration prompts, 4 held-out ones five times and 2 references "
+                    "twice on the held-out prompts, 16 requests x up to 32 tokens each, in "
+                    "seeded random order) takes about 10 minutes on a 2-core machine "
+                    "(--time-budget keeps it within 14); --prompts and "
                     "--max-new-tokens scale it, --quick runs a short plan.")
     p.add_argument("-o", "--output", default="psdlab-demo", metavar="REPORT_DIR",
                    help="report folder (default ./psdlab-demo)")
     p.add_argument("--quick", action="store_true",
                    help="a short plan (few prompts and tokens): a smoke test, not a measurement")
     p.add_argument("--prompts", type=int, default=None, metavar="N",
-                   help="prompts per run (1..18, the shipped held-out set; default 16)")
+                   help="requests per run (1..18; each run serves one half of the shipped "
+                        "prompts in turn; default 16)")
     p.add_argument("--max-new-tokens", type=int, default=None, metavar="N",
                    help="tokens generated per prompt (2..512; default 32)")
     p.add_argument("--controlled-alpha", type=float, default=None, metavar="A",
@@ -39,8 +43,9 @@ def register(subparsers) -> None:
                    help="drafter model directory (with --target)")
     p.add_argument("--repeats", type=int, default=None, metavar="N",
                    help="runs per configuration, in seeded random rounds; the comparison "
-                        "uses their median (1..20; default 2 for calibration and 3 for "
-                        "held-out configurations; 1 with --quick)")
+                        "uses their median (1..20; default 5 for the judged held-out "
+                        "configurations and 2 for calibration and reference ones; 1 with "
+                        "--quick)")
     p.add_argument("--seed", type=int, default=None, metavar="S",
                    help="seed of the run order (default 0)")
     p.add_argument("--time-budget", type=float, default=840.0, metavar="S",
@@ -88,5 +93,7 @@ def _print(result, as_json: bool) -> int:
         print(json.dumps(result.to_dict(), default=str))
         return 0
     print(f"report: {result.files['report']}")
+    if "results" in result.files:
+        print(f"results: {result.files['results']}")
     print("\n".join(result.headline))
     return 0

@@ -1,0 +1,158 @@
+"""The ``fitted`` acceptance model: a logistic model of each draft token's acceptance that
+transfers to requests the calibration never saw (``validation.acceptance_transfer`` fits it).
+
+The i-th draft token (1-based) of a proposal drafted from output position ``pos`` sits at
+output position n = pos + i - 1.  Given that tokens 1 .. i-1 were accepted, it is accepted
+with probability
+
+    q = sigmoid(b[style] + u + c[i] + d * log(n))
+
+- ``b[style]``: the request's style (its key up to the first ``-``: the shipped prompt ids are
+  ``chat-14``, ``code-12``, ...); keys of no listed style use ``default``;
+- ``u ~ Normal(0, sigma^2)``: the request's own level, drawn once at arrival (the per-request
+  spread: some prompts are easy to draft for, some hard);
+- ``c[i]``: the draft position (positions beyond the list use its last entry): how acceptance
+  changes along a proposal, which is how it changes with k;
+- ``d``: the trend along the output (log of the output position).
+
+Spec: ``{"name": "fitted", "styles": {"chat": 1.2, ...}, "default": 1.0, "draft": [0.0, 0.3,
+...], "output": 0.0, "sigma": 0.5, "ref_position": 16}`` (``ref_position``: the output
+position ``expected_accepted`` evaluates at, for callers that know no position).
+
+Interface as ``sim.acceptance_matches``: ``needs_keys`` (``request_params(rng, n, keys)``
+returns each request's ``b[style] + u``) and ``sample_at(rng, params, k, pos)``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from psdlab.analysis.checks import check_int, check_range
+
+#: Gauss-Hermite nodes for the expectation over u
+_GH = np.polynomial.hermite.hermgauss(24)
+#: longest draft (as ``sim.acceptance.KMAX``; not imported: that module imports this one)
+KMAX = 4096
+
+
+def _k_array(k: Any, n: int) -> np.ndarray:
+    arr = np.asarray(k)
+    if arr.dtype.kind not in "iu" and not (arr.dtype.kind == "f"
+                                           and np.all(arr == np.floor(arr))):
+        raise ValueError(f"k: expected integers, got {k!r}")
+    arr = np.broadcast_to(arr.astype(np.int64), (n,))
+    if n and (arr.min() < 0 or arr.max() > KMAX):
+        raise ValueError(f"k: must be in [0, {KMAX}], got values from {arr.min()} to "
+                         f"{arr.max()}")
+    return arr
+
+
+def style_of(key: Any) -> str:
+    """The style part of a request key: the text before the first ``-``."""
+    return str(key).split("-", 1)[0]
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))
+
+
+@dataclass(frozen=True)
+class FittedAcceptance:
+    styles: tuple[tuple[str, float], ...]
+    default: float
+    draft: tuple[float, ...]
+    output: float = 0.0
+    sigma: float = 0.0
+    ref_position: float = 16.0
+    kind = "fitted"
+    needs_keys = True
+
+    def base(self, key: Any) -> float:
+        return dict(self.styles).get(style_of(key), self.default)
+
+    def _draft(self, kmax: int) -> np.ndarray:
+        c = np.asarray(self.draft, dtype=float)
+        return c[:kmax] if kmax <= c.size else np.concatenate([c, np.full(kmax - c.size, c[-1])])
+
+    def request_params(self, rng, n, keys: Sequence[Any] | None = None) -> np.ndarray:
+        if keys is not None and len(keys) != n:
+            raise ValueError(f"keys: {len(keys)} keys for {n} requests")
+        base = (np.full(n, self.default) if keys is None
+                else np.array([self.base(k) for k in keys], dtype=float))
+        return base + (self.sigma * rng.standard_normal(n) if self.sigma > 0 else 0.0)
+
+    def probabilities(self, params: np.ndarray, pos: np.ndarray, kmax: int) -> np.ndarray:
+        """[n, kmax] conditional acceptance probabilities of draft positions 1 .. kmax."""
+        n_out = np.maximum(np.asarray(pos, dtype=float)[:, None] + np.arange(kmax)[None, :], 1.0)
+        eta = (np.asarray(params, dtype=float)[:, None] + self._draft(kmax)[None, :]
+               + self.output * np.log(n_out))
+        return _sigmoid(eta)
+
+    def sample_at(self, rng, params, k, pos) -> np.ndarray:
+        params = np.asarray(params, dtype=float)
+        n = params.size
+        karr = _k_array(k, n)
+        kmax = int(karr.max()) if n else 0
+        if kmax == 0:
+            return np.zeros(n, dtype=np.int64)
+        q = self.probabilities(params, np.broadcast_to(np.asarray(pos), (n,)), kmax)
+        ok = rng.random((n, kmax)) < q
+        leading = np.cumprod(ok, axis=1).sum(axis=1)
+        return np.minimum(leading, karr).astype(np.int64)
+
+    def sample(self, rng, params, k) -> np.ndarray:
+        n = np.asarray(params).size
+        return self.sample_at(rng, params, k, np.full(n, self.ref_position))
+
+    def expected_accepted(self, k: int, base: float | None = None,
+                          position: float | None = None) -> float:
+        """E[accepted] of a k-token draft, over u, for a request of level ``base`` (default:
+        ``default``) drafting from ``position`` (default: ``ref_position``)."""
+        k = check_int("k", k, 0, KMAX)
+        if k == 0:
+            return 0.0
+        x, w = _GH
+        u = np.sqrt(2.0) * self.sigma * x
+        b = self.default if base is None else base
+        pos = self.ref_position if position is None else position
+        q = self.probabilities(b + u, np.full(u.size, pos), k)
+        return float(np.sum(w * np.cumprod(q, axis=1).sum(axis=1)) / np.sqrt(np.pi))
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.kind, "styles": dict(self.styles), "default": self.default,
+                "draft": list(self.draft), "output": self.output, "sigma": self.sigma,
+                "ref_position": self.ref_position}
+
+
+def _num(spec: Mapping[str, Any], key: str, where: str, default: float | None = None,
+         lo: float = -50.0, hi: float = 50.0) -> float:
+    if key not in spec:
+        if default is None:
+            raise ValueError(f"{where}.{key}: missing (required by 'fitted')")
+        return default
+    return float(check_range(f"{where}.{key}", spec[key], lo, hi))
+
+
+def make_fitted(spec: Mapping[str, Any], where: str) -> FittedAcceptance:
+    allowed = ("name", "styles", "default", "draft", "output", "sigma", "ref_position")
+    for key in spec:
+        if key not in allowed:
+            raise ValueError(f"{where}.{key}: unknown field for 'fitted'; allowed: "
+                             f"{', '.join(allowed[1:])}")
+    styles = spec.get("styles", {})
+    if not isinstance(styles, Mapping):
+        raise ValueError(f"{where}.styles: expected a table of style -> logit")
+    draft = spec.get("draft")
+    if not isinstance(draft, (list, tuple)) or not draft:
+        raise ValueError(f"{where}.draft: expected a non-empty list of logit offsets")
+    return FittedAcceptance(
+        styles=tuple((str(s), float(check_range(f"{where}.styles.{s}", v, -50.0, 50.0)))
+                     for s, v in styles.items()),
+        default=_num(spec, "default", where),
+        draft=tuple(float(check_range(f"{where}.draft[{i}]", c, -50.0, 50.0))
+                    for i, c in enumerate(draft)),
+        output=_num(spec, "output", where, 0.0),
+        sigma=_num(spec, "sigma", where, 0.0, 0.0, 20.0),
+        ref_position=_num(spec, "ref_position", where, 16.0, 1.0, 1e6))

@@ -1,0 +1,188 @@
+"""The acceptance model that transfers to unseen prompts: the simulator's ``fitted`` model
+(sim/acceptance_fitted.py), its maximum-likelihood fit and cross-validated choice
+(validation/acceptance_transfer.py), the demo's disjoint prompt sides (validation/runs.py)
+and the results file's comparisons (validation/results_file.py)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from psdlab.analysis.trace import RequestRecord, RunInfo, StepRecord, Trace, Verified
+from psdlab.sim.acceptance import make_acceptance
+from psdlab.sim.acceptance_fitted import style_of
+from psdlab.sim.trajectories import sample_trajectories
+from psdlab.validation import acceptance_transfer as at
+
+TRUE = {"name": "fitted", "styles": {"chat": 2.0, "code": 0.0, "math": 1.0}, "default": 1.0,
+        "draft": [0.0, 0.5, 0.8, 1.0], "output": 0.0, "sigma": 0.7, "ref_position": 10}
+
+
+def fake_trace(spec: dict, keys: list[str], k: int, length: int = 60, seed: int = 0) -> Trace:
+    """A greedy-like trace whose accepted counts the ``fitted`` model drew (one step per
+    round, every unfinished request verified once)."""
+    acc = make_acceptance(spec)
+    rng = np.random.default_rng(seed)
+    params = acc.request_params(rng, len(keys), keys=keys)
+    n = len(keys)
+    tr = sample_trajectories(rng, acc, params, np.full(n, k), np.full(n, 10),
+                             np.full(n, length))
+    steps, t = [], 0.0
+    for j in range(int(tr.nsteps.max())):
+        rows = []
+        for i, key in enumerate(keys):
+            if j < tr.nsteps[i]:
+                f = tr.off[i] + j
+                rows.append(Verified(key, k, int(tr.acc[f]), int(tr.emit[f])))
+        steps.append(StepRecord(j, t, t + 0.1, (), tuple(rows)))
+        t += 0.1
+    reqs = [RequestRecord(key, 0.0, 0.0, 0.05, t, 10, length) for key in keys]
+    return Trace(RunInfo(mode="sd-sep", k=k, m=n, source="runtime",
+                         extra={"temperature": 0.0}), steps, reqs)
+
+
+KEYS = [f"{s}-{i}" for s in ("chat", "code", "math") for i in range(4)]
+
+
+@pytest.fixture(scope="module")
+def data():
+    return [fake_trace(TRUE, KEYS, k, seed=k) for k in (2, 4)]
+
+
+def test_style_is_the_key_up_to_the_first_dash():
+    assert style_of("chat-14") == "chat" and style_of("code-3~2") == "code"
+    acc = make_acceptance(TRUE)
+    assert acc.base("chat-1") == 2.0 and acc.base("poem-1") == 1.0      # unknown: default
+
+
+@given(st.floats(-4, 4), st.floats(0, 2), st.integers(1, 6), st.integers(1, 40))
+@settings(max_examples=25, deadline=None)
+def test_expected_accepted_matches_sampling(base, sigma, k, pos):
+    spec = dict(TRUE, default=base, sigma=sigma, styles={})
+    acc = make_acceptance(spec)
+    rng = np.random.default_rng(1)
+    params = acc.request_params(rng, 20000)
+    got = acc.sample_at(rng, params, k, np.full(20000, pos))
+    assert got.min() >= 0 and got.max() <= k
+    assert got.mean() == pytest.approx(acc.expected_accepted(k, position=pos), abs=0.06)
+
+
+def test_a_higher_level_accepts_more():
+    acc = make_acceptance(TRUE)
+    assert (acc.expected_accepted(4, base=2.0) > acc.expected_accepted(4, base=1.0)
+            > acc.expected_accepted(4, base=0.0))
+
+
+def test_bad_specs_name_the_field():
+    with pytest.raises(ValueError, match="acceptance.draft"):
+        make_acceptance({"name": "fitted", "default": 0.0, "draft": []})
+    with pytest.raises(ValueError, match="acceptance.colour"):
+        make_acceptance({"name": "fitted", "default": 0.0, "draft": [0.0], "colour": 1})
+    with pytest.raises(ValueError, match="acceptance.sigma"):
+        make_acceptance({"name": "fitted", "default": 0.0, "draft": [0.0], "sigma": -1})
+
+
+def test_trials_follow_the_output_positions(data):
+    tr = at.trials(data[:1])
+    rp, rk, rn, ra = tr.rows
+    assert tr.y.sum() == ra.sum()                          # every accepted token is a trial
+    assert set(tr.prompt) == set(KEYS)
+    first = [n for p, n in zip(rp, rn) if p == "chat-0"]
+    assert first[0] == 1 and all(b > a for a, b in zip(first, first[1:]))
+
+
+def test_fit_recovers_style_order_spread_and_positions(data):
+    cand = next(c for c in at.CANDIDATES if c[0] == "positional+style+request")
+    spec = at.fit(cand, at.trials(data)).spec()
+    s = spec["styles"]
+    assert s["chat"] > s["math"] > s["code"]
+    assert s["chat"] - s["code"] == pytest.approx(2.0, abs=0.8)
+    assert 0.2 < spec["sigma"] < 1.5
+    assert spec["draft"][0] == 0.0 and spec["draft"][3] > 0.3
+
+
+def test_selection_by_cross_validation_picks_the_lowest_score(data):
+    sel = at.select(data)
+    scores = {r["candidate"]: r["cv_nll_per_token"] for r in sel.scores}
+    assert sel.chosen.candidate == min(scores, key=scores.get)
+    assert scores["positional+style"] < scores["positional"]    # styles differ: style helps
+    assert set(sel.prompts) == set(KEYS)                        # one fold per prompt
+    assert at.select(data).chosen.spec() == sel.chosen.spec()    # deterministic
+
+
+def test_no_style_effect_is_not_preferred_to_none():
+    flat = dict(TRUE, styles={"chat": 1.0, "code": 1.0, "math": 1.0}, sigma=0.0)
+    traces = [fake_trace(flat, KEYS, k, seed=10 + k) for k in (2, 4)]
+    sel = at.select(traces)
+    scores = {r["candidate"]: r["cv_nll_per_token"] for r in sel.scores}
+    # with no real style levels, CV does not reward them (extra terms only add variance)
+    assert scores["positional"] <= scores["positional+style"] + 1e-3
+
+
+def test_prompt_sides_are_disjoint_and_cover_every_style():
+    from psdlab.runtime.prompts import load_prompts
+    from psdlab.validation.runs import prompt_sides
+    prompts = load_prompts(split="heldout")
+    sides = prompt_sides([(p.id, p.style) for p in prompts])
+    cal, held = set(sides["calibration"]), set(sides["heldout"])
+    assert not cal & held and len(cal | held) == len(prompts)
+    assert abs(len(cal) - len(held)) <= 1
+    for style in {p.style for p in prompts}:
+        of = {i for i, p in enumerate(prompts) if p.style == style}
+        assert of & cal and of & held, style
+
+
+def test_demo_requests_cycle_one_side_with_distinct_ids():
+    from psdlab.validation.runs import demo_requests
+    ids = [[1, 2], [3, 4], [5, 6], [7, 8], [9, 10]]
+    cal = demo_requests(None, 5, ids, "calibration")
+    held = demo_requests(None, 5, ids, "heldout")
+    assert len({r for r, _ in cal}) == 5 and len({r for r, _ in held}) == 5
+    assert not {p for _, p in cal} & {p for _, p in held}          # disjoint prompts
+    assert {at.prompt_of(r) for r, _ in cal} == {"test-0", "test-2", "test-4"}
+    with pytest.raises(ValueError, match="side"):
+        demo_requests(None, 2, ids, "train")
+
+
+def test_headline_comparisons_say_what_they_compare():
+    from psdlab.validation.results_file import headline_comparisons, in_flight
+    rows = [{"config": c, "mode": mo, "k": k, "m": m, "in_flight": in_flight(mo, m),
+             "measured_tok_s": tp, "predicted_tok_s": tp}
+            for c, mo, k, m, tp in (("ar", "ar", 0, 4, 40.0), ("sd", "sd-sep", 3, 4, 30.0),
+                                     ("psd", "psd", 3, 4, 45.0), ("psd2", "psd", 3, 2, 42.0))]
+    got = {(c["psd"], c["other"]): c for c in headline_comparisons(rows)}
+    assert got[("psd", "sd")]["basis"] == "iso-batch"
+    assert got[("psd", "sd")]["measured_gain"] == pytest.approx(0.5)
+    assert got[("psd2", "sd")]["basis"] == "iso-concurrency"
+    assert got[("psd2", "ar")]["basis"] == "iso-concurrency"
+    assert ("psd", "ar") not in got                      # 8 in flight against 4: neither
+
+
+def test_machine_info_and_git_info_have_their_fields():
+    from psdlab.validation.results_file import git_info, machine_info
+    info = machine_info([0.5, 0.4, 0.3])
+    assert info["load_before"] == [0.5, 0.4, 0.3] and info["cpus"] >= 1
+    assert set(info["cpu_flags"]) <= set(__import__(
+        "psdlab.validation.results_file", fromlist=["FLAGS"]).FLAGS)
+    g = git_info()
+    assert g["tree"] in (None, "clean", "uncommitted changes on top of HEAD")
+
+
+def test_prompt_sampling_measures_the_sides_and_the_chance_of_their_difference():
+    from psdlab.validation.prompt_sampling import acceptance_by_side, sampling_md
+    easy = dict(TRUE, styles={}, default=2.0, sigma=0.5)
+    hard = dict(TRUE, styles={}, default=0.0, sigma=0.5)
+    cal = [fake_trace(hard, KEYS, k, seed=20 + k) for k in (2, 4)]
+    held = [fake_trace(easy, [f"x{key}" for key in KEYS], 3, seed=30)]
+    side = acceptance_by_side(cal, held, hard)
+    assert side["heldout"]["accepted_per_verification"] > side["calibration"][
+        "accepted_per_verification"]
+    assert side["difference_of_prompt_means"] > 0 and side["chance_se_of_difference"] > 0
+    assert side["emitted_ratio_heldout_over_calibration"] > 1
+    # the model fitted on the hard side predicts the held-out side from its own level
+    assert side["heldout"]["predicted_accepted_per_verification"] < side["heldout"][
+        "accepted_per_verification"]
+    assert 0 <= side["p_prompts_alone_break_5pct"] <= 1
+    assert any("Prompt sampling" in line for line in sampling_md(side))
+    assert acceptance_by_side([], held, None) is None

@@ -1,0 +1,107 @@
+"""Report sections on how the predictions transfer to prompts the calibration never served.
+
+``transfer_sections`` gives markdown lines for ``validation.report.write_report``:
+
+- the targets over the held-out runs (held-out prompts and configurations) beside the same
+  targets over the calibration runs (in-sample), with each target's noise SE and the chance
+  that noise alone breaks its bound;
+- the acceptance-model candidates and their leave-one-prompt-out cross-validation scores over
+  the calibration prompts (``validation.acceptance_transfer``), the one chosen;
+- the held-out targets under the diagnostic acceptance models (the id-keyed replay of the
+  calibration match patterns, per-position rates only);
+- the closed form: the consistency check (t and V from the pair's own SD run) beside the true
+  prediction (calibrated t, V, overhead; fitted acceptance).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from psdlab.validation.report import md_table
+
+
+def _pct(kind: str, v: Any) -> str:
+    if v is None:
+        return "n/a"
+    return f"{v:.1f} pp" if kind == "pp" else f"{100 * v:.1f}%"
+
+
+def _cells(s: Mapping[str, Any] | None) -> list[str]:
+    if s is None:
+        return ["-", "-", "-", "-"]
+    chance = s.get("noise_break_chance")
+    return [f"{_pct(s['kind'], s['max_abs_error'])} ({s['n']})",
+            "n/a" if s["within"] is None else "yes" if s["within"] else "NO",
+            _pct(s["kind"], s.get("noise_se")),
+            "n/a" if chance is None else f"{100 * chance:.0f}%"]
+
+
+def side_by_side(held: Sequence[Mapping[str, Any]], cal: Sequence[Mapping[str, Any]]
+                 ) -> list[list[str]]:
+    by_cal = {s["target"]: s for s in cal}
+    out = []
+    for s in held:
+        bound = ("none" if s["bound"] is None else
+                 f"{s['bound']:g} pp" if s["kind"] == "pp" else f"{100 * s['bound']:g}%")
+        out.append([s["target"], bound, *_cells(s), *_cells(by_cal.get(s["target"]))])
+    return out
+
+
+SIDE_HEADER = ["target", "bound", "held-out: max |error| (n)", "within", "noise SE",
+               "P(noise breaks)", "calibration: max |error| (n)", "within", "noise SE",
+               "P(noise breaks)"]
+
+
+def transfer_sections(validation: Any, held: set[str], cal: set[str],
+                      diagnostics: Sequence[tuple[str, Any]],
+                      selection: Mapping[str, Any] | None) -> list[str]:
+    md = ["## Held-out prompts beside calibration prompts", "",
+          "Held out: the runs on prompts no calibration run served, at configurations no "
+          "calibration run used; calibration: the calibration runs themselves (in-sample). "
+          "Acceptance for both comes from the fitted model below, never from a request's "
+          "own match pattern.", "",
+          md_table(SIDE_HEADER, side_by_side(validation.summary(held),
+                                             validation.summary(cal))), ""]
+    if selection:
+        md += ["## The acceptance model: candidates", "",
+               f"Chosen by {selection.get('method', 'cross-validation')} "
+               f"({len(selection.get('prompts', []))} prompts; the held-out runs were not "
+               f"used): lowest negative log-likelihood per tried draft token on the left-out "
+               f"prompt, its request level integrated out as for a new prompt.", "",
+               md_table(["candidate", "CV NLL / token", "CV rms error of accepted tokens",
+                         "chosen"],
+                        [[r["candidate"],
+                          "n/a" if r["cv_nll_per_token"] is None
+                          else f"{r['cv_nll_per_token']:.4f}",
+                          "n/a" if r["cv_accept_error"] is None
+                          else f"{100 * r['cv_accept_error']:.1f}%",
+                          "yes" if r.get("chosen") else ""]
+                         for r in selection.get("scores", [])]), "",
+               f"Fitted: `{selection.get('spec')}`", ""]
+    for label, alt in diagnostics:
+        md += [f"### Diagnostic: the same runs {label}", "",
+               md_table(SIDE_HEADER, side_by_side(
+                   [x for x in alt.summary(held) if x["source"] == "sim"],
+                   [x for x in alt.summary(cal) if x["source"] == "sim"])), ""]
+    from psdlab.validation.results_file import closed_form_rows
+    cf = closed_form_rows(validation, held)
+    if cf:
+        def x(v: Any) -> str:
+            return "n/a" if v is None else f"{v:.3f}"
+
+        body = []
+        for r in cf:
+            c, p = r["check_inputs"], r["prediction_inputs"] or {}
+            body.append([r["pair"], x(r["measured_steady_speedup"]),
+                         f"{x(r['consistency_check'])} ({_pct('rel', r['consistency_error'])})",
+                         f"{x(r['prediction'])} ({_pct('rel', r['prediction_error'])})",
+                         f"{1e3 * c['t']:.1f} / {1e3 * c['V']:.1f}",
+                         "n/a" if not p else f"{1e3 * p['t']:.1f} / {1e3 * p['V']:.1f}"])
+        md += ["## Closed form: consistency check and prediction", "",
+               "Consistency check: t, V, overhead and tokens per verification read from the "
+               "held-out pair's own SD run. Prediction: t and V from the calibrated cost "
+               "models at the pair's k and m, the calibrated overhead and jitter, tokens per "
+               "verification from the fitted acceptance model.", "",
+               md_table(["pair", "measured steady speedup", "check (error)",
+                         "prediction (error)", "check t / V (ms)", "predicted t / V (ms)"],
+                        body), ""]
+    return md
