@@ -162,7 +162,7 @@ RUNS = {  # name: (vLLM mode, target cores); the drafter of PSD is on core 0 thr
 }
 
 
-def comparisons(res: dict, tput: dict, args: argparse.Namespace) -> dict[str, object]:
+def comparisons(res: dict, tput: dict) -> dict[str, object]:
     """The two comparisons the paper's setting implies, each with the closed form from the
     PSD run's own t and V and the SD run's own step time, and PSD's overlap."""
     t, v, tv_max = phase_means(res["psd"].trace)
@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         res[name] = r
     tokens = sum(len(o) for o in res["ar"].outputs)
     tput = {m: tokens / _median(w) for m, w in walls.items()}
-    cmp = comparisons(res, tput, args)
+    cmp = comparisons(res, tput)
     t, v = cmp["psd_t_s"], cmp["psd_V_s"]
     stats = res["psd"].drafter_stats
     from psdlab.validation.results_file import git_info, machine_info

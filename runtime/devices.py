@@ -22,6 +22,10 @@ import contextlib
 import time
 from typing import Any, Callable
 
+#: the ways a runner may run its passes (`runtime.runner.RunnerConfig.compile`): "off",
+#: "eager" (dynamo tracing only), "default" (inductor), "reduce-overhead" (+ CUDA graphs)
+COMPILE_MODES = ("off", "eager", "default", "reduce-overhead")
+
 
 def default_backend(device: str, drafter_device: str | None = None) -> str:
     """``process`` for CPU cores and for separate CUDA devices, ``thread`` for two streams of

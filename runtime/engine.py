@@ -22,6 +22,7 @@ from typing import Any, Callable, Hashable, Sequence
 
 from psdlab.analysis.checks import check_choice, check_int, check_range
 from psdlab.analysis.trace import MODES, RunInfo
+from psdlab.runtime.devices import COMPILE_MODES
 from psdlab.runtime.drafter import preferred_dtype
 from psdlab.runtime.loop import _Loop
 from psdlab.runtime.requests import Request
@@ -70,7 +71,6 @@ class EngineConfig:
         check_int("max_len", self.max_len, minimum=2)
         check_choice("backend", self.backend, ("inline", "thread", "process"))
         check_range("idle_spin_s", self.idle_spin_s, 0.0, 60.0)
-        from psdlab.runtime.runner import COMPILE_MODES
         check_choice("compile", self.compile, COMPILE_MODES)
         check_choice("dtype", self.dtype, ("float32", "float16", "bfloat16"))
         if self.drafter_dtype is not None:

@@ -47,13 +47,7 @@ class KVCache:
             raise ValueError(f"slots: must be in [0, {self.max_slots - 1}], got {slots}")
         return slots
 
-    def as_slots(self, slots: torch.Tensor | list[int] | int) -> torch.Tensor:
-        """slots as a LongTensor on the cache device; ValueError if out of range."""
-        host = _ints(slots)
-        self.check_slots(host)
-        return torch.tensor(host, dtype=torch.long).to(self.device)
-
-    def check_append_host(self, slots: list[int], num_new: list[int]) -> list[int]:
+    def check_append(self, slots: list[int], num_new: list[int]) -> list[int]:
         """New lengths after appending; ValueError (naming max_len) if a slot would overflow."""
         new_len = [self.host_lengths[s] + n for s, n in zip(slots, num_new)]
         if new_len and max(new_len) > self.max_len:
@@ -62,10 +56,6 @@ class KVCache:
                 f"max_len: sequence in slot {slots[worst]} would reach "
                 f"{new_len[worst]} tokens, more than max_len={self.max_len}")
         return new_len
-
-    def check_append(self, slots: torch.Tensor, num_new: torch.Tensor) -> None:
-        """Raise ValueError (naming max_len) if appending num_new tokens would overflow a slot."""
-        self.check_append_host(_ints(slots), _ints(num_new))
 
     def advance(self, slots: list[int], slots_dev: torch.Tensor, new_len: list[int],
                 new_len_dev: torch.Tensor) -> None:

@@ -216,7 +216,7 @@ class Transformer(nn.Module):
         cache.check_slots(slots)
         if len(slots) != b or len(set(slots)) != b:
             raise ValueError(f"slots: expected {b} distinct slots (one per row), got {slots}")
-        cache.check_append_host(slots, num_new)
+        cache.check_append(slots, num_new)
 
     @torch.no_grad()
     def forward_planned(self, tokens: torch.Tensor, cache: KVCache, slots: list[int],

@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from psdlab.runtime.devices import COMPILE_MODES
 from psdlab.runtime.model import host_to_device
 
 #: prompt tokens are fed in chunks of this many (bounds the [1, T, V] logits of a prefill)
@@ -72,8 +73,6 @@ class RunnerConfig:
                                 # "eager" (dynamo tracing only: what CPU tests can afford)
 
 
-COMPILE_MODES = ("off", "eager", "default", "reduce-overhead")
-
 
 def _dtype(name: str) -> torch.dtype:
     return {"float32": torch.float32, "float16": torch.float16,
@@ -118,8 +117,6 @@ class ModelRunner:
         after: one launch per pass instead of one per kernel."""
         if mode not in COMPILE_MODES:
             raise ValueError(f"compile: must be one of {', '.join(COMPILE_MODES)}, got {mode!r}")
-        if not hasattr(self.model, "_run"):
-            raise ValueError("compile: this model has no layer stack to compile")
         kw = {"backend": "eager"} if mode == "eager" else (
             {} if mode == "default" else {"mode": mode})
         self.model._run = torch.compile(self.model._run, dynamic=True, **kw)
@@ -154,24 +151,14 @@ class ModelRunner:
         row's last token with only_last)."""
         width = padded_width(len(rows), max(len(r) for r in rows), self.pad_slow_gemm)
         with torch.inference_mode():
-            if hasattr(self.model, "forward_rows"):
-                return self.model.forward_rows([list(r) for r in rows], self.cache,
-                                               list(slots), width=width, only_last=only_last)
-            tokens = torch.zeros((len(rows), width), dtype=torch.long)
-            for i, r in enumerate(rows):
-                tokens[i, :len(r)] = torch.tensor(list(r), dtype=torch.long)
-            num_new = torch.tensor([len(r) for r in rows], dtype=torch.long)
-            return self.model.forward(tokens.to(self.device), self.cache, self._slots(slots),
-                                      num_new.to(self.device), only_last=only_last)
+            return self.model.forward_rows([list(r) for r in rows], self.cache, list(slots),
+                                           width=width, only_last=only_last)
 
     def _forward_next(self, slots: list[int], tokens: torch.Tensor) -> torch.Tensor:
         """One token per row, already on the device (the last pass's picks): no host copy."""
         with torch.inference_mode():
-            if hasattr(self.model, "forward_planned"):
-                return self.model.forward_planned(tokens, self.cache, slots, [1] * len(slots),
-                                                  only_last=True)
-            return self._forward(slots, [[int(x)] for x in tokens.reshape(-1).tolist()],
-                                 only_last=True)
+            return self.model.forward_planned(tokens, self.cache, slots, [1] * len(slots),
+                                              only_last=True)
 
     def _catch_up(self, slots: Sequence[int], rows: Sequence[Sequence[int]],
                   leave: int) -> list[list[int]]:
@@ -297,4 +284,4 @@ class ModelRunner:
 
     def release(self, slots: Sequence[int]) -> None:
         if slots:
-            self.cache.reset(self._slots(slots))
+            self.cache.reset(list(slots))

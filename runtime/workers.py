@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from psdlab.runtime.devices import CommandClock, private_stream
+
 BACKENDS = ("inline", "thread", "process")
 
 
@@ -58,7 +60,6 @@ class Result:
 def _run_command(runner: Any, method: str, args: tuple) -> tuple:
     """Run one command; its start and end come from `runtime.devices.CommandClock` (the
     device's interval on CUDA)."""
-    from psdlab.runtime.devices import CommandClock
     clock = CommandClock(getattr(runner, "device", "cpu"))
     clock.start()
     try:
@@ -113,7 +114,6 @@ class ThreadWorker:
     def _main(self) -> None:
         import contextlib
 
-        from psdlab.runtime.devices import private_stream
         from psdlab.runtime.runner import ModelRunner
         try:
             runner = ModelRunner(self.spec.runner)

@@ -32,6 +32,8 @@ import sys
 import time
 from pathlib import Path
 
+from psdlab.runtime.devices import COMPILE_MODES
+
 SIZES = {
     # ~1.3B parameters (Llama-style, GQA)
     "1.3b": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=24,
@@ -74,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--dtype", default=None, choices=("float32", "float16", "bfloat16"))
     p.add_argument("--out", default="gpu_bench_out")
-    p.add_argument("--compile", choices=("off", "eager", "default", "reduce-overhead"),
+    p.add_argument("--compile", choices=COMPILE_MODES,
                    default="off", help="torch.compile the passes (reduce-overhead: CUDA graphs)")
     p.add_argument("--budget-s", type=float, default=420.0,
                    help="skip a layout that would end past this many seconds")

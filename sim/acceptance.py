@@ -34,7 +34,6 @@ cursor (its only state): ``reset()`` rewinds it; a fresh model starts at the fir
 """
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -42,8 +41,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from psdlab.analysis.checks import check_choice, check_int, check_range
+from psdlab.sim.acceptance_draws import KMAX, leading_accepted
+from psdlab.sim.acceptance_draws import k_array as _k_array
 
-KMAX = 4096
 
 
 class AcceptanceModel:
@@ -61,16 +61,6 @@ class AcceptanceModel:
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.kind}
-
-
-def _k_array(k, n: int) -> np.ndarray:
-    arr = np.asarray(k)
-    if arr.dtype.kind not in "iu" and not (arr.dtype.kind == "f" and np.all(arr == np.floor(arr))):
-        raise ValueError(f"k: expected integers, got {k!r}")
-    arr = np.broadcast_to(arr.astype(np.int64), (n,))
-    if n and (arr.min() < 0 or arr.max() > KMAX):
-        raise ValueError(f"k: must be in [0, {KMAX}], got values from {arr.min()} to {arr.max()}")
-    return arr
 
 
 def _geometric_counts(rng: np.random.Generator, alpha: np.ndarray, k: np.ndarray) -> np.ndarray:
@@ -156,13 +146,7 @@ class PositionalAcceptance(AcceptanceModel):
 
     def sample(self, rng, params, k):
         n = np.asarray(params).size
-        karr = _k_array(k, n)
-        kmax = int(karr.max()) if n else 0
-        if kmax == 0:
-            return np.zeros(n, dtype=np.int64)
-        ok = rng.random((n, kmax)) < self._rates(kmax)
-        leading = np.cumprod(ok, axis=1).sum(axis=1)
-        return np.minimum(leading, karr).astype(np.int64)
+        return leading_accepted(n, k, lambda kmax: rng.random((n, kmax)) < self._rates(kmax))
 
     def expected_accepted(self, k):
         k = check_int("k", k, 0, KMAX)

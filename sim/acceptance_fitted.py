@@ -30,23 +30,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from psdlab.analysis.checks import check_int, check_range
+from psdlab.sim.acceptance_draws import KMAX, leading_accepted
 
 #: Gauss-Hermite nodes for the expectation over u
 _GH = np.polynomial.hermite.hermgauss(24)
-#: longest draft (as ``sim.acceptance.KMAX``; not imported: that module imports this one)
-KMAX = 4096
-
-
-def _k_array(k: Any, n: int) -> np.ndarray:
-    arr = np.asarray(k)
-    if arr.dtype.kind not in "iu" and not (arr.dtype.kind == "f"
-                                           and np.all(arr == np.floor(arr))):
-        raise ValueError(f"k: expected integers, got {k!r}")
-    arr = np.broadcast_to(arr.astype(np.int64), (n,))
-    if n and (arr.min() < 0 or arr.max() > KMAX):
-        raise ValueError(f"k: must be in [0, {KMAX}], got values from {arr.min()} to "
-                         f"{arr.max()}")
-    return arr
 
 
 def style_of(key: Any) -> str:
@@ -93,14 +80,8 @@ class FittedAcceptance:
     def sample_at(self, rng, params, k, pos) -> np.ndarray:
         params = np.asarray(params, dtype=float)
         n = params.size
-        karr = _k_array(k, n)
-        kmax = int(karr.max()) if n else 0
-        if kmax == 0:
-            return np.zeros(n, dtype=np.int64)
-        q = self.probabilities(params, np.broadcast_to(np.asarray(pos), (n,)), kmax)
-        ok = rng.random((n, kmax)) < q
-        leading = np.cumprod(ok, axis=1).sum(axis=1)
-        return np.minimum(leading, karr).astype(np.int64)
+        return leading_accepted(n, k, lambda kmax: rng.random((n, kmax)) < self.probabilities(
+            params, np.broadcast_to(np.asarray(pos), (n,)), kmax))
 
     def sample(self, rng, params, k) -> np.ndarray:
         n = np.asarray(params).size

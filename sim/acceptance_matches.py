@@ -29,6 +29,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from psdlab.analysis.checks import check_range
+from psdlab.sim.acceptance_draws import KMAX, leading_accepted
 
 SYMBOLS = {"1": 1, "0": 0, ".": -1}
 
@@ -83,18 +84,15 @@ class MatchAcceptance:
         return out
 
     def sample_at(self, rng, params, k, pos) -> np.ndarray:
-        from psdlab.sim.acceptance import _k_array
         params = np.asarray(params, dtype=float)
         n = params.size
-        karr = _k_array(k, n)
-        kmax = int(karr.max()) if n else 0
-        if kmax == 0:
-            return np.zeros(n, dtype=np.int64)
-        known = self.known(params, np.broadcast_to(np.asarray(pos), (n,)), kmax)
-        drawn = rng.random((n, kmax)) < self._rates(kmax)
-        ok = np.where(known >= 0, known == 1, drawn)
-        leading = np.cumprod(ok, axis=1).sum(axis=1)
-        return np.minimum(leading, karr).astype(np.int64)
+
+        def trials(kmax: int) -> np.ndarray:
+            known = self.known(params, np.broadcast_to(np.asarray(pos), (n,)), kmax)
+            drawn = rng.random((n, kmax)) < self._rates(kmax)
+            return np.where(known >= 0, known == 1, drawn)
+
+        return leading_accepted(n, k, trials)
 
     def sample(self, rng, params, k) -> np.ndarray:
         n = np.asarray(params).size
@@ -102,7 +100,6 @@ class MatchAcceptance:
 
     def expected_accepted(self, k: int) -> float:
         from psdlab.analysis.checks import check_int
-        from psdlab.sim.acceptance import KMAX
         k = check_int("k", k, 0, KMAX)
         return float(np.cumprod(self._rates(k)).sum()) if k else 0.0
 

@@ -226,8 +226,7 @@ output = {{ name = "fixed", value = 10 }}
 path = "{trace}"
 level = "step"
 """)
-    probe = ("import sys, runpy; sys.argv = ['psdlab', 'simulate', sys.argv[1]]; "
-             "from psdlab.cli import main; rc = main(sys.argv[1:]); "
+    probe = ("import sys; from psdlab.cli import main; rc = main(['simulate', sys.argv[1]]); "
              "print('VALIDATION' if any(m.startswith('psdlab.validation') for m in sys.modules)"
              " else 'CLEAN'); sys.exit(rc)")
     run = subprocess.run([sys.executable, "-c", probe, str(cfg)], capture_output=True,

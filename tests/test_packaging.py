@@ -41,6 +41,17 @@ def wheel(tmp_path_factory) -> Path:
     return whl
 
 
+def _old_names_do_not_import(cwd: Path, site: Path | None = None) -> None:
+    """From ``cwd`` (outside the checkout), optionally with ``site`` first on the path, none of
+    the layout folders' old top-level names imports."""
+    prefix = "import sys; sys.path.insert(0, sys.argv[1]); " if site else ""
+    for old in ("runtime", "sim", "analysis", "validation", "paper_figs"):
+        bad = subprocess.run([sys.executable, "-c", f"{prefix}import {old}",
+                              *([str(site)] if site else [])],
+                             capture_output=True, text=True, cwd=cwd, timeout=300)
+        assert bad.returncode != 0 and "ModuleNotFoundError" in bad.stderr, (old, bad.stderr)
+
+
 def test_psdlab_is_the_wheels_only_top_level_name(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     top = {n.split("/")[0] for n in names}
@@ -75,19 +86,12 @@ def test_the_wheel_imports_from_outside_the_checkout_and_the_old_names_do_not(wh
     ok = subprocess.run([sys.executable, "-c", probe, str(target)], capture_output=True,
                         text=True, cwd=tmp_path, timeout=300)
     assert ok.returncode == 0 and ok.stdout.strip() == "ok", ok.stderr[-2000:]
-    for old in ("runtime", "sim", "analysis", "validation", "paper_figs"):
-        bad = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, "
-                              f"sys.argv[1]); import {old}", str(target)],
-                             capture_output=True, text=True, cwd=tmp_path, timeout=300)
-        assert bad.returncode != 0 and "ModuleNotFoundError" in bad.stderr, (old, bad.stderr)
+    _old_names_do_not_import(tmp_path, site=target)
 
 
 def test_the_set_up_installs_no_old_top_level_name(tmp_path):
     """In the set-up's environment (an editable install), from outside the checkout."""
-    for old in ("runtime", "sim", "analysis", "validation", "paper_figs"):
-        bad = subprocess.run([sys.executable, "-c", f"import {old}"], capture_output=True,
-                             text=True, cwd=tmp_path, timeout=300)
-        assert bad.returncode != 0 and "ModuleNotFoundError" in bad.stderr, (old, bad.stderr)
+    _old_names_do_not_import(tmp_path)
     ok = subprocess.run([sys.executable, "-c", "import psdlab.runtime.prompts, psdlab.cli"],
                         capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert ok.returncode == 0, ok.stderr[-2000:]

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
@@ -111,16 +110,10 @@ def build_family(target_dir: str, depths: Sequence[int], committed_dir: str | No
     return sorted(members, key=lambda mb: (mb.layers, mb.depth is None))
 
 
-class _StopWhenAllAdmitted:
-    """The engine's ``on_step`` hook: ends the run (returns True) after the first step with
-    nobody waiting -- the steady state is over; the drain that follows is not measured."""
-
-    def __init__(self) -> None:
-        self.fired = False
-
-    def __call__(self, loop: Any, index: int) -> bool:
-        self.fired = not loop.waiting
-        return self.fired
+def _stop_when_all_admitted(loop: Any, index: int) -> bool:
+    """The engine's ``on_step`` hook: ends the run (True) after the first step with nobody
+    waiting -- the steady state is over; the drain that follows is not measured."""
+    return not loop.waiting
 
 
 def prefix_equal(a: Sequence[Sequence[int]], b: Sequence[Sequence[int]]) -> bool:
@@ -205,7 +198,7 @@ def measure_member(member: Member, target_dir: str, requests: list, plan: Fronti
             path = (str(Path(trace_dir) / f"{member.name}_{mode}_r{rnd}.jsonl")
                     if trace_dir else None)
             start = time.perf_counter()
-            hook = _StopWhenAllAdmitted() if len(requests) > cfg.slots else None
+            hook = _stop_when_all_admitted if len(requests) > cfg.slots else None
             res = eng.run(requests, path, config=cfg, on_step=hook,
                           run_extra={"frontier": member.name, "round": rnd,
                                      "stopped_after_last_admission": hook is not None})
@@ -260,32 +253,16 @@ def frontier_point(name: str, traces: Sequence[Trace],
 
 
 def machine_info() -> dict[str, Any]:
-    """CPU model, a summary of its vector flags, cores, load average, date, git commit."""
-    model, flags = "", set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and not model:
-                model = line.split(":", 1)[1].strip()
-            if line.startswith("flags") and not flags:
-                flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    model = model or platform.processor()
-    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "amx_bf16",
-              "amx_int8", "amx_tile", "fma")
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                                    capture_output=True, text=True, timeout=10,
-                                    cwd=Path(__file__).resolve().parent).stdout.strip())
-    except (OSError, subprocess.SubprocessError):
-        commit, dirty = "", False
-    return {"cpu_model": model, "flags": [f for f in wanted if f in flags],
-            "cores": os.cpu_count(), "cores_usable": len(os.sched_getaffinity(0)),
-            "load_average": list(os.getloadavg()),
+    """CPU model, its vector flags, cores, load average, date, git commit
+    (`validation.results_file`'s record, under this file's keys)."""
+    from psdlab.validation.results_file import git_info
+    from psdlab.validation.results_file import machine_info as machine
+    m, git = machine(), git_info()
+    return {"cpu_model": m["cpu_model"], "flags": m["cpu_flags"], "cores": m["cpus"],
+            "cores_usable": m["cpus_usable"], "load_average": m["load_after"],
             "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "git_commit": commit, "git_dirty": dirty, "python": platform.python_version()}
+            "git_commit": git["commit"] or "", "git_dirty": git["tree"] != "clean",
+            "python": platform.python_version()}
 
 
 def run_frontier(out_dir: str, plan: FrontierPlan, target_dir: str | None = None,

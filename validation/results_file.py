@@ -34,7 +34,7 @@ from typing import Any, Mapping, Sequence
 
 #: CPU flags worth recording (torch's CPU kernels dispatch on them)
 FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16",
-         "amx_tile", "amx_bf16", "amx_int8", "neon", "asimd", "sve")
+         "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "neon", "asimd", "sve")
 
 
 def _load() -> list[float] | None:

@@ -5,6 +5,8 @@ import argparse
 import json
 import sys
 
+from psdlab.runtime.devices import COMPILE_MODES
+
 
 def add_worker_args(p: argparse.ArgumentParser) -> None:
     """Where and how the two workers run (shared with bench-runtime)."""
@@ -17,7 +19,7 @@ def add_worker_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--idle-spin-s", type=float, default=1.0,
                    help="a worker waiting for its next command busy-polls this many seconds "
                         "before it sleeps (keeps idle cores awake between steps; 0: sleep)")
-    p.add_argument("--compile", choices=("off", "eager", "default", "reduce-overhead"),
+    p.add_argument("--compile", choices=COMPILE_MODES,
                    default="off",
                    help="run each pass's layers through torch.compile (reduce-overhead: CUDA "
                         "graphs on GPU; eager: dynamo tracing only)")

@@ -34,6 +34,6 @@ walls, cpus = [], []
 for rep in range(3):
     res = simulate(make(n, {"name": "poisson", "rate": rate, "prompt": prompt, "output": output}, rep), path="fast")
     walls.append(res.wall_s); cpus.append(res.cpu_s)
-print(json.dumps({"tree": tree, "sim_file": _m.__file__, "policy": sys.argv[2], "requests": n, "events": res.events,
+print(json.dumps({"tree": tree, "sim_file": os.path.relpath(_m.__file__, os.path.dirname(os.path.dirname(_m.__file__))), "policy": sys.argv[2], "requests": n, "events": res.events,
                   "makespan_s": res.makespan_s, "wall_s": walls, "cpu_s": cpus,
                   "requests_per_cpu_s": [n / c for c in cpus]}))

@@ -7,7 +7,8 @@ from psdlab.runtime.vllm_ext.tiny import tiny_pair, tiny_prompts
 def main():
     global new_schedule, orig_dc
     quiet_vllm_logs()
-    pair = tiny_pair("/tmp/diag/tiny")
+    import tempfile
+    pair = tiny_pair(tempfile.mkdtemp(prefix="psdlab-tiny-"))
     prompts = tiny_prompts(6, seed=3)
     new_schedule = S.PSDScheduler._schedule
     orig_dc = ST.PsdSettings.draft_config
@@ -54,7 +55,7 @@ def main():
                                  median_draft_start_minus_verify_start_ms=round(statistics.median(lag), 2),
                                  median_verify_ms=round(statistics.median(ver), 2), median_draft_ms=round(statistics.median(dr), 2)))
                 print(json.dumps(rows[-1]), flush=True)
-    json.dump(rows, open(sys.argv[1] if len(sys.argv) > 1 else "/tmp/diag/overlap.json", "w"), indent=1)
+    json.dump(rows, open(sys.argv[1] if len(sys.argv) > 1 else "tiny_overlap_diagnosis.json", "w"), indent=1)
 
 if __name__ == '__main__':
     main()
