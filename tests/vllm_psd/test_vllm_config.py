@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 import pytest
 
@@ -112,3 +113,57 @@ def test_hide_running_restores_limits_and_keeps_admitted_and_preempted_changes()
         s.running.append("e")      # admitted inside the block
     assert s.running == ["a", "e", "b", "d"]
     assert (s.max_num_running_reqs, s.max_num_active_reqs) == (4, 4)
+
+
+# ------------------------------------------------------------------ CPU binding of the target
+
+@pytest.mark.parametrize("text,cores", [("1", [1]), ("0-1", [0, 1]), ("1,0", [0, 1]),
+                                        (" 0 - 0 ", [0])])
+def test_parse_cores_reads_cpu_lists(text, cores):
+    from psdlab.runtime.vllm_ext.engine import parse_cores
+    if not set(cores) <= os.sched_getaffinity(0):
+        pytest.skip("needs CPUs 0 and 1")
+    assert parse_cores("target_cores", text) == cores
+
+
+@pytest.mark.parametrize("text", ["", "a", "1-0", "-1", "0,,1", "4096"])
+def test_bad_target_cores_is_a_one_line_error_naming_the_field(text):
+    from psdlab.runtime.vllm_ext.engine import VllmRunConfig
+    with pytest.raises(ValueError) as err:
+        VllmRunConfig(mode="ar", target="T", target_cores=text)
+    assert str(err.value).startswith("target_cores:") and "\n" not in str(err.value)
+
+
+def test_bind_pins_every_thread_and_torch_then_restores():
+    """vLLM's in-process engine ignores VLLM_CPU_OMP_THREADS_BIND, so psdlab binds: every
+    thread of the process (a thread started before the binding too: OpenMP's pool threads
+    keep the affinity they were made with) and torch's thread count; restored after."""
+    import threading
+
+    import torch
+
+    from psdlab.runtime.vllm_ext.engine import bind_target_cpus, restore_cpus
+    if not {0, 1} <= os.sched_getaffinity(0):
+        pytest.skip("needs CPUs 0 and 1")
+    before, threads = os.sched_getaffinity(0), torch.get_num_threads()
+    started, stop = threading.Event(), threading.Event()
+    ids = {}
+
+    def other():
+        ids["tid"] = threading.get_native_id()
+        started.set()
+        stop.wait(30)
+
+    t = threading.Thread(target=other, daemon=True)
+    t.start()
+    started.wait(30)
+    saved = bind_target_cpus("1")
+    try:
+        assert os.sched_getaffinity(0) == {1}
+        assert os.sched_getaffinity(ids["tid"]) == {1}
+        assert torch.get_num_threads() == 1
+    finally:
+        restore_cpus(saved)
+        stop.set()
+        t.join(30)
+    assert os.sched_getaffinity(0) == before and torch.get_num_threads() == threads

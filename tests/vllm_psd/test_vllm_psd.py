@@ -13,7 +13,8 @@ import pytest
 vllm = pytest.importorskip("vllm")
 
 from psdlab.analysis.trace import read_trace  # noqa: E402
-from psdlab.runtime.vllm_ext.engine import VllmRunConfig, run_vllm  # noqa: E402
+from psdlab.runtime.vllm_ext.engine import (VllmRunConfig, run_vllm,  # noqa: E402
+                                            run_vllm_isolated)
 from psdlab.runtime.vllm_ext.tiny import tiny_pair, tiny_prompts  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not {0, 1} <= set(os.sched_getaffinity(0)),
@@ -37,11 +38,33 @@ def _cfg(pair, mode, trace, draft=None, **kw):
 @pytest.fixture(scope="module")
 def runs(pair, tmp_path_factory):
     out = tmp_path_factory.mktemp("runs")
-    res = {}
+    res = {"caller_affinity": os.sched_getaffinity(0)}
     for mode in ("ar", "sd", "psd"):
         res[mode] = run_vllm(_cfg(pair, mode, out / f"{mode}.jsonl"), PROMPTS)
         res[mode + "_trace"] = out / f"{mode}.jsonl"
+    res["caller_affinity_after"] = os.sched_getaffinity(0)
     return res
+
+
+def test_the_target_runs_on_its_core_alone(runs):
+    """The engine thread's affinity and torch threads, as read inside vLLM's scheduler: the
+    target's core only (before the binding the in-process engine ran on every core, the PSD
+    drafter's too); the caller's own affinity is given back after each run."""
+    for mode in ("ar", "sd", "psd"):
+        extra = read_trace(runs[mode + "_trace"]).run.extra
+        assert extra["target_affinity"] == [1], (mode, extra)
+        assert extra["target_torch_threads"] == 1, (mode, extra)
+    assert runs["caller_affinity_after"] == runs["caller_affinity"]
+
+
+def test_isolated_run_binds_two_cores_and_equals_in_process(pair, runs, tmp_path):
+    """A run in its own process (what the benchmark compares configurations with) gives the
+    same greedy output, on the cores it asks for."""
+    res = run_vllm_isolated(_cfg(pair, "ar", tmp_path / "iso.jsonl", target_cores="0-1"),
+                            PROMPTS)
+    assert res.outputs == runs["ar"].outputs
+    extra = read_trace(tmp_path / "iso.jsonl").run.extra
+    assert extra["target_affinity"] == [0, 1] and extra["target_torch_threads"] == 2
 
 
 def test_psd_and_sd_greedy_equal_no_speculation(runs):
