@@ -133,6 +133,24 @@ def test_prompt_sides_are_disjoint_and_cover_every_style():
         assert of & cal and of & held, style
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from("abcd"), min_size=1, max_size=40), st.integers(1, 40))
+def test_every_prefix_of_a_side_mixes_the_styles_evenly(styles, n):
+    """A run of n requests serves a side's first n prompts: per style, their counts differ by
+    at most one among the styles the side still has prompts of."""
+    from collections import Counter
+
+    from psdlab.validation.runs import prompt_sides
+    items = [(f"p{i:02d}", s) for i, s in enumerate(styles)]
+    for members in prompt_sides(items).values():
+        assert len(set(members)) == len(members)
+        total = Counter(items[i][1] for i in members)
+        head = Counter(items[i][1] for i in members[:n])
+        open_styles = [s for s in total if head[s] < total[s]]
+        if open_styles:          # styles not yet exhausted are never behind by more than one
+            assert max(head.values()) - min(head[s] for s in open_styles) <= 1
+
+
 def test_demo_requests_cycle_one_side_with_distinct_ids():
     from psdlab.validation.runs import demo_requests
     ids = [[1, 2], [3, 4], [5, 6], [7, 8], [9, 10]]
@@ -186,3 +204,12 @@ def test_prompt_sampling_measures_the_sides_and_the_chance_of_their_difference()
     assert 0 <= side["p_prompts_alone_break_5pct"] <= 1
     assert any("Prompt sampling" in line for line in sampling_md(side))
     assert acceptance_by_side([], held, None) is None
+
+
+def test_within_style_spread_leaves_out_what_the_styles_explain():
+    from psdlab.validation.prompt_sampling import within_style_sd
+    # two styles far apart, tight inside: the pooled within-style SD is the inner spread only
+    means = {"a-1": 0.1, "a-2": 0.3, "a-3": 0.2, "b-1": 2.0, "b-2": 2.2, "b-3": 2.1}
+    assert within_style_sd(means) == pytest.approx(0.1)
+    assert np.std(list(means.values()), ddof=1) > 1.0
+    assert within_style_sd({"a-1": 1.0, "b-1": 2.0}) is None        # no spread left to see

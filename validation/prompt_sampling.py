@@ -46,8 +46,13 @@ def acceptance_by_side(calibration: Sequence[Trace], held: Sequence[Trace],
     ho, ho_pooled, ho_data = _per_prompt(held)
     if not cal or not ho:
         return None
-    s = float(np.std(list(cal.values()), ddof=1)) if len(cal) > 1 else float("nan")
-    se = s * math.sqrt(1 / len(cal) + 1 / len(ho)) if len(cal) > 1 else None
+    between = float(np.std(list(cal.values()), ddof=1)) if len(cal) > 1 else float("nan")
+    within = within_style_sd(cal)
+    # a model with style levels knows each style's level: only the spread within a style is
+    # left to chance
+    styled = bool(spec and spec.get("styles")) and within is not None
+    s = within if styled else between
+    se = s * math.sqrt(1 / len(cal) + 1 / len(ho)) if len(cal) > 1 and s == s else None
     pred = None
     if spec is not None:
         from psdlab.sim.acceptance import make_acceptance
@@ -63,15 +68,31 @@ def acceptance_by_side(calibration: Sequence[Trace], held: Sequence[Trace],
             "p_prompts_alone_break_5pct": None if not rel else
             float(math.erfc(0.05 / (rel * math.sqrt(2.0)))),
             "calibration": {"prompts": len(cal), "accepted_per_verification": cal_pooled,
-                            "mean_of_prompts": cal_mean, "between_prompt_sd": s,
+                            "mean_of_prompts": cal_mean, "between_prompt_sd": between,
+                            "within_style_sd": within,
                             "by_prompt": cal},
             "heldout": {"prompts": len(ho), "accepted_per_verification": ho_pooled,
                         "mean_of_prompts": ho_mean, "by_prompt": ho,
                         "predicted_accepted_per_verification": pred},
             "difference_of_prompt_means": ho_mean - cal_mean,
             "chance_se_of_difference": se,
+            "chance_se_spread": "within_style" if styled else "between_prompt",
             "difference_over_se": None if not se else (ho_mean - cal_mean) / se,
             "emitted_ratio_heldout_over_calibration": (1 + ho_pooled) / (1 + cal_pooled)}
+
+
+def within_style_sd(means: Mapping[str, float]) -> float | None:
+    """Pooled standard deviation of prompt means around their style's mean (style: the id's
+    text before the first ``-``); None without more prompts than styles."""
+    from psdlab.sim.acceptance_fitted import style_of
+    by: dict[str, list[float]] = defaultdict(list)
+    for p, v in means.items():
+        by[style_of(p)].append(v)
+    dof = len(means) - len(by)
+    if dof < 1:
+        return None
+    ss = sum(float(np.sum((np.asarray(v) - np.mean(v)) ** 2)) for v in by.values())
+    return math.sqrt(ss / dof)
 
 
 def sampling_md(side: Mapping[str, Any] | None) -> list[str]:
@@ -85,7 +106,9 @@ def sampling_md(side: Mapping[str, Any] | None) -> list[str]:
     return ["## Prompt sampling: the held-out prompts against the calibration prompts", "",
             f"Accepted draft tokens per verification (SD and PSD runs): calibration prompts "
             f"{c['accepted_per_verification']:.3f} ({c['prompts']} prompts, mean of prompts "
-            f"{c['mean_of_prompts']:.3f}, between-prompt SD {c['between_prompt_sd']:.3f}); "
+            f"{c['mean_of_prompts']:.3f}, between-prompt SD {c['between_prompt_sd']:.3f}"
+            + ("" if c.get("within_style_sd") is None else
+               f", within a style {c['within_style_sd']:.3f}") + "); "
             f"held-out prompts {h['accepted_per_verification']:.3f} ({h['prompts']} prompts, "
             f"mean of prompts {h['mean_of_prompts']:.3f})"
             + ("" if pred is None else f"; the fitted model predicts {pred:.3f} for them")
@@ -94,7 +117,10 @@ def sampling_md(side: Mapping[str, Any] | None) -> list[str]:
             f"sides. The difference of the prompt means is "
             f"{side['difference_of_prompt_means']:+.3f}"
             + ("" if se is None else f"; prompt sampling alone gives it a standard error of "
-               f"{se:.3f} ({z:+.1f} SE)") + "."
+               f"{se:.3f} ({z:+.1f} SE; from the spread "
+               + ("within a style, which the model's style levels do not know"
+                  if side.get("chance_se_spread") == "within_style" else "between prompts")
+               + ")") + "."
             + ("" if side.get("throughput_se_from_prompts") is None else
                f" In tokens per verification, hence about in decode throughput and TPOT, that "
                f"is a standard error of {100 * side['throughput_se_from_prompts']:.1f}% common "

@@ -233,12 +233,25 @@ def default_plan(quick: bool = False, repeats: int | None = None, seed: int = 0)
 def prompt_sides(items: Sequence[tuple[str, str]]) -> dict[str, list[int]]:
     """Split (id, style) items into the two sides: within each style (sorted), alternately
     calibration / held-out, the alternation running on across styles so the sides differ by
-    one prompt at most and every style with two or more prompts is on both."""
+    one prompt at most and every style with two or more prompts is on both.  Each side is
+    listed round-robin over its styles (first of each style, then second, ...), so the first
+    n prompts of a side -- what a run of n requests serves -- hold every style about equally."""
     order = sorted(range(len(items)), key=lambda i: (items[i][1], items[i][0]))
     sides: dict[str, list[int]] = {s: [] for s in PROMPT_SIDES}
     for j, i in enumerate(order):
         sides[PROMPT_SIDES[j % 2]].append(i)
-    return sides
+    return {side: _round_robin(members, items) for side, members in sides.items()}
+
+
+def _round_robin(members: list[int], items: Sequence[tuple[str, str]]) -> list[int]:
+    by_style: dict[str, list[int]] = {}
+    for i in members:
+        by_style.setdefault(items[i][1], []).append(i)
+    queues = [by_style[s] for s in sorted(by_style)]
+    out: list[int] = []
+    for turn in range(max((len(q) for q in queues), default=0)):
+        out += [q[turn] for q in queues if turn < len(q)]
+    return out
 
 
 def _cycle(items: list[tuple[str, tuple[int, ...]]], n: int) -> list[tuple[str, tuple[int, ...]]]:
