@@ -234,4 +234,4 @@ def test_output_lengths_seeded_and_in_range():
     assert a == b and len(set(a)) > 1
     lo = round(plan.max_new_tokens * (1 - plan.output_spread))
     assert all(max(2, lo) <= x <= plan.max_new_tokens for x in a)
-    assert Plan(runs=plan.runs, output_spread=0.0).output_lengths(5) == [32] * 5
+    assert Plan(runs=plan.runs, output_spread=0.0).output_lengths(5) == [plan.max_new_tokens] * 5
