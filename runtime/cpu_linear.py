@@ -9,8 +9,8 @@ same for psdlab's runner with PyTorch's own oneDNN ops (``torch.ops.mkldnn``:
 
 Measured on this project's 2-core VM (one core, 2026-12-01, ``benchmarks/bench_cpu_linear.py``,
 ``results/cpu_linear/bench_cpu_linear-2026-12-01.json``): the matrix products of one 4-row pass
-of SmolLM2-135M take 78.1 ms with ``nn.Linear`` and 48.0 ms packed in float32 (37.9 and 27.2 ms
-in bfloat16); the runner's draft call (4 rows, k = 4) of the target in float32 373 and 248 ms.
+of SmolLM2-135M take 73.3 ms with ``nn.Linear`` and 44.6 ms packed in float32 (38.3 and 25.3 ms
+in bfloat16); the runner's draft call (4 rows, k = 4) of the target in float32 372 and 245 ms.
 Packed products are also invariant to the number of rows (a row's result does not depend on
 the rows beside it), which MKL's are not in float32, and have no slow row counts (MKL's 9-15).
 
