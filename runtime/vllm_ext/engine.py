@@ -11,9 +11,10 @@ never share a core.
 vLLM 0.32's CPU backend applies ``VLLM_CPU_OMP_THREADS_BIND`` only when it spawns worker
 processes (the multiprocessing executor sets the OpenMP variables of the child); with the engine
 in this process the variable is ignored and torch runs one thread per core of the machine --
-the drafter's core included.  Measured before the binding (bench_vllm, 2026-12-01): the "one
-core" and "two cores" runs of AR and SD were equally fast, and PSD's verification of one
-request took 300-700 ms while the drafter spun on "its own" core.
+the drafter's core included (``results/vllm/cpu_binding_diagnosis.json``: asked for core 1,
+the scheduler read affinity {0, 1} and two torch threads).  Before the binding the "one core"
+and "two cores" runs of bench_vllm were equally fast, and PSD's verification of 4 x 5 tokens
+took 361 ms against 159 ms for vLLM's own SD step of the same shape.
 """
 from __future__ import annotations
 
@@ -233,9 +234,10 @@ def run_vllm(cfg: VllmRunConfig, prompts: Sequence[Sequence[int]],
 
 def run_vllm_isolated(cfg: VllmRunConfig, prompts: Sequence[Sequence[int]]) -> VllmResult:
     """`run_vllm` in a fresh spawned process, for comparing CPU configurations in one
-    program: vLLM keeps per-process state that follows the first run's thread count (measured
-    2026-12-01: AR on two cores ran 62 tokens/s after a one-core run in the same process, 95
-    in a fresh one), so each configuration gets its own process, as a served model would."""
+    program: vLLM keeps per-process state that follows the first run's thread count
+    (``results/vllm/cpu_binding_diagnosis.json``: AR on two cores ran 60 tokens/s after a
+    one-core run in the same process, 94 in a fresh one), so each configuration gets its own
+    process, as a served model would."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
     with ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn")) as pool:
