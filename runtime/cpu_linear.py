@@ -11,8 +11,9 @@ Measured on this project's 2-core VM (one core, 2026-12-01, ``benchmarks/bench_c
 ``results/cpu_linear/bench_cpu_linear-2026-12-01.json``): the matrix products of one 4-row pass
 of SmolLM2-135M take 73.3 ms with ``nn.Linear`` and 44.6 ms packed in float32 (38.3 and 25.3 ms
 in bfloat16); the runner's draft call (4 rows, k = 4) of the target in float32 372 and 245 ms.
-Packed products are also invariant to the number of rows (a row's result does not depend on
-the rows beside it), which MKL's are not in float32, and have no slow row counts (MKL's 9-15).
+On that machine packed products were also invariant to the number of rows, bit for bit (a
+row's result did not depend on the rows beside it; MKL's are not in float32), and showed none
+of MKL's slow row counts (9-15 rows); other CPUs' kernels may block rows differently.
 
 Packing is used only where it is known to work: a CPU tensor, float32 (or bfloat16 where oneDNN
 has native bf16), a PyTorch built with oneDNN, and a self-check against ``F.linear`` at load;
