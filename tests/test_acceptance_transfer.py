@@ -122,7 +122,7 @@ def test_no_style_effect_is_not_preferred_to_none():
 
 def test_prompt_sides_are_disjoint_and_cover_every_style():
     from psdlab.runtime.prompts import load_prompts
-    from psdlab.validation.runs import prompt_sides
+    from psdlab.validation.demo_prompts import prompt_sides
     prompts = load_prompts(split="heldout")
     sides = prompt_sides([(p.id, p.style) for p in prompts])
     cal, held = set(sides["calibration"]), set(sides["heldout"])
@@ -140,7 +140,7 @@ def test_every_prefix_of_a_side_mixes_the_styles_evenly(styles, n):
     at most one among the styles the side still has prompts of."""
     from collections import Counter
 
-    from psdlab.validation.runs import prompt_sides
+    from psdlab.validation.demo_prompts import prompt_sides
     items = [(f"p{i:02d}", s) for i, s in enumerate(styles)]
     for members in prompt_sides(items).values():
         assert len(set(members)) == len(members)
@@ -152,7 +152,7 @@ def test_every_prefix_of_a_side_mixes_the_styles_evenly(styles, n):
 
 
 def test_demo_requests_cycle_one_side_with_distinct_ids():
-    from psdlab.validation.runs import demo_requests
+    from psdlab.validation.demo_prompts import demo_requests
     ids = [[1, 2], [3, 4], [5, 6], [7, 8], [9, 10]]
     cal = demo_requests(None, 5, ids, "calibration")
     held = demo_requests(None, 5, ids, "heldout")
@@ -213,3 +213,36 @@ def test_within_style_spread_leaves_out_what_the_styles_explain():
     assert within_style_sd(means) == pytest.approx(0.1)
     assert np.std(list(means.values()), ddof=1) > 1.0
     assert within_style_sd({"a-1": 1.0, "b-1": 2.0}) is None        # no spread left to see
+
+
+def test_each_repeat_serves_the_next_window_and_pairs_share_theirs():
+    """The default plan's runs of a side tile its prompt list: SD and PSD of one repeat serve
+    the same prompts, the repeats of a workload different ones, and together the held-out
+    runs serve every held-out prompt."""
+    from psdlab.validation.demo_prompts import prompt_windows, window
+    from psdlab.validation.runs import default_plan
+    plan = default_plan()
+    sizes = {"calibration": 39, "heldout": 39}
+    starts = prompt_windows(plan.runs, sizes, plan.num_prompts)
+    by_key = {}
+    for r in plan.runs:
+        by_key.setdefault((r.prompts, r.workload, r.rep), set()).add(starts[r.name])
+    assert all(len(v) == 1 for v in by_key.values())              # pairs share a window
+    reps = {}
+    for (side, wl, rep), (o,) in by_key.items():
+        reps.setdefault((side, wl), []).append(o)
+    assert any(len(set(v)) > 1 for v in reps.values())            # repeats move on
+    items = [(f"p{i}", (i,)) for i in range(39)]
+    served = {rid for r in plan.runs if r.prompts == "heldout"
+              for rid, _ in window(items, starts[r.name], plan.num_prompts)}
+    assert {rid.split("~")[0] for rid in served} == {f"p{i}" for i in range(39)}
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 50), st.integers(1, 20), st.integers(0, 200))
+def test_a_window_is_the_list_rotated_and_cycled(size, n, offset):
+    from psdlab.validation.demo_prompts import window
+    items = [(f"p{i}", (i,)) for i in range(size)]
+    got = window(items, offset, n)
+    assert len(got) == n and len({rid for rid, _ in got}) == n
+    assert [ids[0] for _, ids in got] == [(offset + j) % size for j in range(n)]

@@ -201,6 +201,16 @@ def test_a_repeat_pair_that_starts_is_never_split(tmp_path, monkeypatch):
     ran = [m.spec.name for m in got]
     assert ran == [r.name for r in plan.runs if r.rep == 1] + [r.name for r in second[:2]]
     assert [s.name for s in skipped] == [r.name for r in second[2:]]
+    # every run served its window of its side's prompts
+    from psdlab.analysis.trace import read_trace
+    from psdlab.validation.demo_prompts import prompt_windows, side_prompts, window
+    pools = {s: side_prompts(None, prompts(4, seed=3), s) for s in ("calibration", "heldout")}
+    starts = prompt_windows(plan.runs, {s: len(p) for s, p in pools.items()}, plan.num_prompts)
+    for m in got:
+        trace = read_trace(m.path)
+        want = window(pools[m.spec.prompts], starts[m.spec.name], plan.num_prompts)
+        assert sorted(r.id for r in trace.requests) == sorted(rid for rid, _ in want)
+        assert trace.run.extra["demo_prompt_offset"] == starts[m.spec.name]
 
 
 def test_demo_reanalyses_its_own_traces(quick_demo, tmp_path, capsys):

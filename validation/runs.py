@@ -9,8 +9,11 @@ prompt sets (``PROMPT_SIDES``, ``prompt_sides``): the shipped prompts never used
 drafter (split ``heldout`` of ``runtime/data/prompts.jsonl``) divided by style, so that every
 style is on both sides; calibration runs serve the ``calibration`` side, held-out runs the
 ``heldout`` side, so no held-out request was seen by the calibration (greedy, EOS ignored,
-each request with its own seeded output length, ``Plan.output_lengths``; a side's prompts are
-served in turn until the run has ``num_prompts`` requests, ids ``ID``, ``ID~2``, ...).  All
+each request with its own seeded output length, ``Plan.output_lengths``).  Each repeat of a
+workload serves the next window of ``num_prompts`` prompts of its side's list
+(``prompt_windows``; the SD and PSD runs of one repeat share theirs), so a side's runs together
+serve its whole list and the median over repeats is a median over prompt sets too; a window
+longer than the list wraps, ids ``ID``, ``ID~2``, ...  All
 runs share one set of workers -- drafter and target each in its own process on its own core.
 
 Measurement design against drift of the machine's speed (a shared machine's speed wanders by
@@ -43,9 +46,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from psdlab.analysis.checks import check_choice, check_int, check_range
+from psdlab.validation.demo_prompts import PROMPT_SIDES, prompt_windows, side_prompts, window
 
 ROLES = ("calibrate", "validate", "repeat", "reference")
-PROMPT_SIDES = ("calibration", "heldout")
 RUN_MODES = ("ar", "sd-sep", "psd")
 
 
@@ -230,63 +233,6 @@ def default_plan(quick: bool = False, repeats: int | None = None, seed: int = 0)
 
 # ---------------------------------------------------------------------------- requests
 
-def prompt_sides(items: Sequence[tuple[str, str]]) -> dict[str, list[int]]:
-    """Split (id, style) items into the two sides: within each style (sorted), alternately
-    calibration / held-out, the alternation running on across styles so the sides differ by
-    one prompt at most and every style with two or more prompts is on both.  Each side is
-    listed round-robin over its styles (first of each style, then second, ...), so the first
-    n prompts of a side -- what a run of n requests serves -- hold every style about equally."""
-    order = sorted(range(len(items)), key=lambda i: (items[i][1], items[i][0]))
-    sides: dict[str, list[int]] = {s: [] for s in PROMPT_SIDES}
-    for j, i in enumerate(order):
-        sides[PROMPT_SIDES[j % 2]].append(i)
-    return {side: _round_robin(members, items) for side, members in sides.items()}
-
-
-def _round_robin(members: list[int], items: Sequence[tuple[str, str]]) -> list[int]:
-    by_style: dict[str, list[int]] = {}
-    for i in members:
-        by_style.setdefault(items[i][1], []).append(i)
-    queues = [by_style[s] for s in sorted(by_style)]
-    out: list[int] = []
-    for turn in range(max((len(q) for q in queues), default=0)):
-        out += [q[turn] for q in queues if turn < len(q)]
-    return out
-
-
-def _cycle(items: list[tuple[str, tuple[int, ...]]], n: int) -> list[tuple[str, tuple[int, ...]]]:
-    """n requests serving ``items`` in turn; the r-th serving of a prompt has id ``ID~r``."""
-    if not items:
-        raise ValueError("prompts: no prompts on this side")
-    out = []
-    for i in range(n):
-        rid, ids = items[i % len(items)]
-        turn = i // len(items) + 1
-        out.append((rid if turn == 1 else f"{rid}~{turn}", ids))
-    return out
-
-
-def demo_requests(tokenizer: Any, n: int, prompt_ids: Sequence[Sequence[int]] | None = None,
-                  side: str = "heldout") -> list[tuple[str, tuple[int, ...]]]:
-    """(id, prompt token ids) of n requests over one side's prompts (``prompt_sides``) of the
-    shipped prompts of split ``heldout`` in the chat template; with ``prompt_ids`` (e.g. for
-    tiny test models without a tokenizer) over alternate ones of those (even indices:
-    calibration; odd: held out; ids ``test-I``)."""
-    check_choice("side", side, PROMPT_SIDES)
-    if prompt_ids is not None:
-        mine = [(f"test-{i}", tuple(int(x) for x in p)) for i, p in enumerate(prompt_ids)
-                if i % 2 == PROMPT_SIDES.index(side) or len(prompt_ids) == 1]
-        return _cycle(mine, n)
-    from psdlab.runtime.prompts import load_prompts
-    prompts = load_prompts(split="heldout")
-    chosen = [prompts[i] for i in prompt_sides([(p.id, p.style) for p in prompts])[side]]
-    out = []
-    for p in chosen:
-        ids = tokenizer(p.chat_text(tokenizer), add_special_tokens=False)["input_ids"]
-        out.append((p.id, tuple(int(x) for x in ids)))
-    return _cycle(out, n)
-
-
 def poisson_times(n: int, rate: float, seed: int) -> list[float]:
     from psdlab.runtime.requests import arrival_times
     return arrival_times(f"poisson:{rate!r}", n, seed)
@@ -334,8 +280,10 @@ def run_plan(plan: Plan, target_dir: str, drafter_dir: str, out_dir: str | os.Pa
     base = EngineConfig(mode="psd", k=max(r.k for r in plan.runs), batch=plan.max_batch,
                         max_new_tokens=plan.max_new_tokens, ignore_eos=True, eos_token_id=eos,
                         max_len=1024, backend=backend, seed=plan.seed)
-    sides = {s: demo_requests(tokenizer, plan.num_prompts, prompt_ids, s)
-             for s in PROMPT_SIDES}
+    pools = {s: side_prompts(tokenizer, prompt_ids, s) for s in PROMPT_SIDES}
+    starts = prompt_windows(plan.runs, {s: len(p) for s, p in pools.items()},
+                            plan.num_prompts)
+    sides = {s: window(pools[s], 0, plan.num_prompts) for s in PROMPT_SIDES}
     items = sides["heldout"]
     lengths = plan.output_lengths(len(items))
     results: list[Measured] = []
@@ -373,10 +321,13 @@ def run_plan(plan: Plan, target_dir: str, drafter_dir: str, out_dir: str | os.Pa
             times = ([0.0] * len(items) if spec.arrivals == "offline"
                      else poisson_times(len(items), rate or 1.0, plan.seed))
             reqs = [Request(rid, ids, t, None, n)
-                    for (rid, ids), t, n in zip(sides[spec.prompts], times, lengths)]
+                    for (rid, ids), t, n in zip(window(pools[spec.prompts],
+                                                       starts[spec.name], plan.num_prompts),
+                                                times, lengths)]
             path = out / f"{spec.name}.jsonl"
             extra = {"demo_run": spec.name, "demo_role": spec.role, "demo_config": spec.config,
                      "workload_key": spec.workload, "demo_prompts": spec.prompts,
+                     "demo_prompt_offset": starts[spec.name],
                      "load_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
                      "run_started": time.time()}
             if spec.arrivals == "poisson":

@@ -1,0 +1,104 @@
+"""Which prompts a demo run serves: the two disjoint prompt sides and the window of a side
+each run takes.
+
+The shipped prompts never used to distil the drafter (split ``heldout`` of
+``runtime/data/prompts.jsonl``) are divided by style into the ``calibration`` and ``heldout``
+sides (`prompt_sides`), each listed round-robin over its styles; every repeat of a workload
+serves the next window of a side's list (`prompt_windows`), its SD and PSD runs the same one.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from psdlab.analysis.checks import check_choice
+
+PROMPT_SIDES = ("calibration", "heldout")
+
+
+def prompt_sides(items: Sequence[tuple[str, str]]) -> dict[str, list[int]]:
+    """Split (id, style) items into the two sides: within each style (sorted), alternately
+    calibration / held-out, the alternation running on across styles so the sides differ by
+    one prompt at most and every style with two or more prompts is on both.  Each side is
+    listed round-robin over its styles (first of each style, then second, ...), so the first
+    n prompts of a side -- what a run of n requests serves -- hold every style about equally."""
+    order = sorted(range(len(items)), key=lambda i: (items[i][1], items[i][0]))
+    sides: dict[str, list[int]] = {s: [] for s in PROMPT_SIDES}
+    for j, i in enumerate(order):
+        sides[PROMPT_SIDES[j % 2]].append(i)
+    return {side: _round_robin(members, items) for side, members in sides.items()}
+
+
+def _round_robin(members: list[int], items: Sequence[tuple[str, str]]) -> list[int]:
+    by_style: dict[str, list[int]] = {}
+    for i in members:
+        by_style.setdefault(items[i][1], []).append(i)
+    queues = [by_style[s] for s in sorted(by_style)]
+    out: list[int] = []
+    for turn in range(max((len(q) for q in queues), default=0)):
+        out += [q[turn] for q in queues if turn < len(q)]
+    return out
+
+
+def _cycle(items: list[tuple[str, tuple[int, ...]]], n: int) -> list[tuple[str, tuple[int, ...]]]:
+    """n requests serving ``items`` in turn; the r-th serving of a prompt has id ``ID~r``."""
+    if not items:
+        raise ValueError("prompts: no prompts on this side")
+    out = []
+    for i in range(n):
+        rid, ids = items[i % len(items)]
+        turn = i // len(items) + 1
+        out.append((rid if turn == 1 else f"{rid}~{turn}", ids))
+    return out
+
+
+def side_prompts(tokenizer: Any, prompt_ids: Sequence[Sequence[int]] | None = None,
+                 side: str = "heldout") -> list[tuple[str, tuple[int, ...]]]:
+    """(id, prompt token ids) of every prompt of one side (``prompt_sides``) of the shipped
+    prompts of split ``heldout`` in the chat template, in the side's order; with
+    ``prompt_ids`` (e.g. for tiny test models without a tokenizer) alternate ones of those
+    (even indices: calibration; odd: held out; ids ``test-I``)."""
+    check_choice("side", side, PROMPT_SIDES)
+    if prompt_ids is not None:
+        return [(f"test-{i}", tuple(int(x) for x in p)) for i, p in enumerate(prompt_ids)
+                if i % 2 == PROMPT_SIDES.index(side) or len(prompt_ids) == 1]
+    from psdlab.runtime.prompts import load_prompts
+    prompts = load_prompts(split="heldout")
+    chosen = [prompts[i] for i in prompt_sides([(p.id, p.style) for p in prompts])[side]]
+    out = []
+    for p in chosen:
+        ids = tokenizer(p.chat_text(tokenizer), add_special_tokens=False)["input_ids"]
+        out.append((p.id, tuple(int(x) for x in ids)))
+    return out
+
+
+def window(items: Sequence[tuple[str, tuple[int, ...]]], offset: int, n: int
+           ) -> list[tuple[str, tuple[int, ...]]]:
+    """n requests over ``items`` from position ``offset`` on, wrapping around (`_cycle`)."""
+    if not items:
+        raise ValueError("prompts: no prompts on this side")
+    o = offset % len(items)
+    return _cycle(list(items[o:]) + list(items[:o]), n)
+
+
+def demo_requests(tokenizer: Any, n: int, prompt_ids: Sequence[Sequence[int]] | None = None,
+                  side: str = "heldout", offset: int = 0) -> list[tuple[str, tuple[int, ...]]]:
+    """n requests over one side's prompts (`side_prompts`) from position ``offset`` on."""
+    return window(side_prompts(tokenizer, prompt_ids, side), offset, n)
+
+
+def prompt_windows(runs: Sequence[Any], side_sizes: dict[str, int], n: int
+                   ) -> dict[str, int]:
+    """Where in its side's prompt list each run starts: every (workload, repeat) of a side
+    gets the next window of n prompts, so the runs of one side tile its whole list (and wrap
+    around) instead of serving the same n prompts again; the SD and PSD runs of one repeat of
+    a workload share their window (their gain is measured on the same prompts)."""
+    seen: dict[tuple[str, str, int], int] = {}
+    count = {s: 0 for s in side_sizes}
+    out = {}
+    for r in runs:
+        key = (r.prompts, r.workload, r.rep)
+        if key not in seen:
+            seen[key] = (count[r.prompts] * n) % max(side_sizes[r.prompts], 1)
+            count[r.prompts] += 1
+        out[r.name] = seen[key]
+    return out
