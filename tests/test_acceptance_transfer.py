@@ -246,3 +246,22 @@ def test_a_window_is_the_list_rotated_and_cycled(size, n, offset):
     got = window(items, offset, n)
     assert len(got) == n and len({rid for rid, _ in got}) == n
     assert [ids[0] for _, ids in got] == [(offset + j) % size for j in range(n)]
+
+
+def test_repeats_on_other_prompts_group_only_when_the_demo_names_them():
+    """The demo's repeats serve different prompt windows (other prompt lengths): grouped
+    under their config when ``groups`` names them and their shape agrees; a run of another
+    shape (other output lengths) or one the caller does not name stays apart."""
+    from dataclasses import replace as dc_replace
+
+    from psdlab.validation.validate import group_repeats
+    base = fake_trace(TRUE, KEYS, 3, seed=1)
+    other_prompts = dc_replace(base, requests=[dc_replace(r, prompt_len=r.prompt_len + 7)
+                                               for r in base.requests])
+    longer = dc_replace(base, requests=[dc_replace(r, output_len=r.output_len + 1)
+                                        for r in base.requests])
+    runs = [("x_r1", base), ("x_r2", other_prompts), ("x_r3", longer)]
+    named = group_repeats(runs, {"x_r1": "x", "x_r2": "x", "x_r3": "x"})
+    assert [(c, len(t)) for c, t in named] == [("x", 2), ("x_r3", 1)]
+    unnamed = group_repeats(runs[:2])
+    assert [len(t) for _, t in unnamed] == [1, 1]      # the full workload key tells them apart

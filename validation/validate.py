@@ -149,17 +149,31 @@ def config_name(name: str) -> str:
     return m.group(1) if m else name
 
 
+def _shape_key(trace: Trace) -> tuple:
+    """What repeats of one configuration share even when they serve different prompts (the
+    demo's repeats each serve the next window of their side's prompts): mode, k, m, the
+    number of requests, their arrival times and output lengths in order of arrival."""
+    reqs = sorted((round(r.arrival, 2), r.output_len) for r in trace.requests)
+    return (trace.run.mode, trace.run.k, trace.run.m, tuple(reqs))
+
+
 def group_repeats(traces: Sequence[tuple[str, Trace]], groups: dict[str, str] | None = None
                   ) -> list[tuple[str, list[Trace]]]:
     """(config, [traces]) in first-seen order: runs map to configs by ``groups`` (default
-    ``config_name``) and are grouped only when mode and workload agree (else kept apart)."""
+    ``config_name``) and are grouped only when they agree: on mode and the whole workload
+    (`workload_key`), or, for a run ``groups`` names, on its shape (`_shape_key`: its
+    prompts may differ); otherwise they are kept apart."""
     out: dict[str, list[Trace]] = {}
     for name, tr in traces:
+        named = name in (groups or {})
         cfg = (groups or {}).get(name) or config_name(name)
         first = out.get(cfg)
-        if first is not None and (first[0].run.mode != tr.run.mode
-                                  or workload_key(first[0]) != workload_key(tr)):
-            cfg = name
+        if first is not None:
+            same = (_shape_key(first[0]) == _shape_key(tr) if named else
+                    first[0].run.mode == tr.run.mode
+                    and workload_key(first[0]) == workload_key(tr))
+            if not same:
+                cfg = name
         out.setdefault(cfg, []).append(tr)
     return list(out.items())
 
