@@ -315,10 +315,11 @@ def test_synthetic_requests_answers_and_padded_features(tiny_llm_with_real_token
 
 @pytest.mark.slow
 def test_committed_drafter_heldout_acceptance_does_not_regress(real_pair, capsys) -> None:
-    """The shipped drafter's greedy mean acceptance length at k = 4 on all held-out prompts
-    (128 tokens each) stays near what it was measured at when it was trained (2.03; the
-    drafters it replaced had 1.91 and 1.37): a worse drafter, a broken build or a dtype mix-up
-    fails."""
+    """The shipped drafter's greedy mean acceptance length at k = 4 on the 18 held-out
+    prompts it was measured on when it was trained (the first 18 of split ``heldout``; 128
+    tokens each) stays near that figure (2.03; the drafters it replaced had 1.91 and 1.37): a
+    worse drafter, a broken build or a dtype mix-up fails.  (The 210 prompts added later for
+    the demo's sides would make this check ten times longer without changing its meaning.)"""
     import importlib.util
     import sys
 
@@ -327,11 +328,11 @@ def test_committed_drafter_heldout_acceptance_does_not_regress(real_pair, capsys
     module = importlib.util.module_from_spec(spec)
     sys.modules["eval_drafter"] = module
     spec.loader.exec_module(module)
-    assert module.main(["--json", "--no-timing", "--threads", "2"]) == 0
+    assert module.main(["--json", "--no-timing", "--threads", "2", "--limit", "18"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["drafter_dtype"] == load_drafter_spec().dtype == "bfloat16"
     assert result["greedy_consistency"] == 1.0
-    assert result["prompts"] == len(load_prompts(split="heldout"))
+    assert result["prompts"] == 18 == len(load_prompts(split="heldout")[:18])
     assert result["mean_acceptance_length"] >= 1.97, result
 
 
