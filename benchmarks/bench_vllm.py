@@ -37,7 +37,9 @@ import sys
 import time
 from pathlib import Path
 
-CACHE = Path(os.environ.get("PSDLAB_CACHE", Path.home() / ".cache" / "psdlab")) / "vllm-bench"
+from psdlab.runtime.pair import cache_root
+
+CACHE = cache_root() / "vllm-bench"
 
 
 def layer_skip_drafter(target: Path, out: Path, keep_first: int = 3, keep_last: int = 3) -> Path:

@@ -52,7 +52,7 @@ def acceptance_by_side(calibration: Sequence[Trace], held: Sequence[Trace],
     # left to chance
     styled = bool(spec and spec.get("styles")) and within is not None
     s = within if styled else between
-    se = s * math.sqrt(1 / len(cal) + 1 / len(ho)) if len(cal) > 1 and s == s else None
+    se = s * math.sqrt(1 / len(cal) + 1 / len(ho)) if len(cal) > 1 and math.isfinite(s) else None
     pred = None
     if spec is not None:
         from psdlab.sim.acceptance import make_acceptance

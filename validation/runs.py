@@ -80,7 +80,8 @@ class RunSpec:
 
     @property
     def workload(self) -> str:
-        """Runs with the same workload key serve the same requests at the same times."""
+        """Runs with the same workload key and repeat serve the same requests at the same
+        times (each repeat its own window of prompts, `prompt_windows`)."""
         return f"k{self.k}_m{self.batch}_{self.arrivals}_{self.prompts}"
 
 
