@@ -25,6 +25,9 @@ Specs (``make_acceptance(spec)``):
 - ``{"name": "fitted", "styles": {...}, "default": b, "draft": [...], "output": d, "sigma": s}``:
   a logistic model per draft position, request style, output position and request level
   (``sim.acceptance_fitted``), for requests no calibration saw.
+- ``{"name": "resampled", "styles": {style: ["0111.1...", ...]}, "fallback": SPEC}``: each
+  request draws the whole match pattern of a calibration request of its style
+  (``sim.acceptance_resampled``), for requests no calibration saw.
 
 Interface: ``request_params(rng, n)`` gives the per-request parameter drawn at arrival (the
 alpha for geometric and beta; rates[0] for positional; the index of the record the request would
@@ -297,8 +300,12 @@ def make_acceptance(spec: Mapping[str, Any], where: str = "acceptance") -> Accep
     if name == "fitted":
         from psdlab.sim.acceptance_fitted import make_fitted
         return make_fitted(spec, where)
+    if name == "resampled":
+        from psdlab.sim.acceptance_resampled import make_resampled
+        return make_resampled(spec, where)
     raise ValueError(f"{where}.name: unknown acceptance model {name!r}; known: "
                      f"{', '.join(ACCEPTANCE_MODELS)}")
 
 
-ACCEPTANCE_MODELS = ("geometric", "positional", "beta", "replay", "matches", "fitted")
+ACCEPTANCE_MODELS = ("geometric", "positional", "beta", "replay", "matches", "fitted",
+                     "resampled")

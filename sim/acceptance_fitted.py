@@ -5,22 +5,26 @@ The i-th draft token (1-based) of a proposal drafted from output position ``pos`
 output position n = pos + i - 1.  Given that tokens 1 .. i-1 were accepted, it is accepted
 with probability
 
-    q = sigmoid(b[style] + u + c[i] + d * log(n))
+    q = sigmoid(b[style] + u * exp(g * (min(i, P) - 1)) + c[i] + d * log(n))
 
 - ``b[style]``: the request's style (its key up to the first ``-``: the shipped prompt ids are
   ``chat-14``, ``code-12``, ...); keys of no listed style use ``default``;
 - ``u ~ Normal(0, sigma^2)``: the request's own level, drawn once at arrival (the per-request
-  spread: some prompts are easy to draft for, some hard);
+  spread: some prompts are easy to draft for, some hard), weighing ``exp(g (min(i, P) - 1))``
+  at draft position i (``spread_growth`` g, 0 by default: one weight; P: the length of the
+  ``draft`` list), so the spread between requests may grow or shrink along a proposal;
 - ``c[i]``: the draft position (positions beyond the list use its last entry): how acceptance
   changes along a proposal, which is how it changes with k;
 - ``d``: the trend along the output (log of the output position).
 
 Spec: ``{"name": "fitted", "styles": {"chat": 1.2, ...}, "default": 1.0, "draft": [0.0, 0.3,
-...], "output": 0.0, "sigma": 0.5, "ref_position": 16}`` (``ref_position``: the output
-position ``expected_accepted`` evaluates at, for callers that know no position).
+...], "output": 0.0, "sigma": 0.5, "spread_growth": 0.0, "ref_position": 16}``
+(``ref_position``: the output position ``expected_accepted`` evaluates at, for callers that
+know no position).
 
 Interface as ``sim.acceptance_matches``: ``needs_keys`` (``request_params(rng, n, keys)``
-returns each request's ``b[style] + u``) and ``sample_at(rng, params, k, pos)``.
+returns each request's ``[b[style], u]``, an [n, 2] array) and ``sample_at(rng, params, k,
+pos)``.
 """
 from __future__ import annotations
 
@@ -53,6 +57,7 @@ class FittedAcceptance:
     output: float = 0.0
     sigma: float = 0.0
     ref_position: float = 16.0
+    spread_growth: float = 0.0
     kind = "fitted"
     needs_keys = True
 
@@ -64,27 +69,36 @@ class FittedAcceptance:
         return c[:kmax] if kmax <= c.size else np.concatenate([c, np.full(kmax - c.size, c[-1])])
 
     def request_params(self, rng, n, keys: Sequence[Any] | None = None) -> np.ndarray:
+        """[n, 2]: each request's style level and own level u."""
         if keys is not None and len(keys) != n:
             raise ValueError(f"keys: {len(keys)} keys for {n} requests")
         base = (np.full(n, self.default) if keys is None
                 else np.array([self.base(k) for k in keys], dtype=float))
-        return base + (self.sigma * rng.standard_normal(n) if self.sigma > 0 else 0.0)
+        u = self.sigma * rng.standard_normal(n) if self.sigma > 0 else np.zeros(n)
+        return np.column_stack([base, u])
+
+    def spread_weights(self, kmax: int) -> np.ndarray:
+        """The weight of the request level u at draft positions 1 .. kmax."""
+        i = np.minimum(np.arange(kmax), len(self.draft) - 1)
+        return np.exp(self.spread_growth * i)
 
     def probabilities(self, params: np.ndarray, pos: np.ndarray, kmax: int) -> np.ndarray:
-        """[n, kmax] conditional acceptance probabilities of draft positions 1 .. kmax."""
+        """[n, kmax] conditional acceptance probabilities of draft positions 1 .. kmax for
+        requests of ``params`` (``request_params`` rows)."""
+        par = np.asarray(params, dtype=float).reshape(-1, 2)
         n_out = np.maximum(np.asarray(pos, dtype=float)[:, None] + np.arange(kmax)[None, :], 1.0)
-        eta = (np.asarray(params, dtype=float)[:, None] + self._draft(kmax)[None, :]
-               + self.output * np.log(n_out))
+        eta = (par[:, :1] + par[:, 1:] * self.spread_weights(kmax)[None, :]
+               + self._draft(kmax)[None, :] + self.output * np.log(n_out))
         return _sigmoid(eta)
 
     def sample_at(self, rng, params, k, pos) -> np.ndarray:
-        params = np.asarray(params, dtype=float)
-        n = params.size
+        params = np.asarray(params, dtype=float).reshape(-1, 2)
+        n = len(params)
         return leading_accepted(n, k, lambda kmax: rng.random((n, kmax)) < self.probabilities(
             params, np.broadcast_to(np.asarray(pos), (n,)), kmax))
 
     def sample(self, rng, params, k) -> np.ndarray:
-        n = np.asarray(params).size
+        n = len(np.asarray(params).reshape(-1, 2))
         return self.sample_at(rng, params, k, np.full(n, self.ref_position))
 
     def expected_accepted(self, k: int, base: float | None = None,
@@ -98,13 +112,13 @@ class FittedAcceptance:
         u = np.sqrt(2.0) * self.sigma * x
         b = self.default if base is None else base
         pos = self.ref_position if position is None else position
-        q = self.probabilities(b + u, np.full(u.size, pos), k)
+        q = self.probabilities(np.column_stack([np.full(u.size, b), u]), np.full(u.size, pos), k)
         return float(np.sum(w * np.cumprod(q, axis=1).sum(axis=1)) / np.sqrt(np.pi))
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.kind, "styles": dict(self.styles), "default": self.default,
                 "draft": list(self.draft), "output": self.output, "sigma": self.sigma,
-                "ref_position": self.ref_position}
+                "spread_growth": self.spread_growth, "ref_position": self.ref_position}
 
 
 def _num(spec: Mapping[str, Any], key: str, where: str, default: float | None = None,
@@ -117,7 +131,8 @@ def _num(spec: Mapping[str, Any], key: str, where: str, default: float | None = 
 
 
 def make_fitted(spec: Mapping[str, Any], where: str) -> FittedAcceptance:
-    allowed = ("name", "styles", "default", "draft", "output", "sigma", "ref_position")
+    allowed = ("name", "styles", "default", "draft", "output", "sigma", "spread_growth",
+               "ref_position")
     for key in spec:
         if key not in allowed:
             raise ValueError(f"{where}.{key}: unknown field for 'fitted'; allowed: "
@@ -136,4 +151,5 @@ def make_fitted(spec: Mapping[str, Any], where: str) -> FittedAcceptance:
                     for i, c in enumerate(draft)),
         output=_num(spec, "output", where, 0.0),
         sigma=_num(spec, "sigma", where, 0.0, 0.0, 20.0),
+        spread_growth=_num(spec, "spread_growth", where, 0.0, -5.0, 5.0),
         ref_position=_num(spec, "ref_position", where, 16.0, 1.0, 1e6))

@@ -481,6 +481,30 @@ def test_repeats_compared_as_their_median(loop):
     assert len(other.comparisons) == 2                 # different workloads: not grouped
 
 
+def test_repeats_on_other_prompts_are_predicted_each_on_its_own_workload(loop):
+    """Repeats that serve other prompts (the demo's rotating windows: other ids, other prompt
+    lengths) are predicted like they are measured: each repeat's own workload replayed, the
+    median over the repeats; a workload served twice counts twice."""
+    path, held, _ = loop
+    base = held["sd-sep_k3"]
+    longer = Trace(base.run, base.steps,
+                   [replace(r, id=f"w2-{r.id}", prompt_len=4 * r.prompt_len + 200)
+                    for r in base.requests])
+    names = {"x_r1": "x", "x_r2": "x", "x_r3": "x"}
+    v = validate(path, [("x_r1", base), ("x_r2", longer), ("x_r3", longer)], seeds=(0,),
+                 groups=names)
+    assert [c.name for c in v.comparisons] == ["x"]
+    alone = {n: validate(path, [(n, t)], seeds=(0,)).comparisons[0].predicted
+             for n, t in (("a", base), ("b", longer))}
+    got = v.comparisons[0].predicted
+    assert alone["b"]["ttft.mean"] > 1.05 * alone["a"]["ttft.mean"]     # prefill matters
+    for key in ("ttft.mean", "makespan_s", "e2e.p99"):
+        assert got[key] == pytest.approx(alone["b"][key])      # median of a, b, b
+    two = validate(path, [("x_r1", base), ("x_r2", longer)], seeds=(0,), groups=names)
+    mid = two.comparisons[0].predicted["ttft.mean"]
+    assert mid == pytest.approx((alone["a"]["ttft.mean"] + alone["b"]["ttft.mean"]) / 2)
+
+
 def test_overlap_share_of_overlapped_and_serial_steps():
     from psdlab.validation.replay_scales import overlap_share
     assert overlap_share(_hand_trace("psd", 0.1, 0.2, 0.0)) == pytest.approx((1.0, 1.0))

@@ -4,20 +4,20 @@ The match patterns (``validation.match_patterns``) know each *calibration* reque
 position; a new prompt has no pattern, so its acceptance must come from a model of what the
 traces show in general.  This module fits the ``fitted`` model of ``sim.acceptance_fitted``,
 
-    P(draft token i accepted | 1 .. i-1 accepted) = sigmoid(b[style] + u_r + c[i] + d log n),
+    P(draft token i accepted | 1 .. i-1 accepted)
+        = sigmoid(b[style] + u_r exp(g (min(i, P) - 1)) + c[i] + d log n),
 
 by maximum likelihood on every draft token a verification tried (draft position i, output
 position n, accepted or not), with the request level u_r ~ N(0, sigma^2) integrated out
-(Gauss-Hermite quadrature) per prompt.  Which terms it keeps is chosen by **leave-one-prompt-
-out cross-validation over the calibration prompts only** (never the held-out runs): each
-candidate is fitted without one prompt and scored on that prompt's tokens (negative
-log-likelihood per tried token, the request level integrated out as it must be for a new
-prompt, and the relative error of the accepted tokens it predicts for that prompt's
-verifications); the candidate with the lowest mean score wins and is refitted on all prompts.
+(Gauss-Hermite quadrature) per prompt; g (0 unless fitted) lets the spread between requests
+grow or shrink along a proposal.  Which terms it keeps (or whether a pattern-resampling
+model does better) is chosen by leave-one-prompt-out cross-validation over the calibration
+prompts only (``validation.acceptance_cv``).
 
 Candidates (``CANDIDATES``): ``geometric`` (one rate), ``positional`` (one rate per draft
 position: how acceptance changes with k), ``+style`` (a level per prompt style), ``+request``
-(the per-request spread), ``+output`` (a trend along the output).  A prompt's style is its id
+(the per-request spread), ``+output`` (a trend along the output), ``+growth`` (the
+per-request spread weighed by draft position: g).  A prompt's style is its id
 up to the first ``-`` (``sim.acceptance_fitted.style_of``); a prompt served more than once in
 a run has ids ``ID~2``, ... and shares one level.
 """
@@ -32,15 +32,18 @@ from scipy import optimize, sparse
 from psdlab.analysis.trace import Trace
 from psdlab.sim.acceptance_fitted import style_of
 
-#: (name, style levels, per-position offsets, per-request spread, output trend)
-CANDIDATES: tuple[tuple[str, bool, bool, bool, bool], ...] = (
-    ("geometric", False, False, False, False),
-    ("positional", False, True, False, False),
-    ("positional+style", True, True, False, False),
-    ("positional+request", False, True, True, False),
-    ("positional+style+request", True, True, True, False),
-    ("positional+style+output", True, True, False, True),
-    ("positional+style+request+output", True, True, True, True),
+#: (name, style levels, per-position offsets, per-request spread, output trend, growth of
+#: the spread along a proposal)
+Candidate = tuple[str, bool, bool, bool, bool, bool]
+CANDIDATES: tuple[Candidate, ...] = (
+    ("geometric", False, False, False, False, False),
+    ("positional", False, True, False, False, False),
+    ("positional+style", True, True, False, False, False),
+    ("positional+request", False, True, True, False, False),
+    ("positional+style+request", True, True, True, False, False),
+    ("positional+style+output", True, True, False, True, False),
+    ("positional+style+request+output", True, True, True, True, False),
+    ("positional+style+request+output+growth", True, True, True, True, True),
 )
 #: draft positions beyond this share one offset
 MAX_POSITION = 8
@@ -105,6 +108,11 @@ class Design:
     positions: int                # offset columns for draft positions 2 .. positions
     output: bool
     request: bool
+    growth: bool = False
+
+    def spread_index(self, draft_pos: np.ndarray) -> np.ndarray:
+        """min(i, P) - 1 per trial: the exponent of the spread's weight (P: the positions)."""
+        return (np.minimum(draft_pos, max(self.positions, 1)) - 1).astype(float)
 
     @property
     def width(self) -> int:
@@ -128,26 +136,31 @@ class Design:
         return np.column_stack(cols) if cols else np.zeros((prompt.size, 0))
 
 
-def design_for(cand: tuple[str, bool, bool, bool, bool], data: Trials) -> Design:
-    _, style, positional, request, output = cand
+def design_for(cand: Candidate, data: Trials) -> Design:
+    _, style, positional, request, output, growth = cand
     styles = tuple(sorted({style_of(p) for p in data.prompt})) if style else ("*",)
     positions = min(int(data.draft_pos.max()), MAX_POSITION) if positional else 1
-    return Design(styles, positions, output, request)
+    return Design(styles, positions, output, request, growth and request)
 
 
-def _nll(theta: np.ndarray, X: np.ndarray, y: np.ndarray, groups: Any, request: bool
-         ) -> tuple[float, np.ndarray]:
-    """Negative log-likelihood and its gradient (request level integrated out per group)."""
-    beta = theta[:X.shape[1]]
+def _nll(theta: np.ndarray, X: np.ndarray, y: np.ndarray, groups: Any, request: bool,
+         spread_at: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+    """Negative log-likelihood and its gradient (request level integrated out per group).
+    theta: beta, then with ``request`` log sigma, then with ``spread_at`` (each trial's
+    ``Design.spread_index``) the growth g."""
+    nb = X.shape[1]
+    beta = theta[:nb]
     eta = X @ beta
     ridge = _RIDGE * float(beta @ beta)
     if not request:
         ll = y * eta - np.logaddexp(0.0, eta)
         g = X.T @ (y - 0.5 * (1 + np.tanh(0.5 * eta)))
         return -float(ll.sum()) + ridge, -g + 2 * _RIDGE * beta
-    sigma = float(np.exp(theta[-1]))
+    sigma = float(np.exp(theta[nb]))
+    weight = (np.ones(y.size) if spread_at is None
+              else np.exp(float(theta[nb + 1]) * spread_at))
     nodes = np.sqrt(2.0) * _GH_X
-    z = eta[:, None] + sigma * nodes[None, :]
+    z = eta[:, None] + sigma * weight[:, None] * nodes[None, :]
     ll = y[:, None] * z - np.logaddexp(0.0, z)
     per = groups @ ll + np.log(_GH_W / np.sqrt(np.pi))[None, :]        # [R, G]
     top = per.max(axis=1, keepdims=True)
@@ -155,8 +168,11 @@ def _nll(theta: np.ndarray, X: np.ndarray, y: np.ndarray, groups: Any, request: 
     post = np.exp(per - lse[:, None])                                   # [R, G]
     w = (groups.T @ post) * (y[:, None] - 0.5 * (1 + np.tanh(0.5 * z)))  # [T, G]
     g_beta = X.T @ w.sum(axis=1)
-    g_s = float((w * nodes[None, :]).sum()) * sigma
-    grad = np.concatenate([-g_beta + 2 * _RIDGE * beta, [-g_s]])
+    wn = (w * nodes[None, :]).sum(axis=1) * sigma * weight            # [T]
+    extra = [-float(wn.sum())]
+    if spread_at is not None:
+        extra.append(-float(wn @ spread_at))
+    grad = np.concatenate([-g_beta + 2 * _RIDGE * beta, extra])
     return -float(lse.sum()) + ridge, grad
 
 
@@ -176,6 +192,7 @@ class FittedModel:
     beta: tuple[float, ...]
     sigma: float
     ref_position: float
+    growth: float = 0.0
 
     def spec(self) -> dict[str, Any]:
         """The ``sim.acceptance_fitted`` spec."""
@@ -189,10 +206,10 @@ class FittedModel:
             s: float(v) for s, v in zip(self.design.styles, levels)}
         return {"name": "fitted", "styles": styles, "default": float(levels.mean()),
                 "draft": draft, "output": out, "sigma": float(self.sigma),
-                "ref_position": float(self.ref_position)}
+                "spread_growth": float(self.growth), "ref_position": float(self.ref_position)}
 
 
-def fit(cand: tuple[str, bool, bool, bool, bool], data: Trials) -> FittedModel:
+def fit(cand: Candidate, data: Trials) -> FittedModel:
     """Maximum-likelihood fit of one candidate."""
     if data.y.size == 0:
         raise ValueError("traces: no verified draft tokens to fit an acceptance model to")
@@ -205,14 +222,22 @@ def fit(cand: tuple[str, bool, bool, bool, bool], data: Trials) -> FittedModel:
     res = optimize.minimize(_nll, theta, args=(X, data.y, groups, False), jac=True,
                             method="L-BFGS-B")
     theta = res.x
-    sigma = 0.0
+    sigma = growth = 0.0
     if design.request:
+        nb = X.shape[1]
         res = optimize.minimize(_nll, np.concatenate([theta, [np.log(0.5)]]),
                                 args=(X, data.y, groups, True), jac=True, method="L-BFGS-B",
-                                bounds=[(None, None)] * X.shape[1] + [(np.log(1e-3), np.log(5))])
-        theta, sigma = res.x[:-1], float(np.exp(res.x[-1]))
+                                bounds=[(None, None)] * nb + [(np.log(1e-3), np.log(5))])
+        theta, sigma = res.x[:nb], float(np.exp(res.x[nb]))
+        if design.growth:
+            res = optimize.minimize(
+                _nll, np.concatenate([theta, [np.log(sigma), 0.0]]),
+                args=(X, data.y, groups, True, design.spread_index(data.draft_pos)),
+                jac=True, method="L-BFGS-B",
+                bounds=[(None, None)] * nb + [(np.log(1e-3), np.log(5)), (-2.0, 2.0)])
+            theta, sigma, growth = res.x[:nb], float(np.exp(res.x[nb])), float(res.x[nb + 1])
     return FittedModel(cand[0], design, tuple(float(x) for x in theta), sigma,
-                       float(np.mean(data.out_pos)))
+                       float(np.mean(data.out_pos)), growth)
 
 
 def score(model: FittedModel, data: Trials) -> tuple[float, float]:
@@ -222,8 +247,10 @@ def score(model: FittedModel, data: Trials) -> tuple[float, float]:
     X = model.design.matrix(data.prompt, data.draft_pos, data.out_pos)
     groups, _ = _group_matrix(data.prompt)
     beta = np.asarray(model.beta)
-    theta = np.concatenate([beta, [np.log(max(model.sigma, 1e-9))]])
-    nll, _ = _nll(theta, X, data.y, groups, model.design.request and model.sigma > 0)
+    theta = np.concatenate([beta, [np.log(max(model.sigma, 1e-9)), model.growth]])
+    spread_at = model.design.spread_index(data.draft_pos) if model.design.growth else None
+    nll, _ = _nll(theta, X, data.y, groups, model.design.request and model.sigma > 0,
+                  spread_at)
     nll -= _RIDGE * float(beta @ beta)
     acc = make_acceptance(model.spec())
     rp, rk, rn, ra = data.rows
@@ -234,69 +261,3 @@ def score(model: FittedModel, data: Trials) -> tuple[float, float]:
 
 def _expected(acc: Any, prompt: str, k: int, n: int) -> float:
     return acc.expected_accepted(k, base=acc.base(prompt), position=float(n))
-
-
-def folds(prompts: Sequence[str]) -> list[str]:
-    """Leave-one-prompt-out: every calibration prompt is a fold."""
-    return sorted(set(prompts))
-
-
-@dataclass(frozen=True)
-class Selection:
-    chosen: FittedModel
-    scores: tuple[dict[str, Any], ...]     # per candidate: name, cv_nll, cv_accept_error
-    prompts: tuple[str, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"chosen": self.chosen.candidate, "spec": self.chosen.spec(),
-                "scores": list(self.scores), "prompts": list(self.prompts),
-                "method": "leave-one-prompt-out cross-validation over the calibration prompts"}
-
-
-def select(traces: Sequence[Trace],
-           candidates: Sequence[tuple[str, bool, bool, bool, bool]] = CANDIDATES
-           ) -> Selection:
-    """Fit every candidate, score it by leave-one-prompt-out CV over the traces' prompts,
-    and refit the best on all of them (module docstring)."""
-    data = trials(traces)
-    if data.y.size == 0:
-        raise ValueError("traces: no verified draft tokens to fit an acceptance model to")
-    prompts = folds(list(data.prompt))
-    table = []
-    for cand in candidates:
-        nll_sum, tok, errs = 0.0, 0, []
-        for p in prompts if len(prompts) > 1 else []:
-            train = data.subset(set(prompts) - {p})
-            test = data.subset({p})
-            model = fit(cand, train)
-            nll, err = score(model, test)
-            nll_sum += nll * test.y.size
-            tok += test.y.size
-            errs.append(abs(err))
-        table.append({"candidate": cand[0],
-                      "cv_nll_per_token": nll_sum / tok if tok else None,
-                      "cv_accept_error": float(np.sqrt(np.mean(np.square(errs))))
-                      if errs else None})
-    scored = [r for r in table if r["cv_nll_per_token"] is not None]
-    best = (min(scored, key=lambda r: r["cv_nll_per_token"])["candidate"] if scored
-            else candidates[0][0])
-    chosen = fit(next(c for c in candidates if c[0] == best), data)
-    for r in table:
-        r["chosen"] = r["candidate"] == best
-    return Selection(chosen, tuple(table), tuple(prompts))
-
-
-def add_to_model(path: str, selection: Selection, make_default: bool = True) -> None:
-    """Store the chosen model in a model file as acceptance ``fitted`` (the default when
-    ``make_default``) and the candidates' scores under ``meta.acceptance_transfer``."""
-    import json
-    with open(path, encoding="utf-8") as fh:
-        doc = json.load(fh)
-    meta = doc.setdefault("meta", {})
-    acc = meta.setdefault("acceptance", {})
-    acc["fitted"] = selection.chosen.spec()
-    if make_default:
-        acc["default"] = "fitted"
-    meta["acceptance_transfer"] = selection.to_dict()
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, indent=1)

@@ -14,9 +14,11 @@ over them.  When the engine caps proposals at the output budget, so does the rep
 and the acceptance rates count alike.  Every metric comes from
 ``analysis.metrics.summarize`` on both sides.
 
-Repeated runs of one configuration (same mode and workload) are compared as one: the measured
-value of each metric is the median over the repeats, and ``(max - min) / median`` over them is
-kept as the measurement's own spread (the noise floor of that comparison).
+Repeated runs of one configuration (same mode and workload shape) are compared as one: the
+measured value of each metric is the median over the repeats, and ``(max - min) / median``
+over them is kept as the measurement's own spread (the noise floor of that comparison).  The
+prediction is made alike: each repeat's own workload replayed (repeats may serve other prompts,
+hence other prompt lengths and request ids), the median over them.
 
 Errors: relative, ``(predicted - measured) / measured``, for times and rates; for the PSD/SD
 gain (``throughput(PSD) / throughput(SD) - 1``) the difference in percentage points.  The
@@ -223,6 +225,7 @@ class TraceComparison:
     sim_trace: Trace | None = None
     repeats: list[Trace] = field(default_factory=list)
     spread: dict[str, float | None] = field(default_factory=dict)
+    sim_repeats: list[Trace] = field(default_factory=list)   # each repeat's replay (seed 1)
 
 
 def median_metrics(traces: Sequence[Trace]) -> tuple[dict[str, float | None],
@@ -250,11 +253,43 @@ def merged(traces: Sequence[Trace]) -> Trace:
     return Trace(traces[0].run, [s for t in traces for s in t.steps], list(traces[0].requests))
 
 
+def workload_signature(trace: Trace) -> tuple:
+    """What a replay of ``trace`` depends on besides the models: its requests (id, arrival
+    relative to the first, prompt and output length) in admission order."""
+    reqs = admission_order(trace)
+    t0 = reqs[0].arrival if reqs else 0.0
+    return tuple((str(r.id), round(r.arrival - t0, 9), r.prompt_len, r.output_len)
+                 for r in reqs)
+
+
+def predict_repeats(reps: Sequence[Trace], model_path: str, **kw: Any
+                    ) -> tuple[dict[str, float | None], list[Trace]]:
+    """The prediction for repeats of one configuration, like the measurement: each repeat's
+    own workload (its prompts, lengths, arrivals) replayed, and per metric the median over
+    the repeats (a workload served twice counts twice, replayed once); with each repeat's
+    simulated trace (first seed)."""
+    cache: dict[tuple, tuple[dict[str, float | None], Trace]] = {}
+    preds, sims = [], []
+    for tr in reps:
+        sig = workload_signature(tr)
+        if sig not in cache:
+            cache[sig] = predict(tr, model_path, **kw)
+        preds.append(cache[sig][0])
+        sims.append(cache[sig][1])
+    med: dict[str, float | None] = {}
+    for key in preds[0]:
+        vals = [p.get(key) for p in preds]
+        med[key] = None if any(v is None for v in vals) else float(np.median(vals))
+    return med, sims
+
+
 def compare_trace(name: str, trace: Trace | Sequence[Trace], model_path: str,
                   **kw: Any) -> TraceComparison:
-    """Compare one trace, or the median of repeated runs of one workload, with its replay."""
+    """Compare one trace, or the median of repeated runs of one configuration, with its
+    replay (the median of the repeats' own replays: ``predict_repeats``)."""
     reps = [trace] if isinstance(trace, Trace) else list(trace)
     measured, spread = median_metrics(reps)
-    predicted, sim_trace = predict(reps[0], model_path, **kw)
+    predicted, sims = predict_repeats(reps, model_path, **kw)
     return TraceComparison(name, reps[0], measured, predicted,
-                           compare_metrics(name, measured, predicted), sim_trace, reps, spread)
+                           compare_metrics(name, measured, predicted), sims[0], reps, spread,
+                           sims)

@@ -9,12 +9,13 @@
    their serial steps, the overlap contention, controller overhead and spread they show,
    ``validation.replay_model``) and write ``model.json`` -- the file ``psdlab calibrate``
    writes from those traces -- plus the acceptance model that transfers to new prompts
-   (``validation.acceptance_transfer``: chosen by cross-validation over the calibration
+   (``validation.acceptance_cv``: chosen by cross-validation over the calibration
    prompts), which is the model file's default acceptance: the prediction.
 4. Replay every run in the calibrated simulator (``validation.validate``); the ``validate``
    runs were not used for the fit: other prompts, other k, Poisson arrivals.  The same
    replays under the diagnostic acceptance models (``DIAGNOSTICS``: the id-keyed replay of
-   the calibration match patterns, per-position rates only) go beside it.
+   the calibration match patterns, per-position rates only; and ``own_outcomes``: every
+   run's own match patterns, which leaves only the timing model's error) go beside it.
 5. Write the report folder (``validation.report``, ``validation.report_transfer``) and
    ``results.json`` (``validation.results_file``: machine, date, commit, every judged
    figure) and return the summary lines: measured PSD/SD gain, predicted gain, error over
@@ -38,7 +39,7 @@ from psdlab.validation.runs import Measured, Plan, default_plan, run_plan
 
 
 #: seconds kept for calibration, replay and report after the last run
-ANALYSIS_S = 45.0
+ANALYSIS_S = 75.0
 
 
 @dataclass
@@ -100,7 +101,7 @@ def calibrate_runs(measured: Sequence[Measured], out_dir: str) -> str:
     path = os.path.join(out_dir, "model.json")
     calibration = calibrate(traces, holdout=0.2, seed=0)
     write_model(path, calibration, traces=[os.path.basename(m.path) for m in cal])
-    from psdlab.validation.acceptance_transfer import add_to_model, select
+    from psdlab.validation.acceptance_cv import add_to_model, select
     add_to_model(path, select(traces))
     return path
 
@@ -206,8 +207,11 @@ def analyse(out_dir: str, measured: Sequence[Measured], plan: Plan, target_dir: 
         [t for (_, t), m in zip(named, measured) if m.spec.role == "calibrate"],
         [t for (_, t), m in zip(named, measured) if m.spec.role == "validate"],
         (selection or {}).get("spec"))
+    from psdlab.validation.request_spread import spread_md
+    from psdlab.validation.request_spread import spread_rows as request_rows
+    spread = request_rows(validation, held | cal_cfgs)
     sections = (transfer_sections(validation, held, cal_cfgs, alternatives, selection)
-                + sampling_md(sides))
+                + spread_md(spread, held) + sampling_md(sides))
     files = write_report(out_dir, validation, named, roles=roles, title="psdlab demo report",
                          intro=intro, headline=lines, summary_runs=held,
                          noise_runs=repeats, sections=sections)
@@ -221,6 +225,7 @@ def analyse(out_dir: str, measured: Sequence[Measured], plan: Plan, target_dir: 
                                   "calibration_configs": sorted(cal_cfgs)},
                             load_before=timings.get("load_before"))
     results["prompt_sampling"] = sides
+    results["request_spread"] = spread
     files["results"] = os.path.join(out_dir, "results.json")
     with open(files["results"], "w", encoding="utf-8") as fh:
         json.dump(results, fh, indent=1, default=str)
@@ -245,13 +250,37 @@ def diagnostic_acceptance(model_path: str, named: Sequence[tuple[str, Any]],
     from psdlab.validation.model_file import read_model
     from psdlab.validation.validate import validate
     acc = (read_model(model_path).get("meta") or {}).get("acceptance") or {}
+    groups = {m.spec.name: m.spec.config for m in measured}
     out = []
     for name, label in DIAGNOSTICS:
         if name in acc and name != acc.get("default"):
             out.append((label, validate(model_path, named, seeds=seeds,
-                                        acceptance=dict(acc[name]),
-                                        groups={m.spec.name: m.spec.config for m in measured})))
+                                        acceptance=dict(acc[name]), groups=groups)))
+    own = own_outcomes(named, acc.get("positional"))
+    if own is not None:
+        out.append((OWN_LABEL, validate(model_path, named, seeds=seeds, acceptance=own,
+                                        groups=groups)))
     return out
+
+
+#: the label of the replay that knows every run's own acceptance (``own_outcomes``)
+OWN_LABEL = ("with every run's own match patterns, held-out runs included (diagnostic, not a "
+             "prediction: acceptance known exactly, so what is left is the timing model)")
+
+
+def own_outcomes(named: Sequence[tuple[str, Any]], fallback: dict[str, Any] | None
+                 ) -> dict[str, Any] | None:
+    """The ``matches`` acceptance of all the runs' greedy match patterns, the held-out runs'
+    own included: with acceptance known request by request, the replay's remaining error is
+    the cost and scheduling model's, which separates it from the acceptance model's.  None
+    when the runs are not greedy or there are no per-position rates to fall back on."""
+    from psdlab.validation.match_patterns import match_patterns
+    if not fallback:
+        return None
+    patterns = match_patterns([t for _, t in named])
+    if patterns is None:
+        return None
+    return {"name": "matches", "requests": dict(patterns.patterns), "fallback": dict(fallback)}
 
 
 def reanalyse(trace_dir: str, out_dir: str, *, seeds: Sequence[int] = (0, 1, 2, 3, 4),

@@ -4,7 +4,8 @@ each run takes.
 The shipped prompts never used to distil the drafter (split ``heldout`` of
 ``runtime/data/prompts.jsonl``) are divided by style into the ``calibration`` and ``heldout``
 sides (`prompt_sides`), each listed round-robin over its styles; every repeat of a workload
-serves the next window of a side's list (`prompt_windows`), its SD and PSD runs the same one.
+serves the next window of a side's list (`prompt_windows`), its SD and PSD runs the same one
+(and all calibration runs of one repeat the same one).
 """
 from __future__ import annotations
 
@@ -86,17 +87,26 @@ def demo_requests(tokenizer: Any, n: int, prompt_ids: Sequence[Sequence[int]] | 
     return window(side_prompts(tokenizer, prompt_ids, side), offset, n)
 
 
+def window_key(run: Any) -> tuple[str, str, int]:
+    """The runs that serve one window: the SD and PSD runs of one repeat of a workload (their
+    gain is measured on the same prompts); and every calibration run of one repeat, whatever
+    its k (so the fit's terms for k, the draft positions, are not confounded with which
+    prompts each k served)."""
+    if getattr(run, "role", None) == "calibrate":
+        return (run.prompts, "calibrate", run.rep)
+    return (run.prompts, run.workload, run.rep)
+
+
 def prompt_windows(runs: Sequence[Any], side_sizes: dict[str, int], n: int
                    ) -> dict[str, int]:
-    """Where in its side's prompt list each run starts: every (workload, repeat) of a side
-    gets the next window of n prompts, so the runs of one side tile its whole list (and wrap
-    around) instead of serving the same n prompts again; the SD and PSD runs of one repeat of
-    a workload share their window (their gain is measured on the same prompts)."""
+    """Where in its side's prompt list each run starts: every window key (`window_key`) of a
+    side gets the next window of n prompts, so the runs of one side tile its whole list (and
+    wrap around) instead of serving the same n prompts again."""
     seen: dict[tuple[str, str, int], int] = {}
     count = {s: 0 for s in side_sizes}
     out = {}
     for r in runs:
-        key = (r.prompts, r.workload, r.rep)
+        key = window_key(r)
         if key not in seen:
             seen[key] = (count[r.prompts] * n) % max(side_sizes[r.prompts], 1)
             count[r.prompts] += 1

@@ -6,9 +6,9 @@
   targets over the calibration runs (in-sample), with each target's noise SE and the chance
   that noise alone breaks its bound;
 - the acceptance-model candidates and their leave-one-prompt-out cross-validation scores over
-  the calibration prompts (``validation.acceptance_transfer``), the one chosen;
+  the calibration prompts (``validation.acceptance_cv``), the one chosen;
 - the held-out targets under the diagnostic acceptance models (the id-keyed replay of the
-  calibration match patterns, per-position rates only);
+  calibration match patterns, per-position rates only, every run's own match patterns);
 - the closed form: the consistency check (t and V from the pair's own SD run) beside the true
   prediction (calibrated t, V, overhead; fitted acceptance).
 """
@@ -51,6 +51,19 @@ SIDE_HEADER = ["target", "bound", "held-out: max |error| (n)", "within", "noise 
                "P(noise breaks)"]
 
 
+def _num(v: Any, fmt: str) -> str:
+    return "n/a" if v is None else format(v, fmt)
+
+
+def _chosen_text(selection: Mapping[str, Any]) -> str:
+    """The chosen spec, a drawn-pattern pool summarised (its patterns are in model.json)."""
+    spec = dict(selection.get("spec") or {})
+    if spec.get("name") == "resampled":
+        counts = {s: len(p) for s, p in (spec.get("styles") or {}).items()}
+        return f"`resampled`, patterns per style {counts} (listed in model.json)"
+    return f"`{spec}`"
+
+
 def transfer_sections(validation: Any, held: set[str], cal: set[str],
                       diagnostics: Sequence[tuple[str, Any]],
                       selection: Mapping[str, Any] | None) -> list[str]:
@@ -65,18 +78,19 @@ def transfer_sections(validation: Any, held: set[str], cal: set[str],
         md += ["## The acceptance model: candidates", "",
                f"Chosen by {selection.get('method', 'cross-validation')} "
                f"({len(selection.get('prompts', []))} prompts; the held-out runs were not "
-               f"used): lowest negative log-likelihood per tried draft token on the left-out "
-               f"prompt, its request level integrated out as for a new prompt.", "",
-               md_table(["candidate", "CV NLL / token", "CV rms error of accepted tokens",
-                         "chosen"],
-                        [[r["candidate"],
-                          "n/a" if r["cv_nll_per_token"] is None
-                          else f"{r['cv_nll_per_token']:.4f}",
-                          "n/a" if r["cv_accept_error"] is None
-                          else f"{100 * r['cv_accept_error']:.1f}%",
+               f"used): lowest CRPS of the left-out prompt's accepted draft tokens per "
+               f"verification against the candidate's distribution for a new prompt of its "
+               f"style (`validation.acceptance_cv`); the negative log-likelihood per tried "
+               f"draft token (request level integrated out) beside it, where the candidate "
+               f"has one.", "",
+               md_table(["candidate", "CV CRPS", "CV NLL / token",
+                         "CV rms error of accepted tokens", "chosen"],
+                        [[r["candidate"], _num(r.get("cv_crps"), ".4f"),
+                          _num(r.get("cv_nll_per_token"), ".4f"),
+                          _num(r.get("cv_accept_error"), ".1%"),
                           "yes" if r.get("chosen") else ""]
                          for r in selection.get("scores", [])]), "",
-               f"Fitted: `{selection.get('spec')}`", ""]
+               f"Chosen: {_chosen_text(selection)}", ""]
     for label, alt in diagnostics:
         md += [f"### Diagnostic: the same runs {label}", "",
                md_table(SIDE_HEADER, side_by_side(

@@ -11,7 +11,8 @@ style is on both sides; calibration runs serve the ``calibration`` side, held-ou
 ``heldout`` side, so no held-out request was seen by the calibration (greedy, EOS ignored,
 each request with its own seeded output length, ``Plan.output_lengths``).  Each repeat of a
 workload serves the next window of ``num_prompts`` prompts of its side's list
-(``prompt_windows``; the SD and PSD runs of one repeat share theirs), so a side's runs together
+(``prompt_windows``; the SD and PSD runs of one repeat share theirs, and so do all calibration
+runs of one repeat, whatever their k), so a side's runs together
 serve its whole list and the median over repeats is a median over prompt sets too; a window
 longer than the list wraps, ids ``ID``, ``ID~2``, ...  All
 runs share one set of workers -- drafter and target each in its own process on its own core.
@@ -200,10 +201,10 @@ def block_of(runs: Sequence[RunSpec], i: int) -> list[RunSpec]:
 
 
 #: default repeats: calibration, held-out (judged) offline and Poisson, reference (reported,
-#: not judged).  A Poisson run lasts at least its arrival span, about an SD run's makespan,
-#: so its pair gets three repeats and the offline pair, which the gain and closed form are
-#: judged on, five.
-REPEATS = {"calibrate": 2, "validate": 5, "poisson": 3, "reference": 2}
+#: not judged).  Each repeat serves other prompts, so a median over few repeats carries which
+#: prompts they drew: the judged pairs get five each (a Poisson run lasts at least its
+#: arrival span, about an SD run's makespan: its five cost about 270 s of the budget).
+REPEATS = {"calibrate": 3, "validate": 5, "poisson": 5, "reference": 2}
 
 
 def default_plan(quick: bool = False, repeats: int | None = None, seed: int = 0) -> Plan:
@@ -212,9 +213,12 @@ def default_plan(quick: bool = False, repeats: int | None = None, seed: int = 0)
     pair); report, unjudged, AR at m = 4 and PSD at k = 3 with two batches of m = 2 on the
     held-out prompts (the same concurrency, 4 requests in flight, as SD and AR at m = 4: the
     iso-concurrency comparison).  Every configuration ``repeats`` times in seeded random
-    rounds (module docstring); default ``REPEATS``: the judged offline held-out pair five
-    times and the Poisson one three (each is judged on its own median, whose noise is what
-    the bounds are judged against), calibration and reference twice (first and last round).  ``quick``:
+    rounds (module docstring); default ``REPEATS``: the judged held-out pairs five times
+    each (each is judged on its own median, whose noise -- run-to-run and which prompts the
+    repeats drew -- is what the bounds are judged against; the Poisson pair, whose repeats
+    spread most, was run three times before), calibration three times (the first, middle and
+    last rounds; each round's calibration runs on one window of prompts, so 96 calibration
+    prompts are each served at k = 2 and k = 4) and the references twice (first and last).  ``quick``:
     a short plan for tests and smoke runs (m = 2, k in {2, 4} calibrated, k = 3 held out)."""
     if quick:
         blocks = [_pair(2, 2, "calibrate"), _pair(4, 2, "calibrate"),

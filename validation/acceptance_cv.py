@@ -1,0 +1,189 @@
+"""Choose the acceptance model that transfers to new prompts: leave-one-prompt-out
+cross-validation over the calibration prompts (never the held-out runs).
+
+Candidates: the logistic ``fitted`` models of ``validation.acceptance_transfer`` (``CANDIDATES``)
+and, for greedy traces, the ``resampled`` model (``sim.acceptance_resampled``: a new request
+draws the whole match pattern of a calibration request of its style).  Each is fitted without
+one prompt and scored on that prompt:
+
+- **CV CRPS** (the choice): the continuous ranked probability score of the left-out prompt's
+  accepted draft tokens per verification -- the quantity TPOT and end-to-end latency follow --
+  against the candidate's predictive distribution for a new prompt of its style (``_DRAWS``
+  draws: each draw one request level, or one drawn pattern, shared by all the prompt's
+  verifications, at their k and output positions).  A proper score of the per-prompt
+  distribution, its spread and tails included, and one that every candidate has;
+- **CV NLL per token** (parametric candidates only: a drawn pattern has no likelihood): the
+  negative log-likelihood per tried draft token, the request level integrated out;
+- **CV rms error of accepted tokens**: of the draws' mean against the prompt's own total.
+
+The lowest mean CRPS wins and is refitted on all prompts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from psdlab.analysis.trace import Trace
+from psdlab.validation.acceptance_transfer import (CANDIDATES, Candidate, FittedModel, Trials,
+                                                   fit, prompt_of, score, trials)
+
+#: draws of a left-out prompt's predictive distribution
+_DRAWS = 256
+#: the name of the pattern-resampling candidate
+RESAMPLED = "resampled patterns (by style)"
+
+
+@dataclass(frozen=True)
+class ResampledModel:
+    """The chosen ``resampled`` model: its spec is the whole model."""
+    candidate: str
+    model_spec: dict[str, Any]
+
+    def spec(self) -> dict[str, Any]:
+        return self.model_spec
+
+
+def folds(prompts: Sequence[str]) -> list[str]:
+    """Leave-one-prompt-out: every calibration prompt is a fold."""
+    return sorted(set(prompts))
+
+
+def crps(draws: np.ndarray, observed: float) -> float:
+    """CRPS of an ensemble: E|X - y| - E|X - X'| / 2 (X, X' independent draws)."""
+    x = np.sort(np.asarray(draws, dtype=float))
+    n = x.size
+    spread = 2.0 * float(np.sum(x * (2 * np.arange(n) - n + 1))) / (n * n)
+    return float(np.mean(np.abs(x - observed))) - 0.5 * spread
+
+
+def prompt_draws(spec: dict[str, Any], test: Trials, rng: np.random.Generator,
+                 draws: int = _DRAWS) -> np.ndarray:
+    """[draws] of a model's accepted tokens per verification over one prompt's verification
+    rows (their k and starting output positions), a request drawn afresh per draw."""
+    from psdlab.sim.acceptance import make_acceptance
+    acc = make_acceptance(spec)
+    rp, rk, rn, _ = test.rows
+    prompt = str(rp[0])
+    params = np.asarray(acc.request_params(rng, draws, keys=[prompt] * draws), dtype=float)
+    total = np.zeros(draws)
+    for k in np.unique(rk):
+        sel = np.flatnonzero(rk == k)
+        got = acc.sample_at(rng, np.repeat(params, sel.size, axis=0), int(k),
+                            np.tile(rn[sel], draws))
+        total += np.asarray(got, dtype=float).reshape(draws, sel.size).sum(axis=1)
+    return total / max(1, rk.size)
+
+
+@dataclass(frozen=True)
+class Selection:
+    chosen: FittedModel | ResampledModel
+    scores: tuple[dict[str, Any], ...]     # per candidate: name, CV CRPS, NLL, accept error
+    prompts: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"chosen": self.chosen.candidate, "spec": self.chosen.spec(),
+                "scores": list(self.scores), "prompts": list(self.prompts),
+                "criterion": "cv_crps",
+                "method": "leave-one-prompt-out cross-validation over the calibration prompts"}
+
+
+def _patterns(traces: Sequence[Trace]) -> dict[str, str] | None:
+    from psdlab.validation.acceptance_fit import all_greedy
+    from psdlab.validation.match_patterns import match_patterns
+    if not all_greedy(traces):
+        return None
+    found = match_patterns(traces)
+    return None if found is None else dict(found.patterns)
+
+
+def _fallback(data: Trials) -> dict[str, Any]:
+    """Per-position rates of ``data`` (the fallback of drawn patterns' unknown positions)."""
+    rates = []
+    for i in range(1, int(data.draft_pos.max(initial=1)) + 1):
+        tried = data.draft_pos == i
+        rates.append(float(np.clip(data.y[tried].mean(), 1e-3, 1 - 1e-3)) if tried.any()
+                     else (rates[-1] if rates else 0.5))
+    return {"name": "positional", "rates": rates}
+
+
+def resampled_model(patterns: dict[str, str], data: Trials) -> ResampledModel:
+    from psdlab.sim.acceptance_resampled import resampled_spec
+    keep = set(data.prompt)
+    mine = {rid: p for rid, p in patterns.items() if prompt_of(rid) in keep}
+    return ResampledModel(RESAMPLED, resampled_spec(mine, _fallback(data)))
+
+
+def _row(name: str, crps_sum: float, nll_sum: float, tok: int, errs: list[float],
+         n: int, nll: bool) -> dict[str, Any]:
+    return {"candidate": name, "cv_crps": crps_sum / n if n else None,
+            "cv_nll_per_token": nll_sum / tok if tok and nll else None,
+            "cv_accept_error": float(np.sqrt(np.mean(np.square(errs)))) if errs else None}
+
+
+def _scored(spec: dict[str, Any], test: Trials, rng: np.random.Generator
+            ) -> tuple[float, float]:
+    d = prompt_draws(spec, test, rng)
+    observed = float(test.rows[3].mean())
+    err = (float(d.mean()) - observed) / observed if observed > 0 else 0.0
+    return crps(d, observed), err
+
+
+def select(traces: Sequence[Trace], candidates: Sequence[Candidate] = CANDIDATES,
+           resample: bool = True) -> Selection:
+    """Score every candidate by leave-one-prompt-out CV over the traces' prompts and refit
+    the lowest mean CRPS on all of them (module docstring)."""
+    data = trials(traces)
+    if data.y.size == 0:
+        raise ValueError("traces: no verified draft tokens to fit an acceptance model to")
+    prompts = folds(list(data.prompt))
+    patterns = _patterns(traces) if resample else None
+    runs = prompts if len(prompts) > 1 else []
+    table = []
+    for ci, cand in enumerate(candidates):
+        c_sum = nll_sum = 0.0
+        tok, errs = 0, []
+        for fi, p in enumerate(runs):
+            train, test = data.subset(set(prompts) - {p}), data.subset({p})
+            model = fit(cand, train)
+            nll, _ = score(model, test)
+            c, err = _scored(model.spec(), test, np.random.default_rng([fi, ci]))
+            c_sum, nll_sum, tok = c_sum + c, nll_sum + nll * test.y.size, tok + test.y.size
+            errs.append(abs(err))
+        table.append(_row(cand[0], c_sum, nll_sum, tok, errs, len(runs), True))
+    if patterns:
+        c_sum, errs = 0.0, []
+        for fi, p in enumerate(runs):
+            train, test = data.subset(set(prompts) - {p}), data.subset({p})
+            c, err = _scored(resampled_model(patterns, train).spec(), test,
+                             np.random.default_rng([fi, len(candidates)]))
+            c_sum += c
+            errs.append(abs(err))
+        table.append(_row(RESAMPLED, c_sum, 0.0, 0, errs, len(runs), False))
+    scored = [r for r in table if r["cv_crps"] is not None]
+    best = min(scored, key=lambda r: r["cv_crps"])["candidate"] if scored else candidates[0][0]
+    chosen: FittedModel | ResampledModel
+    if best == RESAMPLED:
+        chosen = resampled_model(patterns or {}, data)
+    else:
+        chosen = fit(next(c for c in candidates if c[0] == best), data)
+    for r in table:
+        r["chosen"] = r["candidate"] == best
+    return Selection(chosen, tuple(table), tuple(prompts))
+
+
+def add_to_model(path: str, selection: Selection, make_default: bool = True) -> None:
+    """Store the chosen model in a model file as acceptance ``fitted`` (the default when
+    ``make_default``) and the candidates' scores under ``meta.acceptance_transfer``."""
+    import json
+    with open(path, encoding="utf-8") as fh:
+        doc = json.load(fh)
+    meta = doc.setdefault("meta", {})
+    acc = meta.setdefault("acceptance", {})
+    acc["fitted"] = selection.chosen.spec()
+    if make_default:
+        acc["default"] = "fitted"
+    meta["acceptance_transfer"] = selection.to_dict()
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=1)
