@@ -216,7 +216,7 @@ class ReplayAcceptance(AcceptanceModel):
 
 # ---------------------------------------------------------------------------- factory
 
-def _check_fields(spec: Mapping[str, Any], where: str, allowed: tuple[str, ...]) -> None:
+def check_fields(spec: Mapping[str, Any], where: str, allowed: tuple[str, ...]) -> None:
     for key in spec:
         if key != "name" and key not in allowed:
             raise ValueError(f"{where}.{key}: unknown field for {spec.get('name')!r}; allowed: "
@@ -248,7 +248,7 @@ def load_replay_counts(path: str | os.PathLike, where: str = "acceptance.trace"
 
 
 def _make_replay(spec: Mapping[str, Any], where: str) -> ReplayAcceptance:
-    _check_fields(spec, where, ("trace", "counts", "proposed", "beyond"))
+    check_fields(spec, where, ("trace", "counts", "proposed", "beyond"))
     beyond = check_choice(f"{where}.beyond", spec.get("beyond", "clip"), ("clip", "geometric"))
     if ("trace" in spec) == ("counts" in spec):
         raise ValueError(f"{where}.trace: give exactly one of 'trace' (a psdlab trace file) or "
@@ -275,18 +275,18 @@ def make_acceptance(spec: Mapping[str, Any], where: str = "acceptance") -> Accep
         raise ValueError(f"{where}: expected a table with a 'name', got {spec!r}")
     name = spec.get("name")
     if name == "geometric":
-        _check_fields(spec, where, ("alpha",))
+        check_fields(spec, where, ("alpha",))
         return GeometricAcceptance(check_range(f"{where}.alpha", _require(spec, "alpha", where),
                                                0.0, 1.0))
     if name == "positional":
-        _check_fields(spec, where, ("rates",))
+        check_fields(spec, where, ("rates",))
         rates = _require(spec, "rates", where)
         if not isinstance(rates, (list, tuple)) or not rates:
             raise ValueError(f"{where}.rates: expected a non-empty list of numbers in [0, 1]")
         return PositionalAcceptance(tuple(check_range(f"{where}.rates[{i}]", r, 0.0, 1.0)
                                           for i, r in enumerate(rates)))
     if name == "beta":
-        _check_fields(spec, where, ("mean", "concentration"))
+        check_fields(spec, where, ("mean", "concentration"))
         mean = check_range(f"{where}.mean", _require(spec, "mean", where), 0.0, 1.0,
                            lo_open=True, hi_open=True)
         conc = check_range(f"{where}.concentration", _require(spec, "concentration", where),

@@ -119,10 +119,8 @@ def _fallback_rates(spec: Any, where: str) -> tuple[float, ...]:
 
 
 def make_matches(spec: Mapping[str, Any], where: str) -> MatchAcceptance:
-    for key in spec:
-        if key not in ("name", "requests", "fallback"):
-            raise ValueError(f"{where}.{key}: unknown field for 'matches'; allowed: requests, "
-                             f"fallback")
+    from psdlab.sim.acceptance import check_fields
+    check_fields(spec, where, ("requests", "fallback"))
     reqs = spec.get("requests")
     if not isinstance(reqs, Mapping):
         raise ValueError(f"{where}.requests: expected a table of request id -> pattern string")

@@ -79,10 +79,8 @@ class ResampledAcceptance:
 
 
 def make_resampled(spec: Mapping[str, Any], where: str) -> ResampledAcceptance:
-    for key in spec:
-        if key not in ("name", "styles", "fallback"):
-            raise ValueError(f"{where}.{key}: unknown field for 'resampled'; allowed: styles, "
-                             f"fallback")
+    from psdlab.sim.acceptance import check_fields
+    check_fields(spec, where, ("styles", "fallback"))
     styles = spec.get("styles")
     if not isinstance(styles, Mapping) or not styles:
         raise ValueError(f"{where}.styles: expected a table of style -> list of pattern "
