@@ -36,8 +36,11 @@ import numpy as np
 from psdlab.analysis.checks import check_int, check_range
 from psdlab.sim.acceptance_draws import KMAX, leading_accepted
 
-#: Gauss-Hermite nodes for the expectation over u
-_GH = np.polynomial.hermite.hermgauss(24)
+#: the expectation over u: a midpoint rule over z = u / sigma in [-7, 7] (the acceptance
+#: probabilities are steep in u where the spread grows along a proposal, which a few
+#: Gauss-Hermite nodes integrate badly)
+_Z = np.linspace(-7.0, 7.0, 801)
+_ZW = np.exp(-0.5 * _Z ** 2) / np.exp(-0.5 * _Z ** 2).sum()
 
 
 def style_of(key: Any) -> str:
@@ -108,12 +111,11 @@ class FittedAcceptance:
         k = check_int("k", k, 0, KMAX)
         if k == 0:
             return 0.0
-        x, w = _GH
-        u = np.sqrt(2.0) * self.sigma * x
+        u = self.sigma * _Z
         b = self.default if base is None else base
         pos = self.ref_position if position is None else position
         q = self.probabilities(np.column_stack([np.full(u.size, b), u]), np.full(u.size, pos), k)
-        return float(np.sum(w * np.cumprod(q, axis=1).sum(axis=1)) / np.sqrt(np.pi))
+        return float(np.sum(_ZW * np.cumprod(q, axis=1).sum(axis=1)))
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.kind, "styles": dict(self.styles), "default": self.default,
