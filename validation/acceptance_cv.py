@@ -10,8 +10,9 @@ one prompt and scored on that prompt:
   accepted draft tokens per verification -- the quantity TPOT and end-to-end latency follow --
   against the candidate's predictive distribution for a new prompt of its style (``_DRAWS``
   draws: each draw one request level, or one drawn pattern, shared by all the prompt's
-  verifications, at their k and output positions).  A proper score of the per-prompt
-  distribution, its spread and tails included, and one that every candidate has;
+  verifications, at their k and output positions; every candidate's draws for one fold from
+  the same seed, so their difference is not the draws' own noise).  A proper score of the
+  per-prompt distribution, its spread and tails included, and one that every candidate has;
 - **CV NLL per token** (parametric candidates only: a drawn pattern has no likelihood): the
   negative log-likelihood per tried draft token, the request level integrated out;
 - **CV rms error of accepted tokens**: of the draws' mean against the prompt's own total.
@@ -141,14 +142,14 @@ def select(traces: Sequence[Trace], candidates: Sequence[Candidate] = CANDIDATES
     patterns = _patterns(traces) if resample else None
     runs = prompts if len(prompts) > 1 else []
     table = []
-    for ci, cand in enumerate(candidates):
+    for cand in candidates:
         c_sum = nll_sum = 0.0
         tok, errs = 0, []
         for fi, p in enumerate(runs):
             train, test = data.subset(set(prompts) - {p}), data.subset({p})
             model = fit(cand, train)
             nll, _ = score(model, test)
-            c, err = _scored(model.spec(), test, np.random.default_rng([fi, ci]))
+            c, err = _scored(model.spec(), test, np.random.default_rng(fi))
             c_sum, nll_sum, tok = c_sum + c, nll_sum + nll * test.y.size, tok + test.y.size
             errs.append(abs(err))
         table.append(_row(cand[0], c_sum, nll_sum, tok, errs, len(runs), True))
@@ -157,7 +158,7 @@ def select(traces: Sequence[Trace], candidates: Sequence[Candidate] = CANDIDATES
         for fi, p in enumerate(runs):
             train, test = data.subset(set(prompts) - {p}), data.subset({p})
             c, err = _scored(resampled_model(patterns, train).spec(), test,
-                             np.random.default_rng([fi, len(candidates)]))
+                             np.random.default_rng(fi))
             c_sum += c
             errs.append(abs(err))
         table.append(_row(RESAMPLED, c_sum, 0.0, 0, errs, len(runs), False))
