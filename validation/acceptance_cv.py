@@ -100,13 +100,13 @@ def _patterns(traces: Sequence[Trace]) -> dict[str, str] | None:
 
 
 def _fallback(data: Trials) -> dict[str, Any]:
-    """Per-position rates of ``data`` (the fallback of drawn patterns' unknown positions)."""
-    rates = []
-    for i in range(1, int(data.draft_pos.max(initial=1)) + 1):
-        tried = data.draft_pos == i
-        rates.append(float(np.clip(data.y[tried].mean(), 1e-3, 1 - 1e-3)) if tried.any()
-                     else (rates[-1] if rates else 0.5))
-    return {"name": "positional", "rates": rates}
+    """Per-position rates of ``data``'s verifications (the fallback of drawn patterns'
+    unknown positions), kept off 0 and 1."""
+    from psdlab.validation.acceptance_fit import positional_rates
+    _, rk, _, ra = data.rows
+    rates, _, _ = positional_rates(rk, ra.astype(int))
+    return {"name": "positional",
+            "rates": [float(np.clip(r, 1e-3, 1 - 1e-3)) for r in rates] or [0.5]}
 
 
 def resampled_model(patterns: dict[str, str], data: Trials) -> ResampledModel:
@@ -140,28 +140,27 @@ def select(traces: Sequence[Trace], candidates: Sequence[Candidate] = CANDIDATES
         raise ValueError("traces: no verified draft tokens to fit an acceptance model to")
     prompts = folds(list(data.prompt))
     patterns = _patterns(traces) if resample else None
-    runs = prompts if len(prompts) > 1 else []
+    splits = [(fi, data.subset(set(prompts) - {p}), data.subset({p}))
+              for fi, p in enumerate(prompts if len(prompts) > 1 else [])]
     table = []
     for cand in candidates:
         c_sum = nll_sum = 0.0
         tok, errs = 0, []
-        for fi, p in enumerate(runs):
-            train, test = data.subset(set(prompts) - {p}), data.subset({p})
+        for fi, train, test in splits:
             model = fit(cand, train)
-            nll, _ = score(model, test)
             c, err = _scored(model.spec(), test, np.random.default_rng(fi))
-            c_sum, nll_sum, tok = c_sum + c, nll_sum + nll * test.y.size, tok + test.y.size
+            c_sum, tok = c_sum + c, tok + test.y.size
+            nll_sum += score(model, test) * test.y.size
             errs.append(abs(err))
-        table.append(_row(cand[0], c_sum, nll_sum, tok, errs, len(runs), True))
+        table.append(_row(cand[0], c_sum, nll_sum, tok, errs, len(splits), True))
     if patterns:
         c_sum, errs = 0.0, []
-        for fi, p in enumerate(runs):
-            train, test = data.subset(set(prompts) - {p}), data.subset({p})
+        for fi, train, test in splits:
             c, err = _scored(resampled_model(patterns, train).spec(), test,
                              np.random.default_rng(fi))
             c_sum += c
             errs.append(abs(err))
-        table.append(_row(RESAMPLED, c_sum, 0.0, 0, errs, len(runs), False))
+        table.append(_row(RESAMPLED, c_sum, 0.0, 0, errs, len(splits), False))
     scored = [r for r in table if r["cv_crps"] is not None]
     best = min(scored, key=lambda r: r["cv_crps"])["candidate"] if scored else candidates[0][0]
     chosen: FittedModel | ResampledModel

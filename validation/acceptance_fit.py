@@ -62,8 +62,7 @@ class AcceptanceFit:
             out["beta"] = {"name": "beta", "mean": self.mean,
                            "concentration": self.concentration}
         if self.patterns is not None and "positional" in out:
-            out["matches"] = {"name": "matches", "requests": dict(self.patterns.patterns),
-                              "fallback": out["positional"]}
+            out["matches"] = self.patterns.spec(out["positional"])
         return out
 
     @property

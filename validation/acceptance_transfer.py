@@ -240,10 +240,9 @@ def fit(cand: Candidate, data: Trials) -> FittedModel:
                        float(np.mean(data.out_pos)), growth)
 
 
-def score(model: FittedModel, data: Trials) -> tuple[float, float]:
-    """(negative log-likelihood per tried token with the request level integrated out,
-    relative error of the predicted accepted tokens) of a fitted model on ``data``."""
-    from psdlab.sim.acceptance import make_acceptance
+def score(model: FittedModel, data: Trials) -> float:
+    """Negative log-likelihood per tried token of a fitted model on ``data``, the request
+    level integrated out."""
     X = model.design.matrix(data.prompt, data.draft_pos, data.out_pos)
     groups, _ = _group_matrix(data.prompt)
     beta = np.asarray(model.beta)
@@ -252,12 +251,4 @@ def score(model: FittedModel, data: Trials) -> tuple[float, float]:
     nll, _ = _nll(theta, X, data.y, groups, model.design.request and model.sigma > 0,
                   spread_at)
     nll -= _RIDGE * float(beta @ beta)
-    acc = make_acceptance(model.spec())
-    rp, rk, rn, ra = data.rows
-    pred = sum(_expected(acc, p, int(k), int(n)) for p, k, n in zip(rp, rk, rn))
-    err = (pred - float(ra.sum())) / float(ra.sum()) if ra.sum() > 0 else 0.0
-    return nll / max(1, data.y.size), float(err)
-
-
-def _expected(acc: Any, prompt: str, k: int, n: int) -> float:
-    return acc.expected_accepted(k, base=acc.base(prompt), position=float(n))
+    return nll / max(1, data.y.size)

@@ -225,7 +225,7 @@ class TraceComparison:
     sim_trace: Trace | None = None
     repeats: list[Trace] = field(default_factory=list)
     spread: dict[str, float | None] = field(default_factory=dict)
-    sim_repeats: list[Trace] = field(default_factory=list)   # each repeat's replay (seed 1)
+    sim_repeats: list[Trace] = field(default_factory=list)   # each repeat's replay, 1st seed
 
 
 def median_metrics(traces: Sequence[Trace]) -> tuple[dict[str, float | None],

@@ -207,8 +207,7 @@ def analyse(out_dir: str, measured: Sequence[Measured], plan: Plan, target_dir: 
         [t for (_, t), m in zip(named, measured) if m.spec.role == "calibrate"],
         [t for (_, t), m in zip(named, measured) if m.spec.role == "validate"],
         (selection or {}).get("spec"))
-    from psdlab.validation.request_spread import spread_md
-    from psdlab.validation.request_spread import spread_rows as request_rows
+    from psdlab.validation.request_spread import spread_md, spread_rows as request_rows
     spread = request_rows(validation, held | cal_cfgs)
     sections = (transfer_sections(validation, held, cal_cfgs, alternatives, selection)
                 + spread_md(spread, held) + sampling_md(sides))
@@ -278,9 +277,7 @@ def own_outcomes(named: Sequence[tuple[str, Any]], fallback: dict[str, Any] | No
     if not fallback:
         return None
     patterns = match_patterns([t for _, t in named])
-    if patterns is None:
-        return None
-    return {"name": "matches", "requests": dict(patterns.patterns), "fallback": dict(fallback)}
+    return None if patterns is None else patterns.spec(fallback)
 
 
 def reanalyse(trace_dir: str, out_dir: str, *, seeds: Sequence[int] = (0, 1, 2, 3, 4),

@@ -36,6 +36,11 @@ class Patterns:
     ties: int                    # conflicts left unknown (as many 1s as 0s)
     coverage: float              # observed / positions 1 .. output_len - 1 of the requests
 
+    def spec(self, fallback: dict) -> dict:
+        """The ``matches`` acceptance spec of these patterns (``fallback``: a positional or
+        geometric spec for unknown positions)."""
+        return {"name": "matches", "requests": dict(self.patterns), "fallback": dict(fallback)}
+
     def to_dict(self) -> dict:
         return {"requests": len(self.patterns), "observed": self.observed,
                 "conflicts": self.conflicts, "ties": self.ties, "coverage": self.coverage}

@@ -89,7 +89,7 @@ class RunSpec:
 @dataclass(frozen=True)
 class Plan:
     runs: tuple[RunSpec, ...]
-    num_prompts: int = 32               # requests a run: 32 distinct prompts of the side's 39
+    num_prompts: int = 32               # requests a run: a window of its side's prompts
     max_new_tokens: int = 24
     poisson_from: str = "sd_k4_m4"      # offline config whose first run's rate sets Poisson rates
     load: float = 1.0                   # Poisson rate = load * that run's requests per second
