@@ -4,6 +4,8 @@
 and the results file's comparisons (validation/results_file.py)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -19,9 +21,11 @@ TRUE = {"name": "fitted", "styles": {"chat": 2.0, "code": 0.0, "math": 1.0}, "de
         "draft": [0.0, 0.5, 0.8, 1.0], "output": 0.0, "sigma": 0.7, "ref_position": 10}
 
 
-def fake_trace(spec: dict, keys: list[str], k: int, length: int = 60, seed: int = 0) -> Trace:
-    """A greedy-like trace whose accepted counts the ``fitted`` model drew (one step per
-    round, every unfinished request verified once)."""
+def fake_trace(spec: dict, keys: list[str], k: int, length: int = 60, seed: int = 0,
+               temperature: float = 1.0) -> Trace:
+    """A trace whose accepted counts the ``fitted`` model drew (one step per round, every
+    unfinished request verified once): independent draws, so a sampled trace (a greedy one,
+    ``temperature=0``, would see one fact at each position however often it is served)."""
     acc = make_acceptance(spec)
     rng = np.random.default_rng(seed)
     params = acc.request_params(rng, len(keys), keys=keys)
@@ -39,7 +43,7 @@ def fake_trace(spec: dict, keys: list[str], k: int, length: int = 60, seed: int 
         t += 0.1
     reqs = [RequestRecord(key, 0.0, 0.0, 0.05, t, 10, length) for key in keys]
     return Trace(RunInfo(mode="sd-sep", k=k, m=n, source="runtime",
-                         extra={"temperature": 0.0}), steps, reqs)
+                         extra={"temperature": temperature}), steps, reqs)
 
 
 KEYS = [f"{s}-{i}" for s in ("chat", "code", "math") for i in range(4)]
@@ -114,6 +118,26 @@ def test_prompt_sides_are_disjoint_and_cover_every_style():
     for style in {p.style for p in prompts}:
         of = {i for i, p in enumerate(prompts) if p.style == style}
         assert of & cal and of & held, style
+
+
+def test_demo_sides_are_the_calibration_half_and_the_fresh_split():
+    """The demo's held-out side is split ``fresh``, never the half of split ``heldout`` that
+    earlier demos held out; the two sides share no prompt id or text and every style has at
+    least 20 prompts on each; each side's first 5 prompts are one of each style."""
+    from psdlab.runtime.prompts import load_prompts
+    from psdlab.validation.demo_prompts import prompt_sides, side_list
+    cal, held = side_list("calibration"), side_list("heldout")
+    heldout_split = load_prompts(split="heldout")
+    retired = {heldout_split[i].id for i in prompt_sides(
+        [(p.id, p.style) for p in heldout_split])["heldout"]}
+    assert {p.id for p in held} == {p.id for p in load_prompts(split="fresh")}
+    assert not {p.id for p in cal} & retired and not {p.id for p in held} & retired
+    assert not {p.id for p in cal} & {p.id for p in held}
+    assert not {p.text for p in cal} & {p.text for p in held}
+    for side in (cal, held):
+        styles = [p.style for p in side]
+        assert all(styles.count(s) >= 20 for s in set(styles)) and len(set(styles)) == 5
+        assert len(set(styles[:5])) == 5
 
 
 @settings(max_examples=40, deadline=None)
@@ -256,3 +280,59 @@ def test_repeats_on_other_prompts_group_only_when_the_demo_names_them():
     assert [(c, len(t)) for c, t in named] == [("x", 2), ("x_r3", 1)]
     unnamed = group_repeats(runs[:2])
     assert [len(t) for _, t in unnamed] == [1, 1]      # the full workload key tells them apart
+
+
+def _greedy_traces(sigma: float, prompts: int, length: int, seed: int) -> list[Trace]:
+    """Real greedy behaviour: each prompt has one match pattern (position n matches with
+    probability sigmoid(0.4 + u), u ~ N(0, sigma^2) per prompt), walked at k = 2 and 4, each
+    by an SD and a PSD run that see exactly the same verifications."""
+    rng = np.random.default_rng(seed)
+    keys = [f"chat-{i}" for i in range(prompts)]
+    pats = {key: rng.random(length + 8) < 1 / (1 + np.exp(-(0.4 + sigma * rng.standard_normal())))
+            for key in keys}
+    out = []
+    for k in (2, 4):
+        steps, pos, t = [], {key: 1 for key in keys}, 0.0
+        while True:
+            rows = []
+            for key in keys:
+                n = pos[key]
+                if n >= length:
+                    continue
+                a = 0
+                while a < k and pats[key][n + a]:
+                    a += 1
+                rows.append(Verified(key, k, a, a + 1))
+                pos[key] = n + a + 1
+            if not rows:
+                break
+            steps.append(StepRecord(len(steps), t, t + 0.1, (), tuple(rows)))
+            t += 0.1
+        reqs = [RequestRecord(key, 0.0, 0.0, 0.05, t, 10, length) for key in keys]
+        for mode in ("sd-sep", "psd"):
+            out.append(Trace(RunInfo(mode=mode, k=k, m=prompts, source="runtime",
+                                     extra={"temperature": 0.0}), steps, reqs))
+    return out
+
+
+def test_greedy_re_observations_count_once_and_the_spread_is_not_inflated():
+    """A greedy prompt's outcome at a position is one fact: the SD and PSD runs of a window
+    and the runs at another k see it again.  Counted once, the spread between prompts is
+    recovered; counted as independent draws (the traces marked as sampled), the binomial
+    noise the duplicates hide is not subtracted and the spread comes out too wide."""
+    traces = _greedy_traces(0.3, 300, 24, seed=1)
+    cand = next(c for c in at.CANDIDATES if c[0] == "positional+request")
+    once = at.trials(traces)
+    assert once.w.sum() == pytest.approx(at.trials(traces[:1] + traces[2:3]).w.sum(), rel=0.01)
+    assert np.all(once.w <= 1.0)
+    assert once.y.size <= at.trials(traces[:1]).y.size + at.trials(traces[2:3]).y.size
+    fitted = at.fit(cand, once)
+    assert fitted.sigma == pytest.approx(0.3, abs=0.1)
+    as_draws = [Trace(replace(t.run, extra={"temperature": 1.0}), t.steps, t.requests)
+                for t in traces]
+    assert at.trials(as_draws).w.sum() == at.trials(as_draws).y.size   # sampled: all count
+    assert at.fit(cand, at.trials(as_draws)).sigma > fitted.sigma + 0.12
+    # the same greedy run served twice changes nothing
+    twice = at.fit(cand, at.trials(traces + traces))
+    assert twice.sigma == pytest.approx(fitted.sigma, rel=1e-6)
+    assert twice.beta == pytest.approx(fitted.beta, rel=1e-6)

@@ -60,10 +60,11 @@ def test_default_plan_runs_held_out_configs_more_often():
         reps[r.config] = reps.get(r.config, 0) + 1
     assert {reps[r.config] for r in plan.runs if r.role == "calibrate"} == {3}
     assert {reps[r.config] for r in plan.runs if r.role == "validate"
-            and r.arrivals == "offline"} == {5}
-    assert {reps[r.config] for r in plan.runs if r.arrivals == "poisson"} == {5}
+            and r.arrivals == "offline"} == {7}
+    assert {reps[r.config] for r in plan.runs if r.arrivals == "poisson"} == {7}
     assert {reps[r.config] for r in plan.runs if r.role == "reference"} == {2}
-    # calibration in the first, middle and last of the five rounds, so both groups sit, on
+    assert plan.max_new_tokens == 16 and len(plan.runs) == 47
+    # calibration in the first, middle and last of the seven rounds, so both groups sit, on
     # average, in the middle of the demo: a steady drift of the machine favours neither
     pos = {}
     for i, r in enumerate(plan.runs):

@@ -30,13 +30,17 @@ FLOOR = 1.15
 # ---------------------------------------------------------------- prompts
 
 def test_prompt_splits_disjoint_and_cover_styles() -> None:
-    train, held, every = (load_prompts(split=s) for s in ("train", "heldout", "all"))
-    assert {p.id for p in train}.isdisjoint({p.id for p in held})
-    assert {p.text for p in train}.isdisjoint({p.text for p in held})
-    assert len(every) == len(train) + len(held) >= 40
+    train, held, fresh, every = (load_prompts(split=s)
+                                 for s in ("train", "heldout", "fresh", "all"))
+    for a, b in ((train, held), (train, fresh), (held, fresh)):
+        assert {p.id for p in a}.isdisjoint({p.id for p in b})
+        assert {p.text.lower() for p in a}.isdisjoint({p.text.lower() for p in b})
+    assert len(every) == len(train) + len(held) + len(fresh) >= 40
     styles = {p.style for p in held}
     assert {"chat", "code", "summarise"} <= styles and len(styles) >= 4
     assert {p.style for p in train} == styles
+    assert {p.style: sum(q.style == p.style for q in fresh) for p in fresh} == {
+        s: 24 for s in styles}
 
 
 def test_load_prompts_rejects_bad_input(tmp_path: Path) -> None:

@@ -116,7 +116,7 @@ def resampled_model(patterns: dict[str, str], data: Trials) -> ResampledModel:
     return ResampledModel(RESAMPLED, resampled_spec(mine, _fallback(data)))
 
 
-def _row(name: str, crps_sum: float, nll_sum: float, tok: int, errs: list[float],
+def _row(name: str, crps_sum: float, nll_sum: float, tok: float, errs: list[float],
          n: int, nll: bool) -> dict[str, Any]:
     return {"candidate": name, "cv_crps": crps_sum / n if n else None,
             "cv_nll_per_token": nll_sum / tok if tok and nll else None,
@@ -145,12 +145,13 @@ def select(traces: Sequence[Trace], candidates: Sequence[Candidate] = CANDIDATES
     table = []
     for cand in candidates:
         c_sum = nll_sum = 0.0
-        tok, errs = 0, []
+        tok, errs = 0.0, []
         for fi, train, test in splits:
             model = fit(cand, train)
             c, err = _scored(model.spec(), test, np.random.default_rng(fi))
-            c_sum, tok = c_sum + c, tok + test.y.size
-            nll_sum += score(model, test) * test.y.size
+            weight = float(test.w.sum())
+            c_sum, tok = c_sum + c, tok + weight
+            nll_sum += score(model, test) * weight
             errs.append(abs(err))
         table.append(_row(cand[0], c_sum, nll_sum, tok, errs, len(splits), True))
     if patterns:
@@ -160,7 +161,7 @@ def select(traces: Sequence[Trace], candidates: Sequence[Candidate] = CANDIDATES
                              np.random.default_rng(fi))
             c_sum += c
             errs.append(abs(err))
-        table.append(_row(RESAMPLED, c_sum, 0.0, 0, errs, len(splits), False))
+        table.append(_row(RESAMPLED, c_sum, 0.0, 0.0, errs, len(splits), False))
     scored = [r for r in table if r["cv_crps"] is not None]
     best = min(scored, key=lambda r: r["cv_crps"])["candidate"] if scored else candidates[0][0]
     chosen: FittedModel | ResampledModel

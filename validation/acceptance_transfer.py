@@ -10,7 +10,17 @@ traces show in general.  This module fits the ``fitted`` model of ``sim.acceptan
 by maximum likelihood on every draft token a verification tried (draft position i, output
 position n, accepted or not), with the request level u_r ~ N(0, sigma^2) integrated out
 (Gauss-Hermite quadrature) per prompt; g (0 unless fitted) lets the spread between requests
-grow or shrink along a proposal.  Which terms it keeps (or whether a pattern-resampling
+grow or shrink along a proposal.
+
+Each fact counts once (``trials``).  With greedy decoding a prompt's outcome at output position
+n is one deterministic fact (its match pattern, ``validation.match_patterns``): the SD and PSD
+runs of one window see the same verifications, and runs at another k see the same positions
+again.  Counted as independent trials, those re-observations make every prompt look measured
+several times over, and the fitted spread between prompts grows by the binomial noise that is
+no longer subtracted (sigma 0.65 where one run per prompt gives 0.31-0.34, demo G).  So a
+greedy trial seen again at the same (prompt, output position, draft position) is dropped, and
+one output position seen at d different draft positions weighs 1/d in each; trials of sampled
+traces are independent draws and weigh 1.  Which terms it keeps (or whether a pattern-resampling
 model does better) is chosen by leave-one-prompt-out cross-validation over the calibration
 prompts only (``validation.acceptance_cv``).
 
@@ -63,23 +73,32 @@ class Trials:
     draft_pos: np.ndarray   # int [T], 1-based position in the proposal
     out_pos: np.ndarray     # int [T], output position of the token
     y: np.ndarray           # float [T], 1 accepted
-    # per verification row (for the accepted-token error): prompt, proposed, start position
+    # per verification row (every verification, re-observations included): prompt,
+    # proposed, start position, accepted
     rows: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] = field(default=())
+    weight: np.ndarray | None = None    # float [T], how much each trial counts (None: 1)
+
+    @property
+    def w(self) -> np.ndarray:
+        return np.ones(self.y.size) if self.weight is None else self.weight
 
     def subset(self, keep_prompts: set[str]) -> "Trials":
         t = np.isin(self.prompt, list(keep_prompts))
         r = np.isin(self.rows[0], list(keep_prompts))
         return Trials(self.prompt[t], self.draft_pos[t], self.out_pos[t], self.y[t],
-                      tuple(a[r] for a in self.rows))
+                      tuple(a[r] for a in self.rows), self.w[t])
 
 
 def trials(traces: Sequence[Trace]) -> Trials:
     """The tried draft tokens of every verification in the traces (positions as in
-    ``validation.match_patterns.observations``: the first draft token is output position 1)."""
-    pr, dp, op, y = [], [], [], []
+    ``validation.match_patterns.observations``: the first draft token is output position 1),
+    each fact once (module docstring: greedy re-observations dropped or shared)."""
+    from psdlab.validation.match_patterns import is_greedy
+    pr, dp, op, y, greedy = [], [], [], [], []
     rp, rk, rn, ra = [], [], [], []
     for tr in traces:
         pos: dict[str, int] = {}
+        g = is_greedy(tr)
         for step in sorted(tr.steps, key=lambda s: (s.start, s.index)):
             for v in step.verified:
                 rid = str(v.req)
@@ -91,15 +110,39 @@ def trials(traces: Sequence[Trace]) -> Trials:
                         dp.append(i)
                         op.append(n + i - 1)
                         y.append(1.0 if i <= v.accepted else 0.0)
+                        greedy.append(g)
                     rp.append(prompt_of(rid))
                     rk.append(v.proposed)
                     rn.append(n)
                     ra.append(v.accepted)
                 pos[rid] = n + v.emitted
-    return Trials(np.array(pr, dtype=object), np.array(dp, dtype=int), np.array(op, dtype=int),
-                  np.array(y, dtype=float),
+    keep, weight = _facts(pr, op, dp, greedy)
+    return Trials(np.array(pr, dtype=object)[keep], np.array(dp, dtype=int)[keep],
+                  np.array(op, dtype=int)[keep], np.array(y, dtype=float)[keep],
                   (np.array(rp, dtype=object), np.array(rk, dtype=int), np.array(rn, dtype=int),
-                   np.array(ra, dtype=float)))
+                   np.array(ra, dtype=float)), weight)
+
+
+def _facts(prompt: Sequence[str], out_pos: Sequence[int], draft_pos: Sequence[int],
+           greedy: Sequence[bool]) -> tuple[np.ndarray, np.ndarray]:
+    """(indices of the trials kept, their weights): a greedy trial at a (prompt, output
+    position, draft position) already seen is dropped; a greedy (prompt, output position)
+    kept at d draft positions weighs 1/d in each; sampled trials are kept and weigh 1."""
+    seen: set[tuple[str, int, int]] = set()
+    keep: list[int] = []
+    for t, (p, n, i, g) in enumerate(zip(prompt, out_pos, draft_pos, greedy)):
+        if g:
+            if (p, n, i) in seen:
+                continue
+            seen.add((p, n, i))
+        keep.append(t)
+    count: dict[tuple[str, int], int] = {}
+    for t in keep:
+        if greedy[t]:
+            key = (prompt[t], out_pos[t])
+            count[key] = count.get(key, 0) + 1
+    weight = [1.0 / count[(prompt[t], out_pos[t])] if greedy[t] else 1.0 for t in keep]
+    return np.array(keep, dtype=int), np.array(weight, dtype=float)
 
 
 @dataclass(frozen=True)
@@ -144,29 +187,32 @@ def design_for(cand: Candidate, data: Trials) -> Design:
 
 
 def _nll(theta: np.ndarray, X: np.ndarray, y: np.ndarray, groups: Any, request: bool,
-         spread_at: np.ndarray | None = None) -> tuple[float, np.ndarray]:
-    """Negative log-likelihood and its gradient (request level integrated out per group).
+         spread_at: np.ndarray | None = None, weight: np.ndarray | None = None
+         ) -> tuple[float, np.ndarray]:
+    """Negative log-likelihood and its gradient (request level integrated out per group),
+    each trial's log-likelihood times its ``weight`` (default 1).
     theta: beta, then with ``request`` log sigma, then with ``spread_at`` (each trial's
     ``Design.spread_index``) the growth g."""
     nb = X.shape[1]
     beta = theta[:nb]
     eta = X @ beta
     ridge = _RIDGE * float(beta @ beta)
+    wt = np.ones(y.size) if weight is None else weight
     if not request:
-        ll = y * eta - np.logaddexp(0.0, eta)
-        g = X.T @ (y - 0.5 * (1 + np.tanh(0.5 * eta)))
+        ll = wt * (y * eta - np.logaddexp(0.0, eta))
+        g = X.T @ (wt * (y - 0.5 * (1 + np.tanh(0.5 * eta))))
         return -float(ll.sum()) + ridge, -g + 2 * _RIDGE * beta
     sigma = float(np.exp(theta[nb]))
     weight = (np.ones(y.size) if spread_at is None
               else np.exp(float(theta[nb + 1]) * spread_at))
     nodes = np.sqrt(2.0) * _GH_X
     z = eta[:, None] + sigma * weight[:, None] * nodes[None, :]
-    ll = y[:, None] * z - np.logaddexp(0.0, z)
+    ll = wt[:, None] * (y[:, None] * z - np.logaddexp(0.0, z))
     per = groups @ ll + np.log(_GH_W / np.sqrt(np.pi))[None, :]        # [R, G]
     top = per.max(axis=1, keepdims=True)
     lse = top[:, 0] + np.log(np.exp(per - top).sum(axis=1))
     post = np.exp(per - lse[:, None])                                   # [R, G]
-    w = (groups.T @ post) * (y[:, None] - 0.5 * (1 + np.tanh(0.5 * z)))  # [T, G]
+    w = (groups.T @ post) * wt[:, None] * (y[:, None] - 0.5 * (1 + np.tanh(0.5 * z)))
     g_beta = X.T @ w.sum(axis=1)
     wn = (w * nodes[None, :]).sum(axis=1) * sigma * weight            # [T]
     extra = [-float(wn.sum())]
@@ -219,36 +265,37 @@ def fit(cand: Candidate, data: Trials) -> FittedModel:
     p0 = np.clip(data.y.mean(), 0.02, 0.98)
     theta = np.zeros(X.shape[1])
     theta[:len(design.styles)] = np.log(p0 / (1 - p0))
-    res = optimize.minimize(_nll, theta, args=(X, data.y, groups, False), jac=True,
+    res = optimize.minimize(_nll, theta, args=(X, data.y, groups, False, None, data.w), jac=True,
                             method="L-BFGS-B")
     theta = res.x
     sigma = growth = 0.0
     if design.request:
         nb = X.shape[1]
         res = optimize.minimize(_nll, np.concatenate([theta, [np.log(0.5)]]),
-                                args=(X, data.y, groups, True), jac=True, method="L-BFGS-B",
+                                args=(X, data.y, groups, True, None, data.w), jac=True,
+                                method="L-BFGS-B",
                                 bounds=[(None, None)] * nb + [(np.log(1e-3), np.log(5))])
         theta, sigma = res.x[:nb], float(np.exp(res.x[nb]))
         if design.growth:
             res = optimize.minimize(
                 _nll, np.concatenate([theta, [np.log(sigma), 0.0]]),
-                args=(X, data.y, groups, True, design.spread_index(data.draft_pos)),
+                args=(X, data.y, groups, True, design.spread_index(data.draft_pos), data.w),
                 jac=True, method="L-BFGS-B",
                 bounds=[(None, None)] * nb + [(np.log(1e-3), np.log(5)), (-2.0, 2.0)])
             theta, sigma, growth = res.x[:nb], float(np.exp(res.x[nb])), float(res.x[nb + 1])
     return FittedModel(cand[0], design, tuple(float(x) for x in theta), sigma,
-                       float(np.mean(data.out_pos)), growth)
+                       float(np.average(data.out_pos, weights=data.w)), growth)
 
 
 def score(model: FittedModel, data: Trials) -> float:
-    """Negative log-likelihood per tried token of a fitted model on ``data``, the request
-    level integrated out."""
+    """Negative log-likelihood per tried token (per unit of weight) of a fitted model on
+    ``data``, the request level integrated out."""
     X = model.design.matrix(data.prompt, data.draft_pos, data.out_pos)
     groups, _ = _group_matrix(data.prompt)
     beta = np.asarray(model.beta)
     theta = np.concatenate([beta, [np.log(max(model.sigma, 1e-9)), model.growth]])
     spread_at = model.design.spread_index(data.draft_pos) if model.design.growth else None
     nll, _ = _nll(theta, X, data.y, groups, model.design.request and model.sigma > 0,
-                  spread_at)
+                  spread_at, data.w)
     nll -= _RIDGE * float(beta @ beta)
-    return nll / max(1, data.y.size)
+    return nll / max(1e-12, float(data.w.sum()))

@@ -1,11 +1,15 @@
 """Which prompts a demo run serves: the two disjoint prompt sides and the window of a side
 each run takes.
 
-The shipped prompts never used to distil the drafter (split ``heldout`` of
-``runtime/data/prompts.jsonl``) are divided by style into the ``calibration`` and ``heldout``
-sides (`prompt_sides`), each listed round-robin over its styles; every repeat of a workload
-serves the next window of a side's list (`prompt_windows`), its SD and PSD runs the same one
-(and all calibration runs of one repeat the same one).
+Of the shipped prompts never used to distil the drafter (split ``heldout`` of
+``runtime/data/prompts.jsonl``), one half by style (`prompt_sides`) is the ``calibration``
+side.  The ``heldout`` side is split ``fresh``: 120 prompts (24 a style) written after every
+earlier demo had run, so that no choice in the acceptance model, the plan or the judgement
+was made looking at them (the other half of split ``heldout`` was the held-out side of demos
+A-H, whose misses shaped this design; it is no longer served).  Each side is listed
+round-robin over its styles; every repeat of a workload serves the next window of a side's
+list (`prompt_windows`), its SD and PSD runs the same one (and all calibration runs of one
+repeat the same one).
 """
 from __future__ import annotations
 
@@ -14,6 +18,8 @@ from typing import Any, Sequence
 from psdlab.analysis.checks import check_choice
 
 PROMPT_SIDES = ("calibration", "heldout")
+#: the split of ``runtime/data/prompts.jsonl`` each side draws from
+SIDE_SPLITS = {"calibration": "heldout", "heldout": "fresh"}
 
 
 def prompt_sides(items: Sequence[tuple[str, str]]) -> dict[str, list[int]]:
@@ -52,19 +58,30 @@ def _cycle(items: list[tuple[str, tuple[int, ...]]], n: int) -> list[tuple[str, 
     return out
 
 
+def side_list(side: str) -> list[Any]:
+    """The shipped prompts (``runtime.prompts.Prompt``) of one side, in the side's order: the
+    calibration half of split ``heldout`` (`prompt_sides`), or split ``fresh``, each
+    round-robin over its styles."""
+    check_choice("side", side, PROMPT_SIDES)
+    from psdlab.runtime.prompts import load_prompts
+    prompts = load_prompts(split=SIDE_SPLITS[side])
+    items = [(p.id, p.style) for p in prompts]
+    if side == "calibration":
+        return [prompts[i] for i in prompt_sides(items)["calibration"]]
+    return [prompts[i] for i in _round_robin(list(range(len(prompts))), items)]
+
+
 def side_prompts(tokenizer: Any, prompt_ids: Sequence[Sequence[int]] | None = None,
                  side: str = "heldout") -> list[tuple[str, tuple[int, ...]]]:
-    """(id, prompt token ids) of every prompt of one side (``prompt_sides``) of the shipped
-    prompts of split ``heldout`` in the chat template, in the side's order; with
-    ``prompt_ids`` (e.g. for tiny test models without a tokenizer) alternate ones of those
-    (even indices: calibration; odd: held out; ids ``test-I``)."""
+    """(id, prompt token ids) of every prompt of one side (`side_list`) in the chat
+    template, in the side's order; with ``prompt_ids`` (e.g. for tiny test models without a
+    tokenizer) alternate ones of those (even indices: calibration; odd: held out; ids
+    ``test-I``)."""
     check_choice("side", side, PROMPT_SIDES)
     if prompt_ids is not None:
         return [(f"test-{i}", tuple(int(x) for x in p)) for i, p in enumerate(prompt_ids)
                 if i % 2 == PROMPT_SIDES.index(side) or len(prompt_ids) == 1]
-    from psdlab.runtime.prompts import load_prompts
-    prompts = load_prompts(split="heldout")
-    chosen = [prompts[i] for i in prompt_sides([(p.id, p.style) for p in prompts])[side]]
+    chosen = side_list(side)
     out = []
     for p in chosen:
         ids = tokenizer(p.chat_text(tokenizer), add_special_tokens=False)["input_ids"]
