@@ -3,6 +3,7 @@ tiny random models (real runtime runs, calibration, replay, report folder, summa
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -262,4 +263,4 @@ def test_output_lengths_seeded_and_in_range():
     assert a == b and len(set(a)) > 1
     lo = round(plan.max_new_tokens * (1 - plan.output_spread))
     assert all(max(2, lo) <= x <= plan.max_new_tokens for x in a)
-    assert Plan(runs=plan.runs, output_spread=0.0).output_lengths(5) == [plan.max_new_tokens] * 5
+    assert (replace(plan, output_spread=0.0).output_lengths(5) == [plan.max_new_tokens] * 5)
