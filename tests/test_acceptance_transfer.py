@@ -336,3 +336,25 @@ def test_greedy_re_observations_count_once_and_the_spread_is_not_inflated():
     twice = at.fit(cand, at.trials(traces + traces))
     assert twice.sigma == pytest.approx(fitted.sigma, rel=1e-6)
     assert twice.beta == pytest.approx(fitted.beta, rel=1e-6)
+
+
+def test_sides_are_compared_like_for_like_at_a_k_both_served():
+    """Accepted tokens per verification grow with k: the sides are compared only at a k both
+    served, per style, and without one there is no like-for-like figure."""
+    from psdlab.validation.prompt_sampling import acceptance_by_side, matched_k, sampling_md
+    easy = dict(TRUE, sigma=0.3)
+    harder = dict(easy, styles={"chat": 2.0, "code": 0.0, "math": -1.0})   # math shifted
+    held_keys = [key.replace("-", "-h") for key in KEYS]
+    cal = [fake_trace(easy, KEYS * 2, k, seed=40 + k) for k in (2, 4)]
+    held = [fake_trace(harder, held_keys * 2, k, seed=50 + k) for k in (3, 4)]
+    m = matched_k(cal, held)
+    assert m["k"] == 4 and set(m["styles"]) == {"chat", "code", "math"}
+    assert m["styles"]["math"]["prompts"] == [4, 4]
+    assert m["styles"]["math"]["difference"] < 0 and m["styles"]["math"]["z"] < -2
+    assert abs(m["styles"]["chat"]["z"]) < abs(m["styles"]["math"]["z"])
+    assert m["difference"] < 0 and m["emitted_ratio_heldout_over_calibration"] < 1
+    # over every verification the held-out side's k = 3 and 4 against k = 2 and 4: not alike
+    side = acceptance_by_side(cal, held, None)
+    assert side["matched_k"] == m
+    assert any("Like for like" in line for line in sampling_md(side))
+    assert matched_k(cal, held[:1]) is None                     # k = 3 only: nothing shared

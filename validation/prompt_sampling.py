@@ -14,6 +14,13 @@ verification, (1 + held-out) / (1 + calibration), is about the throughput shift 
 in decode-bound runs, and the standard error over 1 + the calibration mean is about the
 relative standard error it puts on every held-out throughput and TPOT (one shift common to
 all held-out runs).
+
+Those pooled figures mix k: the calibration runs serve k = 2 and 4, the held-out runs 3 and
+4, and accepted tokens per verification grow with k.  ``matched_k`` compares like with like:
+only the verifications that proposed the full k of the largest k both sides served, per
+prompt, per style (the mean of the style's prompt means on each side, their difference, and
+its chance standard error from the pooled spread of prompt means within a style on both
+sides), and over the styles with equal weights.
 """
 from __future__ import annotations
 
@@ -78,7 +85,83 @@ def acceptance_by_side(calibration: Sequence[Trace], held: Sequence[Trace],
             "chance_se_of_difference": se,
             "chance_se_spread": "within_style" if styled else "between_prompt",
             "difference_over_se": None if not se else (ho_mean - cal_mean) / se,
-            "emitted_ratio_heldout_over_calibration": (1 + ho_pooled) / (1 + cal_pooled)}
+            "emitted_ratio_heldout_over_calibration": (1 + ho_pooled) / (1 + cal_pooled),
+            "matched_k": matched_k(calibration, held)}
+
+
+def _full_k_means(traces: Sequence[Trace], k: int) -> dict[str, float]:
+    """Per prompt, the mean accepted tokens of its verifications that proposed k in runs at k."""
+    from psdlab.validation.acceptance_transfer import prompt_of
+    by: dict[str, list[float]] = defaultdict(list)
+    for tr in traces:
+        if tr.run.k != k:
+            continue
+        for step in tr.steps:
+            for v in step.verified:
+                if v.proposed == k:
+                    by[prompt_of(v.req)].append(float(v.accepted))
+    return {p: float(np.mean(v)) for p, v in sorted(by.items())}
+
+
+def matched_k(calibration: Sequence[Trace], held: Sequence[Trace]) -> dict[str, Any] | None:
+    """The sides compared at the largest k both served (module docstring); None without one."""
+    from psdlab.sim.acceptance_fitted import style_of
+    common = ({t.run.k for t in calibration if t.run.k} & {t.run.k for t in held if t.run.k})
+    if not common:
+        return None
+    k = max(common)
+    cal, ho = _full_k_means(calibration, k), _full_k_means(held, k)
+    by: dict[str, dict[str, list[float]]] = defaultdict(lambda: {"c": [], "h": []})
+    for p, v in cal.items():
+        by[style_of(p)]["c"].append(v)
+    for p, v in ho.items():
+        by[style_of(p)]["h"].append(v)
+    both = {s: d for s, d in sorted(by.items()) if d["c"] and d["h"]}
+    if not both:
+        return None
+    ss = sum(float(np.sum((np.asarray(x) - np.mean(x)) ** 2)) for d in both.values()
+             for x in (d["c"], d["h"]))
+    dof = sum(len(d["c"]) + len(d["h"]) - 2 for d in both.values())
+    sd = math.sqrt(ss / dof) if dof > 0 else None
+    styles = {}
+    for s_, d in both.items():
+        c_m, h_m = float(np.mean(d["c"])), float(np.mean(d["h"]))
+        se = None if sd is None else sd * math.sqrt(1 / len(d["c"]) + 1 / len(d["h"]))
+        styles[s_] = {"calibration": c_m, "heldout": h_m, "prompts": [len(d["c"]), len(d["h"])],
+                      "difference": h_m - c_m, "se": se,
+                      "z": None if not se else (h_m - c_m) / se}
+    c_all = float(np.mean([v["calibration"] for v in styles.values()]))
+    h_all = float(np.mean([v["heldout"] for v in styles.values()]))
+    ses = [v["se"] for v in styles.values()]
+    se_all = (None if any(x is None for x in ses)
+              else math.sqrt(sum(x * x for x in ses)) / len(ses))      # type: ignore[operator]
+    return {"k": k, "styles": styles, "within_style_sd": sd, "calibration": c_all,
+            "heldout": h_all, "difference": h_all - c_all, "se": se_all,
+            "z": None if not se_all else (h_all - c_all) / se_all,
+            "emitted_ratio_heldout_over_calibration": (1 + h_all) / (1 + c_all)}
+
+
+def matched_md(m: Mapping[str, Any] | None) -> list[str]:
+    """The report's like-for-like comparison of the sides."""
+    if not m:
+        return []
+    out = [f"Like for like (only verifications that proposed k = {m['k']}, the largest k "
+           f"both sides served; each style the mean of its prompts' means, styles weighted "
+           f"equally; SE: chance alone, from the spread of prompt means within a style, "
+           + ("n/a" if m["within_style_sd"] is None else f"{m['within_style_sd']:.3f}")
+           + f"): calibration {m['calibration']:.3f}, held out {m['heldout']:.3f} accepted "
+           f"tokens per verification, "
+           f"{100 * (m['emitted_ratio_heldout_over_calibration'] - 1):+.1f}% in tokens emitted "
+           f"per verification"
+           + ("" if m["z"] is None else f" ({m['z']:+.1f} SE)") + ".", "",
+           "| style | calibration prompts | held-out prompts | calibration | held out | "
+           "difference | SE | difference / SE |", "|---|---|---|---|---|---|---|---|"]
+    for s, v in m["styles"].items():
+        out.append(f"| {s} | {v['prompts'][0]} | {v['prompts'][1]} | {v['calibration']:.3f} | "
+                   f"{v['heldout']:.3f} | {v['difference']:+.3f} | "
+                   + ("n/a" if v["se"] is None else f"{v['se']:.3f}") + " | "
+                   + ("n/a" if v["z"] is None else f"{v['z']:+.1f}") + " |")
+    return out + [""]
 
 
 def within_style_sd(means: Mapping[str, float]) -> float | None:
@@ -104,7 +187,9 @@ def sampling_md(side: Mapping[str, Any] | None) -> list[str]:
     se = side.get("chance_se_of_difference")
     z = side.get("difference_over_se")
     return ["## Prompt sampling: the held-out prompts against the calibration prompts", "",
-            f"Accepted draft tokens per verification (SD and PSD runs): calibration prompts "
+            *matched_md(side.get("matched_k")),
+            f"Over every verification (mixing the sides' k, so not like for like), accepted "
+            f"draft tokens per verification (SD and PSD runs): calibration prompts "
             f"{c['accepted_per_verification']:.3f} ({c['prompts']} prompts, mean of prompts "
             f"{c['mean_of_prompts']:.3f}, between-prompt SD {c['between_prompt_sd']:.3f}"
             + ("" if c.get("within_style_sd") is None else
