@@ -2,11 +2,11 @@
 
 Each line of the file is one JSON object ``{"id", "style", "split", "text"}``. The split into
 ``train`` (used to distil the drafter) and ``heldout`` (used to measure it) is fixed in the file,
-so every machine sees the same prompts on each side.  Split ``fresh`` (120 prompts, 24 a style,
-written on 2026-12-01 after the drafter was distilled and after every earlier demo had run) is
-the demo's held-out side: prompts that nothing in psdlab's design was looked at on. ``Prompt.chat_text`` wraps a prompt in the
-tokenizer's chat template, which is how the runtime and the drafter scripts feed prompts to the
-instruct model.
+so every machine sees the same prompts on each side.  Split ``fresh`` (120 prompts, 24 a
+style, written on 2026-12-01 after the drafter was distilled and after every earlier demo had
+run) is the demo's held-out side: prompts that no choice in psdlab's design was made on.
+``Prompt.chat_text`` wraps a prompt in the tokenizer's chat template, which is how the runtime
+and the drafter scripts feed prompts to the instruct model.
 """
 
 from __future__ import annotations

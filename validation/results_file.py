@@ -23,7 +23,8 @@ and whether the working tree had uncommitted changes on top of it), and the figu
   predicted-vs-measured row, with its run's role) and ``diagnostic_rows``;
 - ``prompt_sampling`` (added by the demo, ``validation.prompt_sampling``): accepted tokens
   per verification on each prompt side, measured and predicted, and the standard error
-  prompt sampling alone gives their difference.
+  prompt sampling alone gives their difference; ``matched_k``: the sides like for like, per
+  style, at the largest k both served.
 """
 from __future__ import annotations
 

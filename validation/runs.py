@@ -5,10 +5,11 @@ A plan is a list of runs (mode, k, batch size m, arrival pattern), each with a *
 calibration and compared with the measurement), ``repeat`` (a calibration configuration run
 again at the end: its prediction error is the machine's own drift, the noise floor of every
 comparison) or ``reference`` (for the report only).  Each run serves one of two disjoint
-prompt sets (``PROMPT_SIDES``, ``prompt_sides``): the shipped prompts never used to distil the
-drafter (split ``heldout`` of ``runtime/data/prompts.jsonl``) divided by style, so that every
-style is on both sides; calibration runs serve the ``calibration`` side, held-out runs the
-``heldout`` side, so no held-out request was seen by the calibration (greedy, EOS ignored,
+prompt sets (``PROMPT_SIDES``, ``validation.demo_prompts``): calibration runs the
+``calibration`` side (half by style of split ``heldout`` of ``runtime/data/prompts.jsonl``, the
+shipped prompts never used to distil the drafter), held-out runs the ``heldout`` side (split
+``fresh``, written after every earlier demo), every style on both, so no held-out request was
+seen by the calibration (greedy, EOS ignored,
 each request with its own seeded output length, ``Plan.output_lengths``).  Each repeat of a
 workload serves the next window of ``num_prompts`` prompts of its side's list
 (``prompt_windows``; the SD and PSD runs of one repeat share theirs, and so do all calibration
@@ -220,10 +221,10 @@ def default_plan(quick: bool = False, repeats: int | None = None, seed: int = 0)
     iso-concurrency comparison).  Every configuration ``repeats`` times in seeded random
     rounds (module docstring); default ``REPEATS``: the judged held-out pairs seven times
     each (each is judged on its own median, whose noise -- run-to-run and which prompts the
-    repeats drew -- is what the bounds are judged against), calibration three times (the first, middle and
-    last rounds; each round's calibration runs on one window of prompts, so 96 calibration
-    prompts are each served at k = 2 and k = 4) and the references twice (first and last).  ``quick``:
-    a short plan for tests and smoke runs (m = 2, k in {2, 4} calibrated, k = 3 held out)."""
+    repeats drew -- is what the bounds are judged against), calibration three times (the
+    first, middle and last rounds; each round's calibration runs on one window of prompts, so
+    96 calibration prompts are each served at k = 2 and k = 4) and the references twice
+    (first and last); requests of up to ``DEMO_MAX_NEW_TOKENS`` tokens.  ``quick``: a short plan for tests and smoke runs (m = 2, k in {2, 4} calibrated, k = 3 held out)."""
     if quick:
         blocks = [_pair(2, 2, "calibrate"), _pair(4, 2, "calibrate"),
                   _ho(_pair(3, 2, "validate"))]

@@ -18,21 +18,21 @@ def register(subparsers) -> None:
                     "this CPU (drafter and target on their own cores) over the shipped "
                     "prompts at several k, batch sizes and arrival patterns, calibrate the "
                     "simulator on some runs, predict the held-out others and write a report "
-                    "folder. The default plan (34 runs: 5 calibration configurations twice on "
-                    "the calibration prompts, 4 held-out ones five times and 2 references "
-                    "twice on the held-out prompts, 16 requests x up to 32 tokens each, in "
-                    "seeded random order) takes about 10 minutes on a 2-core machine "
-                    "(--time-budget keeps it within 14); --prompts and "
+                    "folder. The default plan (47 runs: 5 calibration configurations three "
+                    "times on half of the shipped prompts, 4 held-out ones seven times on 120 fresh "
+                    "prompts and 2 references twice, 32 requests x up to 16 tokens each, in "
+                    "seeded random order) takes about 12 minutes on a 2-core machine "
+                    "(--time-budget, 840 s, skips late repeats past it); --prompts and "
                     "--max-new-tokens scale it, --quick runs a short plan.")
     p.add_argument("-o", "--output", default="psdlab-demo", metavar="REPORT_DIR",
                    help="report folder (default ./psdlab-demo)")
     p.add_argument("--quick", action="store_true",
                    help="a short plan (few prompts and tokens): a smoke test, not a measurement")
     p.add_argument("--prompts", type=int, default=None, metavar="N",
-                   help="requests per run (1..18; each run serves one half of the shipped "
-                        "prompts in turn; default 16)")
+                   help="requests per run (1..256; each repeat serves the next window of its "
+                        "side's prompts; default 32)")
     p.add_argument("--max-new-tokens", type=int, default=None, metavar="N",
-                   help="tokens generated per prompt (2..512; default 32)")
+                   help="tokens generated per prompt at most (2..512; default 16)")
     p.add_argument("--controlled-alpha", type=float, default=None, metavar="A",
                    help="controlled acceptance: send the target's greedy continuation as the "
                         "draft with probability A per position (for a drafter with useless "
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     seed = 0 if args.seed is None else check_int("--seed", args.seed, 0)
     plan = default_plan(args.quick, repeats=repeats, seed=seed)
     if args.prompts is not None:
-        plan = replace(plan, num_prompts=check_int("--prompts", args.prompts, 1, 18))
+        plan = replace(plan, num_prompts=check_int("--prompts", args.prompts, 1, 256))
     if args.max_new_tokens is not None:
         plan = replace(plan, max_new_tokens=check_int("--max-new-tokens", args.max_new_tokens,
                                                       2, 512))
