@@ -161,6 +161,16 @@ def test_quick_demo_end_to_end(quick_demo):
     own = [r for r in res["diagnostic_rows"][OWN_LABEL] if r["metric"] == "acceptance_rate"
            and r["run"] in held]
     assert own and all(abs(r["error"]) < 0.03 for r in own), own
+    # after the fact: every CV candidate replayed on the held-out runs, the chosen one's
+    # row the prediction's own figures
+    after = {r["candidate"]: r for r in res["candidates_heldout"]}
+    assert set(after) == {r["candidate"] for r in res["acceptance_model"]["scores"]}
+    chosen = [r for r in after.values() if r["chosen"]]
+    assert [r["candidate"] for r in chosen] == [res["acceptance_model"]["chosen"]]
+    judged = {t["target"]: t["max_abs_error"] for t in res["targets"]["heldout"]}
+    for target, err in chosen[0]["heldout_max_abs_error"].items():
+        assert err == pytest.approx(judged[target], rel=1e-9, abs=1e-12), target
+    assert "After the fact: every candidate on the held-out runs" in md
     # how requests differ, measured against the replays: every drafted configuration
     spread = {r["config"]: r for r in res["request_spread"]}
     assert held <= set(spread) and "How requests differ" in md

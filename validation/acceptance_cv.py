@@ -174,6 +174,18 @@ def select(traces: Sequence[Trace], candidates: Sequence[Candidate] = CANDIDATES
     return Selection(chosen, tuple(table), tuple(prompts))
 
 
+def candidate_specs(traces: Sequence[Trace], candidates: Sequence[Candidate] = CANDIDATES,
+                    resample: bool = True) -> list[tuple[str, dict[str, Any]]]:
+    """Every candidate refitted on all the traces' prompts, as ``select`` refits the chosen
+    one: what each would have predicted had the cross-validation chosen it."""
+    data = trials(traces)
+    out = [(c[0], fit(c, data).spec()) for c in candidates]
+    patterns = _patterns(traces) if resample else None
+    if patterns:
+        out.append((RESAMPLED, resampled_model(patterns, data).spec()))
+    return out
+
+
 def add_to_model(path: str, selection: Selection, make_default: bool = True) -> None:
     """Store the chosen model in a model file as acceptance ``fitted`` (the default when
     ``make_default``) and the candidates' scores under ``meta.acceptance_transfer``."""

@@ -209,8 +209,12 @@ def analyse(out_dir: str, measured: Sequence[Measured], plan: Plan, target_dir: 
         (selection or {}).get("spec"))
     from psdlab.validation.request_spread import spread_md, spread_rows as request_rows
     spread = request_rows(validation, held | cal_cfgs)
+    _say("psdlab demo: every acceptance candidate on the held-out runs (after the fact)",
+         quiet)
+    from psdlab.validation.candidates_heldout import candidates_held_out, candidates_md
+    after = candidates_held_out(model_path, named, measured, seeds, selection)
     sections = (transfer_sections(validation, held, cal_cfgs, alternatives, selection)
-                + spread_md(spread, held) + sampling_md(sides))
+                + candidates_md(after) + spread_md(spread, held) + sampling_md(sides))
     files = write_report(out_dir, validation, named, roles=roles, title="psdlab demo report",
                          intro=intro, headline=lines, summary_runs=held,
                          noise_runs=repeats, sections=sections)
@@ -224,6 +228,7 @@ def analyse(out_dir: str, measured: Sequence[Measured], plan: Plan, target_dir: 
                                   "calibration_configs": sorted(cal_cfgs)},
                             load_before=timings.get("load_before"))
     results["prompt_sampling"] = sides
+    results["candidates_heldout"] = after
     results["request_spread"] = spread
     files["results"] = os.path.join(out_dir, "results.json")
     with open(files["results"], "w", encoding="utf-8") as fh:

@@ -1,0 +1,72 @@
+"""After the fact: every acceptance candidate on the held-out runs.
+
+The acceptance model is chosen by cross-validation over the calibration prompts
+(``validation.acceptance_cv``), before any held-out run is replayed.  Once the prediction is
+made, a user still wants to know how the candidates that lost would have done on the prompts
+the calibration never saw: ``candidates_held_out`` refits each on the calibration runs
+(``acceptance_cv.candidate_specs``) and replays the held-out runs with it, and
+``candidates_md`` is its report table.  It is never used to choose.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from psdlab.validation.report import md_table
+from psdlab.validation.runs import Measured
+
+#: the judged targets the after-the-fact table of candidates lists (summary labels)
+CANDIDATE_TARGETS = ("throughput", "TPOT mean", "e2e p99", "PSD/SD gain (throughput)")
+
+
+def candidates_held_out(model_path: str, named: Sequence[tuple[str, Any]],
+                        measured: Sequence[Measured], seeds: Sequence[int],
+                        selection: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """After the fact, never used to choose: every acceptance candidate of the
+    cross-validation (``validation.acceptance_cv.candidate_specs``, refitted on the
+    calibration runs) replayed on the held-out runs, with its worst error per judged
+    target; the chosen one's row is the prediction's own."""
+    from psdlab.validation.acceptance_cv import candidate_specs
+    from psdlab.validation.validate import validate
+    cal = [t for (_, t), m in zip(named, measured) if m.spec.role == "calibrate"]
+    held = [(n, t) for (n, t), m in zip(named, measured) if m.spec.role == "validate"]
+    if not cal or not held or not selection:
+        return []
+    groups = {m.spec.name: m.spec.config for m in measured}
+    configs = {m.spec.config for m in measured if m.spec.role == "validate"}
+    scores = {r["candidate"]: r for r in selection.get("scores", [])}
+    rows = []
+    for name, spec in candidate_specs(cal):
+        v = validate(model_path, held, seeds=seeds, acceptance=spec, groups=groups)
+        worst = {s["target"]: s["max_abs_error"] for s in v.summary(configs)
+                 if s["target"] in CANDIDATE_TARGETS}
+        rows.append({"candidate": name, "cv_crps": (scores.get(name) or {}).get("cv_crps"),
+                     "chosen": bool((scores.get(name) or {}).get("chosen")),
+                     "heldout_max_abs_error": worst})
+    return rows
+
+
+def _crps(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.4f}"
+
+
+def candidates_md(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The after-the-fact table: every acceptance candidate's worst held-out error."""
+    if not rows:
+        return []
+    units = {"PSD/SD gain (throughput)": "pp"}
+
+    def cell(r: Mapping[str, Any], t: str) -> str:
+        v = r["heldout_max_abs_error"].get(t)
+        if v is None:
+            return "n/a"
+        return f"{v:.1f} pp" if units.get(t) == "pp" else f"{100 * v:.1f}%"
+
+    return ["### After the fact: every candidate on the held-out runs", "",
+            "Not used to choose (the choice above was made on the calibration prompts "
+            "before any held-out run was replayed): each candidate refitted on the "
+            "calibration runs and replayed on the held-out runs; worst |error| per judged "
+            "target.", "",
+            md_table(["candidate", "CV CRPS", *CANDIDATE_TARGETS, "chosen"],
+                     [[r["candidate"], _crps(r.get("cv_crps")),
+                       *[cell(r, t) for t in CANDIDATE_TARGETS],
+                       "yes" if r.get("chosen") else ""] for r in rows]), ""]
