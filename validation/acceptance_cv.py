@@ -22,7 +22,8 @@ The lowest mean CRPS wins and is refitted on all prompts.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from functools import partial
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -131,6 +132,37 @@ def _scored(spec: dict[str, Any], test: Trials, rng: np.random.Generator
     return crps(d, observed), err
 
 
+#: (name, how to fit it to trials, whether it has a likelihood)
+Builder = tuple[str, Callable[[Trials], "FittedModel | ResampledModel"], bool]
+
+
+def _builders(candidates: Sequence[Candidate], patterns: dict[str, str] | None
+              ) -> list[Builder]:
+    """Every candidate with its fit: the logistic ones, then (greedy traces) resampling."""
+    out: list[Builder] = [(c[0], partial(fit, c), True) for c in candidates]
+    if patterns:
+        out.append((RESAMPLED, partial(resampled_model, patterns), False))
+    return out
+
+
+def _cv_row(name: str, build: Callable[[Trials], Any], nll: bool,
+            splits: Sequence[tuple[int, Trials, Trials]]) -> dict[str, Any]:
+    """One candidate's CV scores: fitted without each fold's prompt, scored on it (draws
+    seeded by the fold, the same for every candidate)."""
+    c_sum = nll_sum = tok = 0.0
+    errs = []
+    for fi, train, test in splits:
+        model = build(train)
+        c, err = _scored(model.spec(), test, np.random.default_rng(fi))
+        c_sum += c
+        errs.append(abs(err))
+        if nll:
+            weight = float(test.w.sum())
+            tok += weight
+            nll_sum += score(model, test) * weight
+    return _row(name, c_sum, nll_sum, tok, errs, len(splits), nll)
+
+
 def select(traces: Sequence[Trace], candidates: Sequence[Candidate] = CANDIDATES,
            resample: bool = True) -> Selection:
     """Score every candidate by leave-one-prompt-out CV over the traces' prompts and refit
@@ -139,36 +171,13 @@ def select(traces: Sequence[Trace], candidates: Sequence[Candidate] = CANDIDATES
     if data.y.size == 0:
         raise ValueError("traces: no verified draft tokens to fit an acceptance model to")
     prompts = folds(list(data.prompt))
-    patterns = _patterns(traces) if resample else None
+    builders = _builders(candidates, _patterns(traces) if resample else None)
     splits = [(fi, data.subset(set(prompts) - {p}), data.subset({p}))
               for fi, p in enumerate(prompts if len(prompts) > 1 else [])]
-    table = []
-    for cand in candidates:
-        c_sum = nll_sum = 0.0
-        tok, errs = 0.0, []
-        for fi, train, test in splits:
-            model = fit(cand, train)
-            c, err = _scored(model.spec(), test, np.random.default_rng(fi))
-            weight = float(test.w.sum())
-            c_sum, tok = c_sum + c, tok + weight
-            nll_sum += score(model, test) * weight
-            errs.append(abs(err))
-        table.append(_row(cand[0], c_sum, nll_sum, tok, errs, len(splits), True))
-    if patterns:
-        c_sum, errs = 0.0, []
-        for fi, train, test in splits:
-            c, err = _scored(resampled_model(patterns, train).spec(), test,
-                             np.random.default_rng(fi))
-            c_sum += c
-            errs.append(abs(err))
-        table.append(_row(RESAMPLED, c_sum, 0.0, 0.0, errs, len(splits), False))
+    table = [_cv_row(name, build, nll, splits) for name, build, nll in builders]
     scored = [r for r in table if r["cv_crps"] is not None]
     best = min(scored, key=lambda r: r["cv_crps"])["candidate"] if scored else candidates[0][0]
-    chosen: FittedModel | ResampledModel
-    if best == RESAMPLED:
-        chosen = resampled_model(patterns or {}, data)
-    else:
-        chosen = fit(next(c for c in candidates if c[0] == best), data)
+    chosen = next(build for name, build, _ in builders if name == best)(data)
     for r in table:
         r["chosen"] = r["candidate"] == best
     return Selection(chosen, tuple(table), tuple(prompts))
@@ -179,11 +188,8 @@ def candidate_specs(traces: Sequence[Trace], candidates: Sequence[Candidate] = C
     """Every candidate refitted on all the traces' prompts, as ``select`` refits the chosen
     one: what each would have predicted had the cross-validation chosen it."""
     data = trials(traces)
-    out = [(c[0], fit(c, data).spec()) for c in candidates]
-    patterns = _patterns(traces) if resample else None
-    if patterns:
-        out.append((RESAMPLED, resampled_model(patterns, data).spec()))
-    return out
+    return [(name, build(data).spec())
+            for name, build, _ in _builders(candidates, _patterns(traces) if resample else None)]
 
 
 def add_to_model(path: str, selection: Selection, make_default: bool = True) -> None:

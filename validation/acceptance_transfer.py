@@ -33,6 +33,7 @@ a run has ids ``ID~2``, ... and shares one level.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -136,11 +137,7 @@ def _facts(prompt: Sequence[str], out_pos: Sequence[int], draft_pos: Sequence[in
                 continue
             seen.add((p, n, i))
         keep.append(t)
-    count: dict[tuple[str, int], int] = {}
-    for t in keep:
-        if greedy[t]:
-            key = (prompt[t], out_pos[t])
-            count[key] = count.get(key, 0) + 1
+    count = Counter((prompt[t], out_pos[t]) for t in keep if greedy[t])
     weight = [1.0 / count[(prompt[t], out_pos[t])] if greedy[t] else 1.0 for t in keep]
     return np.array(keep, dtype=int), np.array(weight, dtype=float)
 

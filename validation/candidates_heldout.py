@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from psdlab.validation.report import md_table
+from psdlab.validation.report import fmt_err, fmt_num, md_table
 from psdlab.validation.runs import Measured
 
 #: the judged targets the after-the-fact table of candidates lists (summary labels)
@@ -45,21 +45,16 @@ def candidates_held_out(model_path: str, named: Sequence[tuple[str, Any]],
     return rows
 
 
-def _crps(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:.4f}"
-
-
 def candidates_md(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """The after-the-fact table: every acceptance candidate's worst held-out error."""
     if not rows:
         return []
-    units = {"PSD/SD gain (throughput)": "pp"}
+    from psdlab.validation.validate import TARGETS
+    kind = {label: k for label, _, _, _, k in TARGETS}
 
     def cell(r: Mapping[str, Any], t: str) -> str:
         v = r["heldout_max_abs_error"].get(t)
-        if v is None:
-            return "n/a"
-        return f"{v:.1f} pp" if units.get(t) == "pp" else f"{100 * v:.1f}%"
+        return "n/a" if v is None else fmt_err(kind[t], v)
 
     return ["### After the fact: every candidate on the held-out runs", "",
             "Not used to choose (the choice above was made on the calibration prompts "
@@ -67,6 +62,6 @@ def candidates_md(rows: Sequence[Mapping[str, Any]]) -> list[str]:
             "calibration runs and replayed on the held-out runs; worst |error| per judged "
             "target.", "",
             md_table(["candidate", "CV CRPS", *CANDIDATE_TARGETS, "chosen"],
-                     [[r["candidate"], _crps(r.get("cv_crps")),
+                     [[r["candidate"], fmt_num(r.get("cv_crps"), ".4f"),
                        *[cell(r, t) for t in CANDIDATE_TARGETS],
                        "yes" if r.get("chosen") else ""] for r in rows]), ""]

@@ -119,10 +119,7 @@ def matched_k(calibration: Sequence[Trace], held: Sequence[Trace]) -> dict[str, 
     both = {s: d for s, d in sorted(by.items()) if d["c"] and d["h"]}
     if not both:
         return None
-    ss = sum(float(np.sum((np.asarray(x) - np.mean(x)) ** 2)) for d in both.values()
-             for x in (d["c"], d["h"]))
-    dof = sum(len(d["c"]) + len(d["h"]) - 2 for d in both.values())
-    sd = math.sqrt(ss / dof) if dof > 0 else None
+    sd = pooled_sd([x for d in both.values() for x in (d["c"], d["h"])])
     styles = {}
     for s_, d in both.items():
         c_m, h_m = float(np.mean(d["c"])), float(np.mean(d["h"]))
@@ -145,12 +142,12 @@ def matched_md(m: Mapping[str, Any] | None) -> list[str]:
     """The report's like-for-like comparison of the sides."""
     if not m:
         return []
+    from psdlab.validation.report import fmt_num
     out = [f"Like for like (only verifications that proposed k = {m['k']}, the largest k "
            f"both sides served; each style the mean of its prompts' means, styles weighted "
            f"equally; SE: chance alone, from the spread of prompt means within a style, "
-           + ("n/a" if m["within_style_sd"] is None else f"{m['within_style_sd']:.3f}")
-           + f"): calibration {m['calibration']:.3f}, held out {m['heldout']:.3f} accepted "
-           f"tokens per verification, "
+           f"{fmt_num(m['within_style_sd'], '.3f')}): calibration {m['calibration']:.3f}, "
+           f"held out {m['heldout']:.3f} accepted tokens per verification, "
            f"{100 * (m['emitted_ratio_heldout_over_calibration'] - 1):+.1f}% in tokens emitted "
            f"per verification"
            + ("" if m["z"] is None else f" ({m['z']:+.1f} SE)") + ".", "",
@@ -159,8 +156,7 @@ def matched_md(m: Mapping[str, Any] | None) -> list[str]:
     for s, v in m["styles"].items():
         out.append(f"| {s} | {v['prompts'][0]} | {v['prompts'][1]} | {v['calibration']:.3f} | "
                    f"{v['heldout']:.3f} | {v['difference']:+.3f} | "
-                   + ("n/a" if v["se"] is None else f"{v['se']:.3f}") + " | "
-                   + ("n/a" if v["z"] is None else f"{v['z']:+.1f}") + " |")
+                   f"{fmt_num(v['se'], '.3f')} | {fmt_num(v['z'], '+.1f')} |")
     return out + [""]
 
 
@@ -171,10 +167,16 @@ def within_style_sd(means: Mapping[str, float]) -> float | None:
     by: dict[str, list[float]] = defaultdict(list)
     for p, v in means.items():
         by[style_of(p)].append(v)
-    dof = len(means) - len(by)
+    return pooled_sd(list(by.values()))
+
+
+def pooled_sd(groups: Sequence[Sequence[float]]) -> float | None:
+    """Pooled standard deviation of values around their group's mean; None without more
+    values than groups."""
+    dof = sum(len(g) - 1 for g in groups if len(g))
     if dof < 1:
         return None
-    ss = sum(float(np.sum((np.asarray(v) - np.mean(v)) ** 2)) for v in by.values())
+    ss = sum(float(np.sum((np.asarray(g) - np.mean(g)) ** 2)) for g in groups if len(g))
     return math.sqrt(ss / dof)
 
 

@@ -100,16 +100,22 @@ def _bound(item: Mapping[str, Any]) -> str:
 
 
 def _err(item: Mapping[str, Any], key: str) -> str:
-    return _fmt_err(item["kind"], item[key])
+    return fmt_err(item["kind"], item[key])
 
 
-def _fmt_err(kind: str, v: float) -> str:
+def fmt_err(kind: str, v: float) -> str:
+    """An error or its noise in its target's units: percentage points or percent."""
     return f"{v:.1f} pp" if kind == "pp" else f"{100 * v:.1f}%"
+
+
+def fmt_num(v: Any, fmt: str) -> str:
+    """``v`` in format ``fmt``, or n/a."""
+    return "n/a" if v is None else format(v, fmt)
 
 
 def _noise_cells(s: Mapping[str, Any]) -> list[str]:
     se, z, chance = (s.get(k) for k in ("noise_se", "error_over_noise", "noise_break_chance"))
-    return ["n/a" if se is None else _fmt_err(s["kind"], se),
+    return ["n/a" if se is None else fmt_err(s["kind"], se),
             "n/a" if z is None else f"{z:.2f}",
             "n/a" if chance is None else f"{100 * chance:.0f}%"]
 

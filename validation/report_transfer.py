@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from psdlab.validation.report import md_table
+from psdlab.validation.report import fmt_num, md_table
 
 
 def _pct(kind: str, v: Any) -> str:
@@ -51,10 +51,6 @@ SIDE_HEADER = ["target", "bound", "held-out: max |error| (n)", "within", "noise 
                "P(noise breaks)"]
 
 
-def _num(v: Any, fmt: str) -> str:
-    return "n/a" if v is None else format(v, fmt)
-
-
 def _chosen_text(selection: Mapping[str, Any]) -> str:
     """The chosen spec, a drawn-pattern pool summarised (its patterns are in model.json)."""
     spec = dict(selection.get("spec") or {})
@@ -85,9 +81,9 @@ def transfer_sections(validation: Any, held: set[str], cal: set[str],
                f"has one.", "",
                md_table(["candidate", "CV CRPS", "CV NLL / token",
                          "CV rms error of accepted tokens", "chosen"],
-                        [[r["candidate"], _num(r.get("cv_crps"), ".4f"),
-                          _num(r.get("cv_nll_per_token"), ".4f"),
-                          _num(r.get("cv_accept_error"), ".1%"),
+                        [[r["candidate"], fmt_num(r.get("cv_crps"), ".4f"),
+                          fmt_num(r.get("cv_nll_per_token"), ".4f"),
+                          fmt_num(r.get("cv_accept_error"), ".1%"),
                           "yes" if r.get("chosen") else ""]
                          for r in selection.get("scores", [])]), "",
                f"Chosen: {_chosen_text(selection)}", ""]
