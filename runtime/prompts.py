@@ -4,7 +4,9 @@ Each line of the file is one JSON object ``{"id", "style", "split", "text"}``. T
 ``train`` (used to distil the drafter) and ``heldout`` (used to measure it) is fixed in the file,
 so every machine sees the same prompts on each side.  Split ``fresh`` (120 prompts, 24 a
 style, written on 2026-12-01 after the drafter was distilled and after every earlier demo had
-run) is the demo's held-out side: prompts that no choice in psdlab's design was made on.
+run) was the held-out side of demos I-K; split ``fresh2`` (240 prompts, 48 a style, written
+later that day, after demo K, by two writers on disjoint topics) is the demo's held-out side
+now: prompts that no choice in psdlab's design was made on.
 ``Prompt.chat_text`` wraps a prompt in the tokenizer's chat template, which is how the runtime
 and the drafter scripts feed prompts to the instruct model.
 """
@@ -19,7 +21,7 @@ from typing import Any
 from psdlab.analysis.checks import check_choice
 
 DEFAULT_PROMPTS = Path(__file__).resolve().parent / "data" / "prompts.jsonl"
-SPLITS = ("train", "heldout", "fresh", "all")
+SPLITS = ("train", "heldout", "fresh", "fresh2", "all")
 _FIELDS = ("id", "style", "text")
 
 
@@ -52,8 +54,8 @@ def _parse_line(line: str, lineno: int, path: Path) -> Prompt:
             raise ValueError(f"{path}:{lineno}: field '{field}' must be a non-empty string")
     split = obj.get("split", "heldout")
     if split not in SPLITS[:-1]:
-        raise ValueError(f"{path}:{lineno}: field 'split' must be 'train', 'heldout' or 'fresh', "
-                         f"got {split!r}")
+        raise ValueError(f"{path}:{lineno}: field 'split' must be one of "
+                         f"{', '.join(SPLITS[:-1])}, got {split!r}")
     return Prompt(id=obj["id"], style=obj["style"], text=obj["text"], split=split)
 
 

@@ -120,18 +120,26 @@ def test_prompt_sides_are_disjoint_and_cover_every_style():
         assert of & cal and of & held, style
 
 
-def test_demo_sides_are_the_calibration_half_and_the_fresh_split():
-    """The demo's held-out side is split ``fresh``, never the half of split ``heldout`` that
-    earlier demos held out; the two sides share no prompt id or text and every style has at
-    least 20 prompts on each; each side's first 5 prompts are one of each style."""
+def test_demo_sides_are_the_calibration_half_and_the_fresh2_split():
+    """The demo's held-out side is split ``fresh2``, never the half of split ``heldout`` or
+    split ``fresh`` that earlier demos held out; the two sides share no prompt id or text and
+    every style has at least 20 prompts on each; each side's first 5 prompts are one of each
+    style.  The acceptance pool holds the calibration side, never a held-out or training
+    prompt."""
     from psdlab.runtime.prompts import load_prompts
-    from psdlab.validation.demo_prompts import prompt_sides, side_list
+    from psdlab.validation.demo_prompts import pool_list, prompt_sides, side_list
     cal, held = side_list("calibration"), side_list("heldout")
     heldout_split = load_prompts(split="heldout")
     retired = {heldout_split[i].id for i in prompt_sides(
         [(p.id, p.style) for p in heldout_split])["heldout"]}
-    assert {p.id for p in held} == {p.id for p in load_prompts(split="fresh")}
+    retired |= {p.id for p in load_prompts(split="fresh")}
+    assert {p.id for p in held} == {p.id for p in load_prompts(split="fresh2")}
     assert not {p.id for p in cal} & retired and not {p.id for p in held} & retired
+    pool = {p.id for p in pool_list()}
+    assert {p.id for p in cal} <= pool and retired <= pool
+    assert not pool & {p.id for p in held}
+    assert not pool & {p.id for p in load_prompts(split="train")}
+    assert not {p.text for p in pool_list()} & {p.text for p in held}
     assert not {p.id for p in cal} & {p.id for p in held}
     assert not {p.text for p in cal} & {p.text for p in held}
     for side in (cal, held):

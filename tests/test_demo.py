@@ -120,7 +120,7 @@ def quick_demo(tmp_path_factory):
     pair = tiny_pair(root / "models")
     out = root / "report"
     return demo(str(out), quick=True, target=str(pair["target"]), draft=str(pair["noisy"]),
-                prompt_ids=prompts(4, seed=3), progress=False, quiet=True, seeds=(0, 1)), out
+                prompt_ids=prompts(12, seed=3), progress=False, quiet=True, seeds=(0, 1)), out
 
 
 def test_quick_demo_end_to_end(quick_demo):
@@ -153,6 +153,15 @@ def test_quick_demo_end_to_end(quick_demo):
         s["target"] for s in summary}                      # the file holds the judged figures
     assert res["machine"]["cpus"] >= 1 and res["acceptance_model"]["chosen"]
     assert res["acceptance_model"]["method"].startswith("leave-one-prompt-out")
+    # the acceptance pool: the calibration side's prompts no timed run served (12 prompt
+    # ids: 6 a side, 4 served by the one calibration window), probed untimed, in the fit
+    pool = json.loads((out / "acceptance_pool.json").read_text())["prompts"]
+    from psdlab.analysis.trace import read_trace
+    served = {str(r.id) for name in ("sd_k2_m2", "sd_k4_m2")
+              for r in read_trace(str(out / "traces" / f"{name}.jsonl")).requests}
+    assert set(pool) == {"test-8", "test-10"} and not set(pool) & served
+    assert res["acceptance_pool"]["prompts"] == 2
+    assert set(pool) <= set(res["acceptance_model"]["prompts"])
     # the diagnostic that knows every run's own match patterns reproduces the measured
     # acceptance of every held-out run (greedy: the pattern decides it), so its remaining
     # error is the timing model's

@@ -30,17 +30,22 @@ FLOOR = 1.15
 # ---------------------------------------------------------------- prompts
 
 def test_prompt_splits_disjoint_and_cover_styles() -> None:
-    train, held, fresh, every = (load_prompts(split=s)
-                                 for s in ("train", "heldout", "fresh", "all"))
-    for a, b in ((train, held), (train, fresh), (held, fresh)):
-        assert {p.id for p in a}.isdisjoint({p.id for p in b})
-        assert {p.text.lower() for p in a}.isdisjoint({p.text.lower() for p in b})
-    assert len(every) == len(train) + len(held) + len(fresh) >= 40
+    train, held, fresh, fresh2, every = (load_prompts(split=s)
+                                         for s in ("train", "heldout", "fresh", "fresh2", "all"))
+    parts = (train, held, fresh, fresh2)
+    for i, a in enumerate(parts):
+        for b in parts[i + 1:]:
+            assert {p.id for p in a}.isdisjoint({p.id for p in b})
+            assert {" ".join(p.text.lower().split()) for p in a}.isdisjoint(
+                {" ".join(p.text.lower().split()) for p in b})
+    assert len(every) == sum(map(len, parts)) >= 40
     styles = {p.style for p in held}
     assert {"chat", "code", "summarise"} <= styles and len(styles) >= 4
     assert {p.style for p in train} == styles
     assert {p.style: sum(q.style == p.style for q in fresh) for p in fresh} == {
         s: 24 for s in styles}
+    assert {p.style: sum(q.style == p.style for q in fresh2) for p in fresh2} == {
+        s: 48 for s in styles}
 
 
 def test_load_prompts_rejects_bad_input(tmp_path: Path) -> None:

@@ -1,10 +1,12 @@
-"""Choose the acceptance model that transfers to new prompts: leave-one-prompt-out
-cross-validation over the calibration prompts (never the held-out runs).
+"""Choose the acceptance model that transfers to new prompts: cross-validation over the
+calibration prompts (never the held-out runs): leave-one-prompt-out, or ``MAX_FOLDS`` folds of
+prompts when there are more (the acceptance pool, ``validation.acceptance_pool``, brings
+hundreds), each left-out prompt scored on its own.
 
 Candidates: the logistic ``fitted`` models of ``validation.acceptance_transfer`` (``CANDIDATES``)
 and, for greedy traces, the ``resampled`` model (``sim.acceptance_resampled``: a new request
 draws the whole match pattern of a calibration request of its style).  Each is fitted without
-one prompt and scored on that prompt:
+a fold's prompts and scored on each of them:
 
 - **CV CRPS** (the choice): the continuous ranked probability score of the left-out prompt's
   accepted draft tokens per verification -- the quantity TPOT and end-to-end latency follow --
@@ -29,7 +31,7 @@ import numpy as np
 
 from psdlab.analysis.trace import Trace
 from psdlab.validation.acceptance_transfer import (CANDIDATES, Candidate, FittedModel, Trials,
-                                                   fit, prompt_of, score, trials)
+                                                   fit, prompt_of, score)
 
 #: draws of a left-out prompt's predictive distribution
 _DRAWS = 256
@@ -47,9 +49,19 @@ class ResampledModel:
         return self.model_spec
 
 
-def folds(prompts: Sequence[str]) -> list[str]:
-    """Leave-one-prompt-out: every calibration prompt is a fold."""
-    return sorted(set(prompts))
+#: up to this many prompts, every prompt is its own fold; beyond, ``MAX_FOLDS`` folds
+MAX_FOLDS = 24
+
+
+def folds(prompts: Sequence[str], max_folds: int = MAX_FOLDS) -> list[list[str]]:
+    """The prompts each fit leaves out: every prompt alone (leave-one-prompt-out) when there
+    are at most ``max_folds``, else ``max_folds`` folds dealt round-robin over the sorted
+    prompts (so a style, whose prompts sort together, spreads over every fold).  Each
+    left-out prompt is scored on its own either way."""
+    unique = sorted(set(prompts))
+    if len(unique) <= max_folds:
+        return [[p] for p in unique]
+    return [unique[f::max_folds] for f in range(max_folds)]
 
 
 def crps(draws: np.ndarray, observed: float) -> float:
@@ -88,16 +100,22 @@ class Selection:
         return {"chosen": self.chosen.candidate, "spec": self.chosen.spec(),
                 "scores": list(self.scores), "prompts": list(self.prompts),
                 "criterion": "cv_crps",
-                "method": "leave-one-prompt-out cross-validation over the calibration prompts"}
+                "method": ("leave-one-prompt-out" if len(self.prompts) <= MAX_FOLDS else
+                           f"{MAX_FOLDS}-fold") + " cross-validation over the calibration "
+                          "prompts (timed runs and acceptance pool)"}
 
 
-def _patterns(traces: Sequence[Trace]) -> dict[str, str] | None:
+def _patterns(traces: Sequence[Trace], pool: dict[str, str] | None = None
+              ) -> dict[str, str] | None:
+    """The runs' greedy match patterns plus the acceptance pool's (``validation.
+    acceptance_pool``); None unless every trace is greedy."""
     from psdlab.validation.acceptance_fit import all_greedy
+    from psdlab.validation.acceptance_pool import merged_patterns
     from psdlab.validation.match_patterns import match_patterns
     if not all_greedy(traces):
         return None
     found = match_patterns(traces)
-    return None if found is None else dict(found.patterns)
+    return merged_patterns(None if found is None else found.patterns, pool, traces)
 
 
 def _fallback(data: Trials) -> dict[str, Any]:
@@ -145,35 +163,48 @@ def _builders(candidates: Sequence[Candidate], patterns: dict[str, str] | None
     return out
 
 
+#: (fold, the trials without the fold's prompts, each left-out prompt's (index, trials))
+Split = tuple[int, Trials, list[tuple[int, Trials]]]
+
+
 def _cv_row(name: str, build: Callable[[Trials], Any], nll: bool,
-            splits: Sequence[tuple[int, Trials, Trials]]) -> dict[str, Any]:
-    """One candidate's CV scores: fitted without each fold's prompt, scored on it (draws
-    seeded by the fold, the same for every candidate)."""
+            splits: Sequence[Split]) -> dict[str, Any]:
+    """One candidate's CV scores: fitted without each fold's prompts, scored on each of them
+    (draws seeded by the prompt, the same for every candidate)."""
     c_sum = nll_sum = tok = 0.0
     errs = []
-    for fi, train, test in splits:
+    for _, train, tests in splits:
         model = build(train)
-        c, err = _scored(model.spec(), test, np.random.default_rng(fi))
-        c_sum += c
-        errs.append(abs(err))
-        if nll:
-            weight = float(test.w.sum())
-            tok += weight
-            nll_sum += score(model, test) * weight
-    return _row(name, c_sum, nll_sum, tok, errs, len(splits), nll)
+        for pi, test in tests:
+            c, err = _scored(model.spec(), test, np.random.default_rng(pi))
+            c_sum += c
+            errs.append(abs(err))
+            if nll:
+                weight = float(test.w.sum())
+                tok += weight
+                nll_sum += score(model, test) * weight
+    return _row(name, c_sum, nll_sum, tok, errs, len(errs), nll)
+
+
+def _splits(data: Trials, prompts: Sequence[str]) -> list[Split]:
+    index = {p: i for i, p in enumerate(prompts)}
+    groups = folds(prompts) if len(prompts) > 1 else []
+    return [(fi, data.subset(set(prompts) - set(group)),
+             [(index[p], data.subset({p})) for p in group]) for fi, group in enumerate(groups)]
 
 
 def select(traces: Sequence[Trace], candidates: Sequence[Candidate] = CANDIDATES,
-           resample: bool = True) -> Selection:
-    """Score every candidate by leave-one-prompt-out CV over the traces' prompts and refit
-    the lowest mean CRPS on all of them (module docstring)."""
-    data = trials(traces)
+           resample: bool = True, pool: dict[str, str] | None = None) -> Selection:
+    """Score every candidate by cross-validation over the traces' prompts (and the
+    acceptance pool's, ``validation.acceptance_pool``) and refit the lowest mean CRPS on all
+    of them (module docstring)."""
+    from psdlab.validation.acceptance_pool import acceptance_data
+    data = acceptance_data(traces, pool)
     if data.y.size == 0:
         raise ValueError("traces: no verified draft tokens to fit an acceptance model to")
-    prompts = folds(list(data.prompt))
-    builders = _builders(candidates, _patterns(traces) if resample else None)
-    splits = [(fi, data.subset(set(prompts) - {p}), data.subset({p}))
-              for fi, p in enumerate(prompts if len(prompts) > 1 else [])]
+    prompts = sorted(set(data.prompt))
+    builders = _builders(candidates, _patterns(traces, pool) if resample else None)
+    splits = _splits(data, prompts)
     table = [_cv_row(name, build, nll, splits) for name, build, nll in builders]
     scored = [r for r in table if r["cv_crps"] is not None]
     best = min(scored, key=lambda r: r["cv_crps"])["candidate"] if scored else candidates[0][0]
@@ -184,12 +215,15 @@ def select(traces: Sequence[Trace], candidates: Sequence[Candidate] = CANDIDATES
 
 
 def candidate_specs(traces: Sequence[Trace], candidates: Sequence[Candidate] = CANDIDATES,
-                    resample: bool = True) -> list[tuple[str, dict[str, Any]]]:
-    """Every candidate refitted on all the traces' prompts, as ``select`` refits the chosen
-    one: what each would have predicted had the cross-validation chosen it."""
-    data = trials(traces)
-    return [(name, build(data).spec())
-            for name, build, _ in _builders(candidates, _patterns(traces) if resample else None)]
+                    resample: bool = True, pool: dict[str, str] | None = None
+                    ) -> list[tuple[str, dict[str, Any]]]:
+    """Every candidate refitted on all the traces' (and pool's) prompts, as ``select``
+    refits the chosen one: what each would have predicted had the cross-validation chosen
+    it."""
+    from psdlab.validation.acceptance_pool import acceptance_data
+    data = acceptance_data(traces, pool)
+    return [(name, build(data).spec()) for name, build, _ in
+            _builders(candidates, _patterns(traces, pool) if resample else None)]
 
 
 def add_to_model(path: str, selection: Selection, make_default: bool = True) -> None:

@@ -35,7 +35,8 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from itertools import chain
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 from scipy import optimize, sparse
@@ -90,13 +91,15 @@ class Trials:
                       tuple(a[r] for a in self.rows), self.w[t])
 
 
-def trials(traces: Sequence[Trace]) -> Trials:
-    """The tried draft tokens of every verification in the traces (positions as in
-    ``validation.match_patterns.observations``: the first draft token is output position 1),
-    each fact once (module docstring: greedy re-observations dropped or shared)."""
+#: one verification: (prompt, greedy, output position it drafts from, proposed, accepted)
+Verification = tuple[str, bool, int, int, int]
+
+
+def verifications(traces: Sequence[Trace]) -> Iterator[Verification]:
+    """Every verification of the traces, in step order, with the output position it drafts
+    from (as in ``validation.match_patterns.observations``: the first draft token is output
+    position 1)."""
     from psdlab.validation.match_patterns import is_greedy
-    pr, dp, op, y, greedy = [], [], [], [], []
-    rp, rk, rn, ra = [], [], [], []
     for tr in traces:
         pos: dict[str, int] = {}
         g = is_greedy(tr)
@@ -104,19 +107,30 @@ def trials(traces: Sequence[Trace]) -> Trials:
             for v in step.verified:
                 rid = str(v.req)
                 n = pos.get(rid, 1)
-                if v.proposed > 0:
-                    tried = min(v.accepted + 1, v.proposed)
-                    for i in range(1, tried + 1):
-                        pr.append(prompt_of(rid))
-                        dp.append(i)
-                        op.append(n + i - 1)
-                        y.append(1.0 if i <= v.accepted else 0.0)
-                        greedy.append(g)
-                    rp.append(prompt_of(rid))
-                    rk.append(v.proposed)
-                    rn.append(n)
-                    ra.append(v.accepted)
+                yield prompt_of(rid), g, n, int(v.proposed), int(v.accepted)
                 pos[rid] = n + v.emitted
+
+
+def trials(traces: Sequence[Trace], more: Iterable[Verification] = ()) -> Trials:
+    """The tried draft tokens of every verification in the traces (and of ``more``, e.g. the
+    acceptance pool's, ``validation.acceptance_pool``), each fact once (module docstring:
+    greedy re-observations dropped or shared)."""
+    pr, dp, op, y, greedy = [], [], [], [], []
+    rp, rk, rn, ra = [], [], [], []
+    for prompt, g, n, proposed, accepted in chain(verifications(traces), more):
+        if proposed <= 0:
+            continue
+        tried = min(accepted + 1, proposed)
+        for i in range(1, tried + 1):
+            pr.append(prompt)
+            dp.append(i)
+            op.append(n + i - 1)
+            y.append(1.0 if i <= accepted else 0.0)
+            greedy.append(g)
+        rp.append(prompt)
+        rk.append(proposed)
+        rn.append(n)
+        ra.append(accepted)
     keep, weight = _facts(pr, op, dp, greedy)
     return Trials(np.array(pr, dtype=object)[keep], np.array(dp, dtype=int)[keep],
                   np.array(op, dtype=int)[keep], np.array(y, dtype=float)[keep],

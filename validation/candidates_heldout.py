@@ -20,10 +20,11 @@ CANDIDATE_TARGETS = ("throughput", "TPOT mean", "e2e p99", "PSD/SD gain (through
 
 def candidates_held_out(model_path: str, named: Sequence[tuple[str, Any]],
                         measured: Sequence[Measured], seeds: Sequence[int],
-                        selection: dict[str, Any] | None) -> list[dict[str, Any]]:
+                        selection: dict[str, Any] | None,
+                        pool: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """After the fact, never used to choose: every acceptance candidate of the
     cross-validation (``validation.acceptance_cv.candidate_specs``, refitted on the
-    calibration runs) replayed on the held-out runs, with its worst error per judged
+    calibration runs and the acceptance ``pool``) replayed on the held-out runs, with its worst error per judged
     target; the chosen one's row is the prediction's own."""
     from psdlab.validation.acceptance_cv import candidate_specs
     from psdlab.validation.validate import validate
@@ -35,7 +36,7 @@ def candidates_held_out(model_path: str, named: Sequence[tuple[str, Any]],
     configs = {m.spec.config for m in measured if m.spec.role == "validate"}
     scores = {r["candidate"]: r for r in selection.get("scores", [])}
     rows = []
-    for name, spec in candidate_specs(cal):
+    for name, spec in candidate_specs(cal, pool=pool):
         v = validate(model_path, held, seeds=seeds, acceptance=spec, groups=groups)
         worst = {s["target"]: s["max_abs_error"] for s in v.summary(configs)
                  if s["target"] in CANDIDATE_TARGETS}

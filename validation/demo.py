@@ -2,15 +2,19 @@
 
 1. Prepare the real model pair (``runtime.pair.prepare_pair``: SmolLM2-135M and its distilled
    drafter; converted once and cached) unless model directories are given.
-2. Run the plan of ``validation.runs`` on this machine: AR, SD (drafter on its own core, no
-   overlap) and PSD, the calibration runs over one half of the shipped prompts and the
-   held-out runs over the other half, at several k and arrival patterns, one trace per run.
+2. Measure the acceptance pool untimed (``validation.demo_pool``: the greedy match patterns
+   of calibration-side prompts no timed run serves), then run the plan of
+   ``validation.runs`` on this machine: AR, SD (drafter on its own core, no overlap) and
+   PSD, the calibration runs over half of the shipped prompts and the held-out runs over
+   prompts written after every earlier demo, at several k and arrival patterns, one trace
+   per run.
 3. Calibrate the simulator on the ``calibrate`` runs (``validation.calibrate``: cost models on
    their serial steps, the overlap contention, controller overhead and spread they show,
    ``validation.replay_model``) and write ``model.json`` -- the file ``psdlab calibrate``
    writes from those traces -- plus the acceptance model that transfers to new prompts
    (``validation.acceptance_cv``: chosen by cross-validation over the calibration
-   prompts), which is the model file's default acceptance: the prediction.
+   prompts, the pool's included), which is the model file's default acceptance: the
+   prediction.
 4. Replay every run in the calibrated simulator (``validation.validate``); the ``validate``
    runs were not used for the fit: other prompts, other k, Poisson arrivals.  The same
    replays under the diagnostic acceptance models (``DIAGNOSTICS``: the id-keyed replay of
@@ -34,6 +38,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from psdlab.analysis.trace import read_trace
+from psdlab.validation.demo_prompts import POOL_SPLITS
 from psdlab.validation.report import spread_rows
 from psdlab.validation.runs import Measured, Plan, default_plan, run_plan
 
@@ -89,8 +94,10 @@ def resolve_pair(target: str | None, draft: str | None, quiet: bool) -> tuple[st
     return target, draft, target if has_tok else None
 
 
-def calibrate_runs(measured: Sequence[Measured], out_dir: str) -> str:
-    """Fit on the calibration runs; write model.json with the replay parameters."""
+def calibrate_runs(measured: Sequence[Measured], out_dir: str,
+                   pool: dict[str, str] | None = None) -> str:
+    """Fit on the calibration runs (acceptance: and the pool); write model.json with the
+    replay parameters."""
     from psdlab.validation.calibrate import calibrate
     from psdlab.validation.model_file import write_model
     os.makedirs(out_dir, exist_ok=True)
@@ -102,7 +109,7 @@ def calibrate_runs(measured: Sequence[Measured], out_dir: str) -> str:
     calibration = calibrate(traces, holdout=0.2, seed=0)
     write_model(path, calibration, traces=[os.path.basename(m.path) for m in cal])
     from psdlab.validation.acceptance_cv import add_to_model, select
-    add_to_model(path, select(traces))
+    add_to_model(path, select(traces, pool=pool))
     return path
 
 
@@ -157,7 +164,17 @@ def demo(out_dir: str, *, quick: bool = False, plan: Plan | None = None,
     if hasattr(os, "getloadavg"):
         timings["load_at_start"] = os.getloadavg()[0]
         timings["load_before"] = list(os.getloadavg())
-    bars = _Bars(len(plan.runs), plan.num_prompts, progress and not quiet)
+    pool = None
+    if plan.probe:
+        _say("psdlab demo: measuring the acceptance pool's match patterns (untimed)", quiet)
+        from psdlab.validation.acceptance_pool import read_pool
+        from psdlab.validation.demo_pool import probe_pool
+        probed = probe_pool(plan, target_dir, drafter_dir, tokenizer, prompt_ids, out_dir)
+        timings["probe_s"] = probed["wall_s"]
+        timings["pool_prompts"] = probed["prompts"]
+        pool = read_pool(probed["file"])
+    from psdlab.validation.demo_bars import Bars
+    bars = Bars(len(plan.runs), plan.num_prompts, progress and not quiet)
     try:
         measured = run_plan(plan, target_dir, drafter_dir, trace_dir, tokenizer=tokenizer,
                             prompt_ids=prompt_ids, backend=backend, on_run=bars.on_run,
@@ -165,21 +182,23 @@ def demo(out_dir: str, *, quick: bool = False, plan: Plan | None = None,
                             deadline=None if budget_s is None else t0 + budget_s - ANALYSIS_S)
     finally:
         bars.close()
-    timings["runs_s"] = time.perf_counter() - t0 - timings["prepare_s"]
+    timings["runs_s"] = (time.perf_counter() - t0 - timings["prepare_s"]
+                         - timings.get("probe_s", 0.0))
     timings["skipped_runs"] = len(plan.runs) - len(measured)
     return analyse(out_dir, measured, plan, target_dir, drafter_dir, seeds=seeds,
-                   quiet=quiet, timings=timings, t0=t0)
+                   quiet=quiet, timings=timings, t0=t0, pool=pool)
 
 
 def analyse(out_dir: str, measured: Sequence[Measured], plan: Plan, target_dir: str = "",
             drafter_dir: str = "", *, seeds: Sequence[int] = (0, 1, 2, 3, 4),
             quiet: bool = True, timings: dict[str, float] | None = None,
-            t0: float | None = None) -> DemoResult:
-    """Steps 3-5 on measured runs: calibrate, replay, report."""
+            t0: float | None = None, pool: dict[str, str] | None = None) -> DemoResult:
+    """Steps 3-5 on measured runs: calibrate (the acceptance model on the calibration runs
+    and the acceptance ``pool``, ``validation.acceptance_pool``), replay, report."""
     t0 = time.perf_counter() if t0 is None else t0
     timings = dict(timings or {})
     _say("psdlab demo: calibrating the simulator on the calibration runs", quiet)
-    model_path = calibrate_runs(measured, out_dir)
+    model_path = calibrate_runs(measured, out_dir, pool)
     _say("psdlab demo: replaying every run in the calibrated simulator", quiet)
     from psdlab.validation.validate import validate
     named = [(m.spec.name, read_trace(m.path)) for m in measured]
@@ -206,13 +225,13 @@ def analyse(out_dir: str, measured: Sequence[Measured], plan: Plan, target_dir: 
     sides = acceptance_by_side(
         [t for (_, t), m in zip(named, measured) if m.spec.role == "calibrate"],
         [t for (_, t), m in zip(named, measured) if m.spec.role == "validate"],
-        (selection or {}).get("spec"))
+        (selection or {}).get("spec"), pool)
     from psdlab.validation.request_spread import spread_md, spread_rows as request_rows
     spread = request_rows(validation, held | cal_cfgs)
     _say("psdlab demo: every acceptance candidate on the held-out runs (after the fact)",
          quiet)
     from psdlab.validation.candidates_heldout import candidates_held_out, candidates_md
-    after = candidates_held_out(model_path, named, measured, seeds, selection)
+    after = candidates_held_out(model_path, named, measured, seeds, selection, pool)
     sections = (transfer_sections(validation, held, cal_cfgs, alternatives, selection)
                 + candidates_md(after) + spread_md(spread, held) + sampling_md(sides))
     files = write_report(out_dir, validation, named, roles=roles, title="psdlab demo report",
@@ -228,6 +247,8 @@ def analyse(out_dir: str, measured: Sequence[Measured], plan: Plan, target_dir: 
                                   "calibration_configs": sorted(cal_cfgs)},
                             load_before=timings.get("load_before"))
     results["prompt_sampling"] = sides
+    results["acceptance_pool"] = {"prompts": len(pool or {}), "splits": list(POOL_SPLITS),
+                                  "probe_s": timings.get("probe_s")}
     results["candidates_heldout"] = after
     results["request_spread"] = spread
     files["results"] = os.path.join(out_dir, "results.json")
@@ -316,8 +337,14 @@ def reanalyse(trace_dir: str, out_dir: str, *, seeds: Sequence[int] = (0, 1, 2, 
                 max_new_tokens=int((first.run.workload or {}).get("max_new_tokens", 32)),
                 poisson_from=offline[0] if offline else "")
     models = first.run.models or {}
+    from psdlab.validation.acceptance_pool import POOL_FILE, write_pool
+    from psdlab.validation.demo_pool import pool_for
+    pool = pool_for(trace_dir)
+    if pool:
+        os.makedirs(out_dir, exist_ok=True)
+        write_pool(os.path.join(out_dir, POOL_FILE), pool, copied=True)
     return analyse(out_dir, runs, plan, str(models.get("target", "")),
-                   str(models.get("drafter", "")), seeds=seeds, quiet=quiet)
+                   str(models.get("drafter", "")), seeds=seeds, quiet=quiet, pool=pool)
 
 
 def _configs(measured: Sequence[Measured], role: str) -> list[str]:
@@ -349,6 +376,13 @@ def _intro(plan: Plan, target: str, drafter: str, timings: dict[str, float],
              f"{timings.get('runs_s', 0):.0f} s; load average (1 min) at the start of the runs "
              f"{timings.get('load_at_start', float('nan')):.2f}, at the end {load[0]:.2f} / "
              f"{load[1]:.2f} / {load[2]:.2f} (1 / 5 / 15 min) on {os.cpu_count()} CPUs."]
+    if timings.get("pool_prompts"):
+        lines.append(f"Acceptance pool: {timings['pool_prompts']:.0f} calibration-side prompts "
+                     f"no timed run served (splits {' and '.join(POOL_SPLITS)}, never a "
+                     f"held-out one), their greedy match patterns measured untimed in "
+                     f"{timings.get('probe_s', 0):.0f} s before the runs "
+                     f"(`runtime.acceptance_probe`): the acceptance model's data beside the "
+                     f"calibration runs (`validation.acceptance_pool`).")
     if timings.get("skipped_runs"):
         lines.append(f"{timings['skipped_runs']:.0f} repeat run(s) skipped to stay within the "
                      f"time budget (every configuration ran at least once).")
@@ -362,43 +396,3 @@ def _intro(plan: Plan, target: str, drafter: str, timings: dict[str, float],
         lines.append(f"Poisson runs: {rate:.3f} requests/s ({plan.load:g} x the rate the "
                      f"`{plan.poisson_from}` run served).")
     return lines
-
-
-class _Bars:
-    """Two tqdm bars on stderr: runs done, and requests done in the current run."""
-
-    def __init__(self, runs: int, requests: int, enabled: bool):
-        self.enabled = enabled
-        self.outer = self.inner = None
-        self.requests = requests
-        if enabled:
-            from tqdm import tqdm
-            self._tqdm = tqdm
-            self.outer = tqdm(total=runs, unit="run", desc="demo runs", position=0,
-                              file=sys.stderr)
-
-    def on_run(self, spec: Any, i: int, n: int) -> None:
-        if not self.enabled:
-            return
-        if self.inner is not None:
-            self.inner.close()
-            self.outer.update(1)
-        self.outer.set_postfix_str(spec.name)
-        self.inner = self._tqdm(total=self.requests, unit="req", desc=f"  {spec.name}",
-                                position=1, leave=False, file=sys.stderr)
-
-    def on_skip(self, spec: Any) -> None:
-        if self.outer is not None:
-            self.outer.update(1)
-
-    def on_request(self, done: int, total: int) -> None:
-        if self.inner is not None:
-            self.inner.update(done - self.inner.n)
-
-    def close(self) -> None:
-        if self.inner is not None:
-            self.inner.close()
-            self.outer.update(1)
-        if self.outer is not None:
-            self.outer.close()
-

@@ -1,15 +1,20 @@
-"""Which prompts a demo run serves: the two disjoint prompt sides and the window of a side
-each run takes.
+"""Which prompts a demo run serves: the two disjoint prompt sides, the window of a side each
+run takes, and the acceptance pool.
 
 Of the shipped prompts never used to distil the drafter (split ``heldout`` of
 ``runtime/data/prompts.jsonl``), one half by style (`prompt_sides`) is the ``calibration``
-side.  The ``heldout`` side is split ``fresh``: 120 prompts (24 a style) written after every
+side.  The ``heldout`` side is split ``fresh2``: 240 prompts (48 a style) written after every
 earlier demo had run, so that no choice in the acceptance model, the plan or the judgement
-was made looking at them (the other half of split ``heldout`` was the held-out side of demos
-A-H, whose misses shaped this design; it is no longer served).  Each side is listed
-round-robin over its styles; every repeat of a workload serves the next window of a side's
-list (`prompt_windows`), its SD and PSD runs the same one (and all calibration runs of one
-repeat the same one).
+was made looking at them.  (The other half of split ``heldout`` was the held-out side of
+demos A-H, split ``fresh`` that of demos I-K; their misses shaped this design, so neither is
+held out any more.)  Each side is listed round-robin over its styles; every repeat of a
+workload serves the next window of a side's list (`prompt_windows`), its SD and PSD runs the
+same one (and all calibration runs of one repeat the same one).
+
+The acceptance pool (`pool_list`, ``validation.acceptance_pool``) is every shipped prompt the
+held-out side and the drafter's training never touch -- splits ``heldout`` and ``fresh``,
+the calibration side included: calibration data whose greedy match patterns are measured
+untimed (``runtime.acceptance_probe``), for the prompts no timed calibration run serves.
 """
 from __future__ import annotations
 
@@ -19,7 +24,9 @@ from psdlab.analysis.checks import check_choice
 
 PROMPT_SIDES = ("calibration", "heldout")
 #: the split of ``runtime/data/prompts.jsonl`` each side draws from
-SIDE_SPLITS = {"calibration": "heldout", "heldout": "fresh"}
+SIDE_SPLITS = {"calibration": "heldout", "heldout": "fresh2"}
+#: the splits the acceptance pool draws from (never the held-out side's, never ``train``)
+POOL_SPLITS = ("heldout", "fresh")
 
 
 def prompt_sides(items: Sequence[tuple[str, str]]) -> dict[str, list[int]]:
@@ -60,7 +67,7 @@ def _cycle(items: list[tuple[str, tuple[int, ...]]], n: int) -> list[tuple[str, 
 
 def side_list(side: str) -> list[Any]:
     """The shipped prompts (``runtime.prompts.Prompt``) of one side, in the side's order: the
-    calibration half of split ``heldout`` (`prompt_sides`), or split ``fresh``, each
+    calibration half of split ``heldout`` (`prompt_sides`), or split ``fresh2``, each
     round-robin over its styles."""
     check_choice("side", side, PROMPT_SIDES)
     from psdlab.runtime.prompts import load_prompts
@@ -69,6 +76,30 @@ def side_list(side: str) -> list[Any]:
     if side == "calibration":
         return [prompts[i] for i in prompt_sides(items)["calibration"]]
     return [prompts[i] for i in _round_robin(list(range(len(prompts))), items)]
+
+
+def pool_list() -> list[Any]:
+    """The acceptance pool's prompts: every shipped prompt of ``POOL_SPLITS`` (module
+    docstring), in file order."""
+    from psdlab.runtime.prompts import load_prompts
+    return [p for split in POOL_SPLITS for p in load_prompts(split=split)]
+
+
+def _encode(tokenizer: Any, prompts: Sequence[Any]) -> list[tuple[str, tuple[int, ...]]]:
+    out = []
+    for p in prompts:
+        ids = tokenizer(p.chat_text(tokenizer), add_special_tokens=False)["input_ids"]
+        out.append((p.id, tuple(int(x) for x in ids)))
+    return out
+
+
+def pool_prompts(tokenizer: Any, prompt_ids: Sequence[Sequence[int]] | None = None
+                 ) -> list[tuple[str, tuple[int, ...]]]:
+    """(id, prompt token ids) of the acceptance pool (`pool_list`) in the chat template; with
+    ``prompt_ids`` (tiny test models), the calibration side of those (`side_prompts`)."""
+    if prompt_ids is not None:
+        return side_prompts(tokenizer, prompt_ids, "calibration")
+    return _encode(tokenizer, pool_list())
 
 
 def side_prompts(tokenizer: Any, prompt_ids: Sequence[Sequence[int]] | None = None,
@@ -81,12 +112,7 @@ def side_prompts(tokenizer: Any, prompt_ids: Sequence[Sequence[int]] | None = No
     if prompt_ids is not None:
         return [(f"test-{i}", tuple(int(x) for x in p)) for i, p in enumerate(prompt_ids)
                 if i % 2 == PROMPT_SIDES.index(side) or len(prompt_ids) == 1]
-    chosen = side_list(side)
-    out = []
-    for p in chosen:
-        ids = tokenizer(p.chat_text(tokenizer), add_special_tokens=False)["input_ids"]
-        out.append((p.id, tuple(int(x) for x in ids)))
-    return out
+    return _encode(tokenizer, side_list(side))
 
 
 def window(items: Sequence[tuple[str, tuple[int, ...]]], offset: int, n: int

@@ -31,11 +31,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from psdlab.analysis.trace import Trace
-from psdlab.validation.acceptance_transfer import trials
 
 
-def _per_prompt(traces: Sequence[Trace]) -> tuple[dict[str, float], float, Any]:
-    data = trials(traces)
+def _per_prompt(traces: Sequence[Trace], pool: Mapping[str, str] | None = None
+                ) -> tuple[dict[str, float], float, Any]:
+    from psdlab.validation.acceptance_pool import acceptance_data
+    data = acceptance_data(traces, pool)
     rp, _, _, ra = data.rows
     by: dict[str, list[float]] = defaultdict(list)
     for p, a in zip(rp, ra):
@@ -46,10 +47,13 @@ def _per_prompt(traces: Sequence[Trace]) -> tuple[dict[str, float], float, Any]:
 
 
 def acceptance_by_side(calibration: Sequence[Trace], held: Sequence[Trace],
-                       spec: Mapping[str, Any] | None) -> dict[str, Any] | None:
+                       spec: Mapping[str, Any] | None,
+                       pool: Mapping[str, str] | None = None) -> dict[str, Any] | None:
     """Measured and predicted accepted tokens per verification by prompt side (module
-    docstring); None when a side has no verifications."""
-    cal, cal_pooled, _ = _per_prompt(calibration)
+    docstring; the calibration side with the acceptance pool's prompts walked at the
+    calibration runs' k, ``validation.acceptance_pool``); None when a side has no
+    verifications."""
+    cal, cal_pooled, _ = _per_prompt(calibration, pool)
     ho, ho_pooled, ho_data = _per_prompt(held)
     if not cal or not ho:
         return None
@@ -86,11 +90,14 @@ def acceptance_by_side(calibration: Sequence[Trace], held: Sequence[Trace],
             "chance_se_spread": "within_style" if styled else "between_prompt",
             "difference_over_se": None if not se else (ho_mean - cal_mean) / se,
             "emitted_ratio_heldout_over_calibration": (1 + ho_pooled) / (1 + cal_pooled),
-            "matched_k": matched_k(calibration, held)}
+            "matched_k": matched_k(calibration, held, pool)}
 
 
-def _full_k_means(traces: Sequence[Trace], k: int) -> dict[str, float]:
-    """Per prompt, the mean accepted tokens of its verifications that proposed k in runs at k."""
+def _full_k_means(traces: Sequence[Trace], k: int, pool: Mapping[str, str] | None = None
+                  ) -> dict[str, float]:
+    """Per prompt, the mean accepted tokens of its verifications that proposed k in runs at k
+    (and of the pool's prompts the runs did not serve, walked at k)."""
+    from psdlab.validation.acceptance_pool import pool_verifications, served
     from psdlab.validation.acceptance_transfer import prompt_of
     by: dict[str, list[float]] = defaultdict(list)
     for tr in traces:
@@ -100,17 +107,21 @@ def _full_k_means(traces: Sequence[Trace], k: int) -> dict[str, float]:
             for v in step.verified:
                 if v.proposed == k:
                     by[prompt_of(v.req)].append(float(v.accepted))
+    for prompt, _, _, proposed, accepted in pool_verifications(pool or {}, [k], served(traces)):
+        if proposed == k:
+            by[prompt].append(float(accepted))
     return {p: float(np.mean(v)) for p, v in sorted(by.items())}
 
 
-def matched_k(calibration: Sequence[Trace], held: Sequence[Trace]) -> dict[str, Any] | None:
+def matched_k(calibration: Sequence[Trace], held: Sequence[Trace],
+              pool: Mapping[str, str] | None = None) -> dict[str, Any] | None:
     """The sides compared at the largest k both served (module docstring); None without one."""
     from psdlab.sim.acceptance_fitted import style_of
     common = ({t.run.k for t in calibration if t.run.k} & {t.run.k for t in held if t.run.k})
     if not common:
         return None
     k = max(common)
-    cal, ho = _full_k_means(calibration, k), _full_k_means(held, k)
+    cal, ho = _full_k_means(calibration, k, pool), _full_k_means(held, k)
     by: dict[str, dict[str, list[float]]] = defaultdict(lambda: {"c": [], "h": []})
     for p, v in cal.items():
         by[style_of(p)]["c"].append(v)

@@ -8,7 +8,7 @@ comparison) or ``reference`` (for the report only).  Each run serves one of two 
 prompt sets (``PROMPT_SIDES``, ``validation.demo_prompts``): calibration runs the
 ``calibration`` side (half by style of split ``heldout`` of ``runtime/data/prompts.jsonl``, the
 shipped prompts never used to distil the drafter), held-out runs the ``heldout`` side (split
-``fresh``, written after every earlier demo), every style on both, so no held-out request was
+``fresh2``, written after every earlier demo), every style on both, so no held-out request was
 seen by the calibration (greedy, EOS ignored,
 each request with its own seeded output length, ``Plan.output_lengths``).  Each repeat of a
 workload serves the next window of ``num_prompts`` prompts of its side's list
@@ -27,6 +27,10 @@ spell hits both alike, and a PSD/SD gain is measured on two runs minutes apart a
 validation compares the median over a configuration's repeats with the prediction
 (``validation.validate``: runs named ``CONFIG_rN`` are repeats of ``CONFIG``), and the spread
 between repeats is reported as the noise floor.  A warm-up run (not traced) precedes them all.
+
+``Plan.probe``: before the runs, the demo measures the acceptance pool untimed
+(``validation.demo_pool``: the greedy match patterns of calibration-side prompts no timed run
+serves), which the acceptance fit takes beside the calibration runs.
 
 Poisson runs take their rate from a measured offline run (``Plan.poisson_from``): ``load`` times
 the requests per second that run served, so the arrival pattern fits this machine's speed.
@@ -97,6 +101,7 @@ class Plan:
     seed: int = 0
     controlled_alpha: float | None = None   # controlled acceptance (runtime.controlled)
     output_spread: float = 0.5          # output lengths uniform in [(1 - s) max, max]
+    probe: bool = False                 # measure the acceptance pool first (validation.demo_pool)
 
     def __post_init__(self) -> None:
         check_int("num_prompts", self.num_prompts, 1)
@@ -229,7 +234,7 @@ def default_plan(quick: bool = False, repeats: int | None = None, seed: int = 0)
         blocks = [_pair(2, 2, "calibrate"), _pair(4, 2, "calibrate"),
                   _ho(_pair(3, 2, "validate"))]
         return Plan(runs=repeated_order(blocks, repeats or 1, seed), num_prompts=4,
-                    max_new_tokens=12, poisson_from="sd_k4_m2", seed=seed)
+                    max_new_tokens=12, poisson_from="sd_k4_m2", seed=seed, probe=True)
     blocks = [[RunSpec("ar_m4", "ar", 0, 4, role="calibrate")], _pair(4, 4, "calibrate"),
               _pair(2, 4, "calibrate"), _ho(_pair(3, 4, "validate")),
               _ho(_pair(4, 4, "validate", "poisson")),
@@ -239,7 +244,7 @@ def default_plan(quick: bool = False, repeats: int | None = None, seed: int = 0)
               [REPEATS["poisson" if b[0].arrivals == "poisson" else b[0].role]
                for b in blocks])
     return Plan(runs=repeated_order(blocks, counts, seed, first="sd_k4_m4"),
-                max_new_tokens=DEMO_MAX_NEW_TOKENS, seed=seed)
+                max_new_tokens=DEMO_MAX_NEW_TOKENS, seed=seed, probe=True)
 
 
 # ---------------------------------------------------------------------------- requests

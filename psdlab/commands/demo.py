@@ -18,10 +18,12 @@ def register(subparsers) -> None:
                     "this CPU (drafter and target on their own cores) over the shipped "
                     "prompts at several k, batch sizes and arrival patterns, calibrate the "
                     "simulator on some runs, predict the held-out others and write a report "
-                    "folder. The default plan (47 runs: 5 calibration configurations three "
-                    "times on half of the shipped prompts, 4 held-out ones seven times on 120 fresh "
-                    "prompts and 2 references twice, 32 requests x up to 16 tokens each, in "
-                    "seeded random order) takes about 12 minutes on a 2-core machine "
+                    "folder. The default plan (an untimed probe of 252 more calibration-side "
+                    "prompts' acceptance, then 47 runs: 5 calibration configurations three "
+                    "times on half of the shipped prompts, 4 held-out ones seven times on 240 "
+                    "fresh prompts (split fresh2) and 2 references twice, 32 requests x up to "
+                    "16 tokens each, in seeded random order) takes about 13 minutes on a "
+                    "2-core machine "
                     "(--time-budget, 840 s, skips late repeats past it); --prompts and "
                     "--max-new-tokens scale it, --quick runs a short plan.")
     p.add_argument("-o", "--output", default="psdlab-demo", metavar="REPORT_DIR",
