@@ -95,30 +95,11 @@ def test_selection_by_cross_validation_picks_the_lowest_crps(data):
 def test_patterns_that_are_the_truth_win_the_selection():
     """When every prompt of a style has the same greedy pattern, a drawn pattern of its style
     is exactly right and no logistic model is as sharp: CV picks the resampled model."""
-    from psdlab.analysis.trace import RequestRecord, RunInfo, StepRecord, Trace, Verified
+    from greedy_util import greedy_trace
     pats = {"chat": "1110" * 10, "code": "10" * 20, "math": "0" * 40}
     keys = [f"{s}-{i}" for s in pats for i in range(5)]
-    traces = []
-    for k in (2, 4):
-        steps, pos, t = [], {key: 1 for key in keys}, 0.0
-        for j in range(60):
-            rows = []
-            for key in keys:
-                p, n = pats[key.split("-")[0]], pos[key]
-                if n >= 30:
-                    continue
-                a = 0
-                while a < k and p[n + a] == "1":
-                    a += 1
-                rows.append(Verified(key, k, a, a + 1))
-                pos[key] = n + a + 1
-            if not rows:
-                break
-            steps.append(StepRecord(j, t, t + 0.1, (), tuple(rows)))
-            t += 0.1
-        reqs = [RequestRecord(key, 0.0, 0.0, 0.05, t, 10, 30) for key in keys]
-        traces.append(Trace(RunInfo(mode="sd-sep", k=k, m=len(keys), source="runtime",
-                                    extra={"temperature": 0.0}), steps, reqs))
+    traces = [greedy_trace({key: pats[key.split("-")[0]] for key in keys}, k, 30,
+                           cap_at_end=False) for k in (2, 4)]
     sel = cv.select(traces)
     assert sel.chosen.candidate == cv.RESAMPLED
     assert sel.chosen.spec()["name"] == "resampled"

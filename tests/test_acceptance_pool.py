@@ -9,34 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from psdlab.analysis.trace import RequestRecord, RunInfo, StepRecord, Trace, Verified
+from greedy_util import greedy_trace
 from psdlab.sim.acceptance import make_acceptance
 from psdlab.validation import acceptance_pool as ap
 from psdlab.validation.acceptance_transfer import trials, verifications
-
-
-def _greedy_trace(patterns: dict[str, str], k: int, mode: str = "sd-sep") -> Trace:
-    """A greedy run that walks each pattern at k, one verification per request per step."""
-    steps, pos, t = [], {key: 1 for key in patterns}, 0.0
-    while True:
-        rows = []
-        for key, pat in patterns.items():
-            n = pos[key]
-            if n >= len(pat):
-                continue
-            p = min(k, len(pat) - n - 1)
-            a = 0
-            while a < p and pat[n + a] == "1":
-                a += 1
-            rows.append(Verified(key, p, a, a + 1))
-            pos[key] = n + a + 1
-        if not rows:
-            break
-        steps.append(StepRecord(len(steps), t, t + 0.1, (), tuple(rows)))
-        t += 0.1
-    reqs = [RequestRecord(key, 0.0, 0.0, 0.05, t, 10, len(p)) for key, p in patterns.items()]
-    return Trace(RunInfo(mode=mode, k=k, m=len(patterns), source="runtime",
-                         extra={"temperature": 0.0}), steps, reqs)
 
 
 def _patterns(n: int, length: int, seed: int, rate: float = 0.6) -> dict[str, str]:
@@ -55,7 +31,7 @@ def test_walk_is_what_a_greedy_run_and_the_simulator_do(bits, k):
     for that pattern, k and position; the walk emits every output token after the first."""
     pattern = "." + bits
     steps = ap.walk(pattern, k)
-    run = [(n, p, a) for _, _, n, p, a in verifications([_greedy_trace({"chat-0": pattern}, k)])]
+    run = [(n, p, a) for _, _, n, p, a in verifications([greedy_trace({"chat-0": pattern}, k)])]
     assert steps == run
     assert sum(a + 1 for _, _, a in steps) == len(pattern) - 1
     acc = make_acceptance({"name": "matches", "requests": {"chat-0": pattern},
@@ -72,7 +48,7 @@ def test_the_pool_enters_the_fit_but_never_overrides_a_served_prompt():
     """Pool prompts no run served add their walked verifications at the runs' k; a pool
     entry for a prompt a run served is ignored (the traced verifications stand)."""
     served = _patterns(6, 14, seed=1)
-    traces = [_greedy_trace(served, k, m) for k in (2, 4) for m in ("sd-sep", "psd")]
+    traces = [greedy_trace(served, k, mode=m) for k in (2, 4) for m in ("sd-sep", "psd")]
     base = trials(traces)
     fresh = _patterns(9, 14, seed=2)
     fresh = {k.replace("-", "-p"): v for k, v in fresh.items()}
@@ -102,7 +78,7 @@ def test_the_cv_scores_pool_prompts_in_folds_and_picks_up_their_level():
     prompts match less predicts less acceptance than the runs alone."""
     from psdlab.validation.acceptance_cv import MAX_FOLDS, folds, select
     served = _patterns(6, 14, seed=3, rate=0.7)
-    traces = [_greedy_trace(served, k) for k in (2, 4)]
+    traces = [greedy_trace(served, k) for k in (2, 4)]
     low = {k.replace("-", "-p"): v for k, v in _patterns(60, 14, seed=4, rate=0.2).items()}
     alone, pooled = select(traces), select(traces, pool=low)
     assert set(pooled.prompts) == set(served) | set(low)

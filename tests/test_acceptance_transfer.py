@@ -298,29 +298,10 @@ def _greedy_traces(sigma: float, prompts: int, length: int, seed: int) -> list[T
     keys = [f"chat-{i}" for i in range(prompts)]
     pats = {key: rng.random(length + 8) < 1 / (1 + np.exp(-(0.4 + sigma * rng.standard_normal())))
             for key in keys}
-    out = []
-    for k in (2, 4):
-        steps, pos, t = [], {key: 1 for key in keys}, 0.0
-        while True:
-            rows = []
-            for key in keys:
-                n = pos[key]
-                if n >= length:
-                    continue
-                a = 0
-                while a < k and pats[key][n + a]:
-                    a += 1
-                rows.append(Verified(key, k, a, a + 1))
-                pos[key] = n + a + 1
-            if not rows:
-                break
-            steps.append(StepRecord(len(steps), t, t + 0.1, (), tuple(rows)))
-            t += 0.1
-        reqs = [RequestRecord(key, 0.0, 0.0, 0.05, t, 10, length) for key in keys]
-        for mode in ("sd-sep", "psd"):
-            out.append(Trace(RunInfo(mode=mode, k=k, m=prompts, source="runtime",
-                                     extra={"temperature": 0.0}), steps, reqs))
-    return out
+    text = {key: "".join("1" if m else "0" for m in pat) for key, pat in pats.items()}
+    from greedy_util import greedy_trace
+    return [greedy_trace(text, k, length, cap_at_end=False, mode=mode)
+            for k in (2, 4) for mode in ("sd-sep", "psd")]
 
 
 def test_greedy_re_observations_count_once_and_the_spread_is_not_inflated():
