@@ -283,3 +283,24 @@ def test_output_lengths_seeded_and_in_range():
     lo = round(plan.max_new_tokens * (1 - plan.output_spread))
     assert all(max(2, lo) <= x <= plan.max_new_tokens for x in a)
     assert (replace(plan, output_spread=0.0).output_lengths(5) == [plan.max_new_tokens] * 5)
+
+
+def test_overlap_by_config_reads_a_demo_folder(quick_demo, capsys):
+    """`scripts/overlap_by_config.py` measures a demo's runs with its own calibrated fits:
+    one line for the calibration runs, one per configuration asked for; a folder without a
+    model or a configuration without traces is a one-line error (exit 2)."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "scripts" / "overlap_by_config.py"
+    spec = importlib.util.spec_from_file_location("overlap_by_config", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    _, out = quick_demo
+    assert mod.main([str(out), "psd_k3_m2_ho"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 and "calibration:" in lines[0] and "psd_k3_m2_ho:" in lines[1]
+    assert "(4 runs)" in lines[0] and "(1 runs)" in lines[1]       # quick plan: 4 calibration runs
+    assert mod.main([str(out), "nope"]) == 2
+    assert mod.main([str(out / "missing")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "nope" in err[0] and "model.json" in err[1]
