@@ -285,16 +285,21 @@ def test_output_lengths_seeded_and_in_range():
     assert (replace(plan, output_spread=0.0).output_lengths(5) == [plan.max_new_tokens] * 5)
 
 
+def _script(name: str):
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def test_overlap_by_config_reads_a_demo_folder(quick_demo, capsys):
     """`scripts/overlap_by_config.py` measures a demo's runs with its own calibrated fits:
     one line for the calibration runs, one per configuration asked for; a folder without a
     model or a configuration without traces is a one-line error (exit 2)."""
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "scripts" / "overlap_by_config.py"
-    spec = importlib.util.spec_from_file_location("overlap_by_config", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _script("overlap_by_config")
     _, out = quick_demo
     assert mod.main([str(out), "psd_k3_m2_ho"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
@@ -304,3 +309,49 @@ def test_overlap_by_config_reads_a_demo_folder(quick_demo, capsys):
     assert mod.main([str(out / "missing")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "nope" in err[0] and "model.json" in err[1]
+
+
+def test_prefill_by_length_splits_the_sides_and_counts_every_prefill(quick_demo, capsys):
+    """`scripts/prefill_by_length.py`: per side, every single-sequence target prefill lands in
+    exactly one length bucket and the calibration side's ratios are of the fitted model's
+    order (a handful of microsecond prefills here, so no tighter); bad edges and a folder
+    without a model are one-line errors."""
+    import re
+    mod = _script("prefill_by_length")
+    _, out = quick_demo
+    assert mod.main([str(out), "--edges", "10,20"]) == 0
+    text = capsys.readouterr().out
+    heads = re.findall(r"^(calibration|heldout): (\d+) single-sequence", text, re.M)
+    assert [h[0] for h in heads] == ["calibration", "heldout"]
+    blocks = re.split(r"^heldout:", text, flags=re.M)
+    for (side, total), block in zip(heads, blocks):
+        counts = [int(n) for n in re.findall(r"n +(\d+) ", block)]
+        assert sum(counts) == int(total) > 0, side
+    cal_ratio = [float(x) for x in re.findall(r"predicted ([0-9.]+)", blocks[0])]
+    assert cal_ratio and all(0.5 < r < 2.0 for r in cal_ratio)
+    assert mod.main([str(out), "--edges", "20,10"]) == 2
+    assert mod.main([str(out / "missing")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "--edges" in err[0] and "model.json" in err[1]
+
+
+def test_replay_by_step_kind_splits_every_step(quick_demo, capsys):
+    """`scripts/replay_by_step_kind.py`: one line per configuration asked for, its decode and
+    other step times adding up to at most the makespan; the split itself covers every step
+    once; an unknown configuration is a one-line error."""
+    import re
+    from psdlab.analysis.trace import read_trace
+    mod = _script("replay_by_step_kind")
+    result, out = quick_demo
+    tr = read_trace(result.measured[0].path)
+    span, decode, other = mod.split(tr)
+    assert decode + other == pytest.approx(sum(s.end - s.start for s in tr.steps))
+    assert decode > 0 and other > 0 and decode + other <= span + 1e-9
+    assert mod.main([str(out), "psd_k3_m2_ho", "sd_k3_m2_ho"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split(":")[0].strip() for line in lines] == ["psd_k3_m2_ho", "sd_k3_m2_ho"]
+    for line in lines:
+        m, d, o = (float(x) for x in re.findall(r"(\d+\.\d+) s vs", line))
+        assert d + o <= m + 0.011
+    assert mod.main([str(out), "nope"]) == 2
+    assert "nope" in capsys.readouterr().err
