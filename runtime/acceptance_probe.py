@@ -29,12 +29,6 @@ from psdlab.analysis.checks import check_int
 _PASS_BATCH = 16
 
 
-def drafter_matches(drafter: torch.nn.Module, prompt: Sequence[int], output: Sequence[int]
-                    ) -> str:
-    """One request's pattern from the target's output (one teacher-forced pass)."""
-    return batch_matches(drafter, [(tuple(prompt), tuple(output))])[0]
-
-
 @torch.no_grad()
 def batch_matches(drafter: torch.nn.Module,
                   seqs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[str]:
@@ -96,11 +90,9 @@ def probe_patterns(target_dir: str, drafter_dir: str,
     if not prompts:
         return {}
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    workers = min(workers, len(prompts), max(1, len(cores)) if workers > 1 else 1)
-    shares = [list(prompts[w::workers]) for w in range(workers)]
-    jobs = [(target_dir, drafter_dir, share, max_new_tokens,
-             cores[w % len(cores)] if cores and workers > 1 else None, batch)
-            for w, share in enumerate(shares)]
+    workers = min(workers, len(prompts), max(1, len(cores)))
+    jobs = [(target_dir, drafter_dir, list(prompts[w::workers]), max_new_tokens,
+             cores[w] if workers > 1 else None, batch) for w in range(workers)]
     if workers == 1:
         parts = [_shard(jobs[0])]
     else:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import os
 import sys
 
@@ -44,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from psdlab.analysis.trace import read_trace
     from psdlab.validation.demo import own_outcomes
+    from psdlab.validation.model_file import read_model
     from psdlab.validation.validate import validate
     named = []
     for path in sorted(glob.glob(os.path.join(args.demo, "traces", "*.jsonl"))):
@@ -55,8 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"configs: no traces of {', '.join(missing)} in {args.demo}", file=sys.stderr)
         return 2
-    with open(model, encoding="utf-8") as fh:
-        acc = (json.load(fh).get("meta") or {}).get("acceptance") or {}
+    acc = (read_model(model).get("meta") or {}).get("acceptance") or {}
     own = own_outcomes(named, acc.get("positional"))
     if own is None:
         print("demo: the runs are not greedy, so they have no match patterns", file=sys.stderr)

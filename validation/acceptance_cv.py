@@ -193,17 +193,24 @@ def _splits(data: Trials, prompts: Sequence[str]) -> list[Split]:
              [(index[p], data.subset({p})) for p in group]) for fi, group in enumerate(groups)]
 
 
+def _inputs(traces: Sequence[Trace], candidates: Sequence[Candidate], resample: bool,
+            pool: dict[str, str] | None) -> tuple[Trials, list[Builder]]:
+    """The trials of the traces and the pool (``validation.acceptance_pool``) and every
+    candidate's fit."""
+    from psdlab.validation.acceptance_pool import acceptance_data
+    return (acceptance_data(traces, pool),
+            _builders(candidates, _patterns(traces, pool) if resample else None))
+
+
 def select(traces: Sequence[Trace], candidates: Sequence[Candidate] = CANDIDATES,
            resample: bool = True, pool: dict[str, str] | None = None) -> Selection:
     """Score every candidate by cross-validation over the traces' prompts (and the
     acceptance pool's, ``validation.acceptance_pool``) and refit the lowest mean CRPS on all
     of them (module docstring)."""
-    from psdlab.validation.acceptance_pool import acceptance_data
-    data = acceptance_data(traces, pool)
+    data, builders = _inputs(traces, candidates, resample, pool)
     if data.y.size == 0:
         raise ValueError("traces: no verified draft tokens to fit an acceptance model to")
     prompts = sorted(set(data.prompt))
-    builders = _builders(candidates, _patterns(traces, pool) if resample else None)
     splits = _splits(data, prompts)
     table = [_cv_row(name, build, nll, splits) for name, build, nll in builders]
     scored = [r for r in table if r["cv_crps"] is not None]
@@ -220,10 +227,8 @@ def candidate_specs(traces: Sequence[Trace], candidates: Sequence[Candidate] = C
     """Every candidate refitted on all the traces' (and pool's) prompts, as ``select``
     refits the chosen one: what each would have predicted had the cross-validation chosen
     it."""
-    from psdlab.validation.acceptance_pool import acceptance_data
-    data = acceptance_data(traces, pool)
-    return [(name, build(data).spec()) for name, build, _ in
-            _builders(candidates, _patterns(traces, pool) if resample else None)]
+    data, builders = _inputs(traces, candidates, resample, pool)
+    return [(name, build(data).spec()) for name, build, _ in builders]
 
 
 def add_to_model(path: str, selection: Selection, make_default: bool = True) -> None:

@@ -86,11 +86,6 @@ def merged_patterns(found: Mapping[str, str] | None, pool: Mapping[str, str] | N
     return out or None
 
 
-def unserved(side: Sequence[tuple[str, Any]], served_ids: set[str]) -> list[tuple[str, Any]]:
-    """The (id, ...) items of ``side`` whose prompt no timed run serves."""
-    return [item for item in side if prompt_of(item[0]) not in served_ids]
-
-
 def write_pool(path: str, patterns: Mapping[str, str], **meta: Any) -> None:
     """Write the pool file (atomically: a temporary file renamed into place)."""
     tmp = f"{path}.tmp"

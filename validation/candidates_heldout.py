@@ -24,8 +24,8 @@ def candidates_held_out(model_path: str, named: Sequence[tuple[str, Any]],
                         pool: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """After the fact, never used to choose: every acceptance candidate of the
     cross-validation (``validation.acceptance_cv.candidate_specs``, refitted on the
-    calibration runs and the acceptance ``pool``) replayed on the held-out runs, with its worst error per judged
-    target; the chosen one's row is the prediction's own."""
+    calibration runs and the acceptance ``pool``) replayed on the held-out runs, with its
+    worst error per judged target; the chosen one's row is the prediction's own."""
     from psdlab.validation.acceptance_cv import candidate_specs
     from psdlab.validation.validate import validate
     cal = [t for (_, t), m in zip(named, measured) if m.spec.role == "calibrate"]

@@ -167,12 +167,11 @@ def demo(out_dir: str, *, quick: bool = False, plan: Plan | None = None,
     pool = None
     if plan.probe:
         _say("psdlab demo: measuring the acceptance pool's match patterns (untimed)", quiet)
-        from psdlab.validation.acceptance_pool import read_pool
         from psdlab.validation.demo_pool import probe_pool
         probed = probe_pool(plan, target_dir, drafter_dir, tokenizer, prompt_ids, out_dir)
+        pool = probed["patterns"]
         timings["probe_s"] = probed["wall_s"]
-        timings["pool_prompts"] = probed["prompts"]
-        pool = read_pool(probed["file"])
+        timings["pool_prompts"] = len(pool)
     from psdlab.validation.demo_bars import Bars
     bars = Bars(len(plan.runs), plan.num_prompts, progress and not quiet)
     try:

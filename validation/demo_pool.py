@@ -14,7 +14,7 @@ import os
 import time
 from typing import Any, Sequence
 
-from psdlab.validation.acceptance_pool import POOL_FILE, read_pool, unserved, write_pool
+from psdlab.validation.acceptance_pool import POOL_FILE, read_pool, write_pool
 from psdlab.validation.acceptance_transfer import prompt_of
 from psdlab.validation.demo_prompts import (POOL_SPLITS, PROMPT_SIDES, pool_prompts,
                                             prompt_windows, side_prompts, window)
@@ -30,10 +30,12 @@ def served_calibration(plan: Any, sides: dict[str, Sequence[tuple[str, Any]]]) -
 def probe_pool(plan: Any, target_dir: str, drafter_dir: str, tokenizer: Any,
                prompt_ids: Sequence[Sequence[int]] | None, out_dir: str) -> dict[str, Any]:
     """Probe the pool's prompts that no timed calibration run serves; write the pool file;
-    return what was done (prompts, wall time, file)."""
+    return what was done (the patterns, wall time, file)."""
     from psdlab.runtime.acceptance_probe import probe_patterns
     sides = {s: side_prompts(tokenizer, prompt_ids, s) for s in PROMPT_SIDES}
-    todo = unserved(pool_prompts(tokenizer, prompt_ids), served_calibration(plan, sides))
+    taken = served_calibration(plan, sides)
+    todo = [item for item in pool_prompts(tokenizer, prompt_ids)
+            if prompt_of(item[0]) not in taken]
     held = {prompt_of(rid) for rid, _ in sides["heldout"]}
     if any(prompt_of(rid) in held for rid, _ in todo):
         raise ValueError("acceptance pool: holds a held-out prompt")
@@ -43,7 +45,7 @@ def probe_pool(plan: Any, target_dir: str, drafter_dir: str, tokenizer: Any,
     path = os.path.join(out_dir, POOL_FILE)
     write_pool(path, patterns, max_new_tokens=plan.max_new_tokens, wall_s=wall,
                splits=list(POOL_SPLITS) if prompt_ids is None else ["test prompt ids"])
-    return {"prompts": len(patterns), "wall_s": wall, "file": path}
+    return {"patterns": patterns, "wall_s": wall, "file": path}
 
 
 def pool_for(trace_dir: str) -> dict[str, str] | None:

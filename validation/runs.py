@@ -229,7 +229,8 @@ def default_plan(quick: bool = False, repeats: int | None = None, seed: int = 0)
     repeats drew -- is what the bounds are judged against), calibration three times (the
     first, middle and last rounds; each round's calibration runs on one window of prompts, so
     96 calibration prompts are each served at k = 2 and k = 4) and the references twice
-    (first and last); requests of up to ``DEMO_MAX_NEW_TOKENS`` tokens.  ``quick``: a short plan for tests and smoke runs (m = 2, k in {2, 4} calibrated, k = 3 held out)."""
+    (first and last); requests of up to ``DEMO_MAX_NEW_TOKENS`` tokens.  ``quick``: a short
+    plan for tests and smoke runs (m = 2, k in {2, 4} calibrated, k = 3 held out)."""
     if quick:
         blocks = [_pair(2, 2, "calibrate"), _pair(4, 2, "calibrate"),
                   _ho(_pair(3, 2, "validate"))]
