@@ -7,9 +7,11 @@ A trace is JSONL, one record per line, flushed as it is written:
 - ``step``: one engine step.  ``phases`` lists what ran (draft / verify / prefill) on which
   device with start and end times (seconds on one monotonic clock, 0 = start of the run), the
   number of sequences and tokens and, optionally, ``context`` (tokens already in the KV cache
-  of its sequences when it starts; 0 = not recorded); ``verified`` lists, per verified
-  sequence, the request id, the draft tokens proposed, accepted, and the tokens emitted
-  (bonus included); ``overlapped`` says whether drafting ran concurrently with verification.
+  of its sequences when it starts; 0 = not recorded) and, for a prefill, optionally
+  ``chunks`` (the passes its prompts were fed in, ``analysis.chunking``); ``verified``
+  lists, per verified sequence, the request id, the draft tokens proposed, accepted, and the
+  tokens emitted (bonus included); ``overlapped`` says whether drafting ran concurrently with
+  verification.
 - ``request``: id, arrival, admitted, first token, finish, prompt length, output length, batch
   (0/1 for PSD, None otherwise), preemptions.
 
@@ -59,6 +61,8 @@ class Phase:
     tokens: int        # tokens processed (drafted, verified or prefilled)
     context: int = 0   # context tokens: sum over the sequences of tokens already in the KV
                        # cache when the phase starts (optional; 0 = not recorded)
+    chunks: int = 0    # prefill: the passes it fed its prompts in (`analysis.chunking`;
+                       # optional, written only when set; 0 = not recorded)
 
 
 @dataclass(frozen=True)
@@ -105,10 +109,17 @@ class Trace:
 
 # ---------------------------------------------------------------------------- encoding
 
+def _phase_to_dict(phase: Phase) -> dict[str, Any]:
+    out = asdict(phase)
+    if not phase.chunks:
+        del out["chunks"]
+    return out
+
+
 def _step_to_dict(step: StepRecord) -> dict[str, Any]:
     out: dict[str, Any] = {
         "type": "step", "index": step.index, "start": step.start, "end": step.end,
-        "phases": [asdict(p) for p in step.phases],
+        "phases": [_phase_to_dict(p) for p in step.phases],
         "verified": [[v.req, v.proposed, v.accepted, v.emitted] for v in step.verified],
         "verify_batch": step.verify_batch, "draft_batch": step.draft_batch,
         "overlapped": step.overlapped,
@@ -296,7 +307,8 @@ def _parse_phase(obj: Any, where: str, name: str) -> Phase:
         raise f.fail("end", f"ends before it starts ({end} < {start})")
     return Phase(kind=kind, device=f.get("device", "str"), start=start, end=end,
                  seqs=f.nonneg_int("seqs"), tokens=f.nonneg_int("tokens"),
-                 context=f.nonneg_int("context", optional=True, default=0))
+                 context=f.nonneg_int("context", optional=True, default=0),
+                 chunks=f.nonneg_int("chunks", optional=True, default=0))
 
 
 _VERIFIED_FIELDS = ("req", "proposed", "accepted", "emitted")

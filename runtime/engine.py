@@ -27,7 +27,7 @@ from psdlab.runtime.drafter import preferred_dtype
 from psdlab.runtime.loop import _Loop
 from psdlab.runtime.requests import Request
 from psdlab.runtime.run_state import EngineResult
-from psdlab.runtime.runner import ModelSpec, RunnerConfig
+from psdlab.runtime.runner import PREFILL_RULES, ModelSpec, RunnerConfig
 from psdlab.runtime.tracing import software_versions
 from psdlab.runtime.workers import WorkerSpec, start_workers
 
@@ -188,6 +188,8 @@ class Engine:
             models["drafter"] = self.drafter_spec.name()
         more = {"backend": cfg.backend, "temperature": cfg.temperature, "top_p": cfg.top_p,
                 "max_num_seqs": cfg.slots, "dtype": cfg.dtype, "ignore_eos": cfg.ignore_eos}
+        more["prefill_chunking"] = {role: rule.to_list() for role, rule in PREFILL_RULES.items()
+                                    if role == "target" or self.drafter is not None}
         if self.drafter is not None:
             more["drafter_dtype"] = self.drafter_dtype
         if loop.controlled is not None:

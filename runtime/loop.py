@@ -19,6 +19,7 @@ from psdlab.runtime.batch_manager import BatchManager
 from psdlab.runtime.controlled import ControlledProposer
 from psdlab.runtime.run_state import EngineResult, StopFlag, drafter_died_message, now
 from psdlab.runtime.requests import Request, RequestOutput, Seq
+from psdlab.runtime.runner import PREFILL_RULES
 from psdlab.runtime.tracing import RuntimeTracer
 from psdlab.runtime.workers import WorkerDied
 
@@ -150,8 +151,9 @@ class _Loop:
             self.drafter.submit("feed", slots, [0] * len(new), rows)
         self.target.submit("verify", slots, [0] * len(new), rows, [[] for _ in new], None)
         res = self.target.wait()
+        lengths = [len(r) for r in rows]
         self.tracer.phase("prefill", self.target.label, res.start, res.end, len(new),
-                          sum(map(len, rows)))
+                          sum(lengths), chunks=PREFILL_RULES["target"].passes(lengths))
         for s, emitted in zip(new, res.value[1]):
             s.state["target"] = (len(s.tokens), [])
             s.state["drafter"] = (len(s.tokens), [])
@@ -161,7 +163,7 @@ class _Loop:
             d = self._dwait()
             if d is not None:
                 self.tracer.phase("prefill", self.drafter.label, d.start, d.end, len(new),
-                                  sum(map(len, rows)))
+                                  sum(lengths), chunks=PREFILL_RULES["drafter"].passes(lengths))
             else:
                 for s in new:
                     s.state["drafter"] = (0, [])

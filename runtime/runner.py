@@ -23,11 +23,17 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from psdlab.analysis.chunking import Chunking
 from psdlab.runtime.devices import COMPILE_MODES
 from psdlab.runtime.model import host_to_device
 
 #: prompt tokens are fed in chunks of this many (bounds the [1, T, V] logits of a prefill)
 PREFILL_CHUNK = 128
+#: how a prefill feeds its prompts, by role (`analysis.chunking`): the target's (``verify``
+#: with no drafts) leaves each row's last token to one batched pass, the drafter's (``feed``)
+#: leaves none; traces record the rule (``run.extra["prefill_chunking"]``) and the count
+PREFILL_RULES = {"target": Chunking(PREFILL_CHUNK, leave=1),
+                 "drafter": Chunking(PREFILL_CHUNK, leave=0)}
 #: a drafting pass takes up to this many unseen tokens per sequence in one batched ragged
 #: forward (padded to the longest row); longer rows are caught up slot by slot first
 RAGGED_TAIL = 16
@@ -197,7 +203,7 @@ class ModelRunner:
              rows: Sequence[Sequence[int]]) -> int:
         """Roll back to ``keep`` and append ``rows`` (no sampling); returns tokens fed."""
         self._rollback(slots, keep)
-        self._catch_up(slots, rows, leave=0)
+        self._catch_up(slots, rows, leave=PREFILL_RULES["drafter"].leave)
         return sum(len(r) for r in rows)
 
     def draft(self, slots: Sequence[int], keep: Sequence[int], rows: Sequence[Sequence[int]],
@@ -243,7 +249,7 @@ class ModelRunner:
         the accepted draft count and the emitted tokens (accepted drafts + bonus/correction).
         The cache ends holding rows + all drafts; the controller rolls back next time."""
         self._rollback(slots, keep)
-        tails = self._catch_up(slots, rows, leave=1)
+        tails = self._catch_up(slots, rows, leave=PREFILL_RULES["target"].leave)
         ks = [len(d) for d in drafts]
         kmax = max(ks)
         logits = self._forward(slots, [t + list(d) for t, d in zip(tails, drafts)])

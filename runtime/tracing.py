@@ -37,9 +37,9 @@ class RuntimeTracer:
         return max(0.0, t - self.t0)
 
     def phase(self, kind: str, device: str, start: float, end: float, seqs: int,
-              tokens: int) -> Phase:
+              tokens: int, chunks: int = 0) -> Phase:
         p = Phase(kind=kind, device=device, start=self.rel(start), end=max(self.rel(start),
-                  self.rel(end)), seqs=int(seqs), tokens=int(tokens))
+                  self.rel(end)), seqs=int(seqs), tokens=int(tokens), chunks=int(chunks))
         self._phases.append(p)
         return p
 

@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from psdlab.sim.planner import cost_time
+from psdlab.sim.planner import cost_time, prefill_time
 
 SHIFT = 10
 WIDTH = 1 << SHIFT
@@ -90,3 +90,15 @@ class StepCosts:
         if core.drafter is not None:
             pf.append(_prefill_fn(core.drafter))
         self.prefill = PairTable(pf, 2 * m + 1)
+        self.models = [core.target] + ([core.drafter] if core.drafter is not None else [])
+        #: per request, the prefill passes beyond one per prompt of each model (a chunked
+        #: prefill, sim.costs); None for a model without a chunking rule
+        self.extra_passes = [(mdl.prefill_passes(core.prompt) - 1).tolist()
+                             if mdl.chunking is not None else None for mdl in self.models]
+
+    def chunked_prefill(self, n: int, tokens: int, extra: list[int]) -> tuple[float, ...]:
+        """(target, drafter) seconds of a prefill whose prompts take ``n + extra[i]`` passes
+        on model i: the planner's `prefill_time`, outside the table (rare: long prompts)."""
+        return tuple(float(prefill_time(mdl, np.array([n]), np.array([tokens]),
+                                        np.array([n + x]))[0])
+                     for mdl, x in zip(self.models, extra))

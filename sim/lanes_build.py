@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from psdlab.sim.planner import PhaseArr, Plan, cost_time
+from psdlab.sim.planner import PhaseArr, Plan, prefill_time
 
 
 def _matrices(c, lay, nb: int, period: int, v: np.ndarray | None = None):
@@ -56,12 +56,14 @@ def _prefill(c, lay, S: int, seg_d: int) -> list[PhaseArr]:
     n = np.zeros(S, np.int64)
     tok = np.zeros(S, np.int64)
     new = lay.adm > 0
-    np.add.at(n, lay.adm[new], 1)
-    np.add.at(tok, lay.adm[new], c.prefill_tokens(lay.r[new]))
-    if c.pending:
-        pend = np.asarray(c.pending, np.int64)
-        n[0] += pend.size
-        tok[0] += int(c.prefill_tokens(pend).sum())
+    at = lay.adm[new]
+    lengths = c.prefill_tokens(lay.r[new])
+    np.add.at(n, at, 1)
+    np.add.at(tok, at, lengths)
+    pend = np.asarray(c.pending, np.int64)
+    pend_len = c.prefill_tokens(pend) if pend.size else np.zeros(0, np.int64)
+    n[0] += pend.size
+    tok[0] += int(pend_len.sum())
     steps = np.flatnonzero(n > 0)
     out = []
     for dev, model, seg, key in ((c.target_dev, c.target, 0, "prefill_t"),
@@ -70,8 +72,11 @@ def _prefill(c, lay, S: int, seg_d: int) -> list[PhaseArr]:
             continue
         dur = np.zeros(S)
         if steps.size:
+            passes = np.zeros(S, np.int64)
+            np.add.at(passes, at, model.prefill_passes(lengths))
+            passes[0] += int(model.prefill_passes(pend_len).sum())
             jit = c.jitter_at(key, c.step, S)[steps]
-            dur[steps] = cost_time(model, n[steps], tok[steps], np.zeros(steps.size)) * jit
+            dur[steps] = prefill_time(model, n[steps], tok[steps], passes[steps]) * jit
         out.append(PhaseArr("prefill", dev, seg, dur, n.copy(), tok.copy(), np.zeros(S, np.int64)))
     return out
 

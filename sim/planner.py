@@ -22,7 +22,8 @@ fast path and the SimPy path give bit-identical clocks.
 Costs (``sim.costs`` contract): verify = target.forward_time(n, sum_i (k_i + 1), ctx); drafting
 = sum over passes j < max k_i of drafter.forward_time(n_j, n_j, ctx_j + j n_j) over the n_j
 sequences with k_i > j (for one k: k passes over all n, contexts ctx + j n), plus the
-drafter's ``phase_overhead`` once per drafting phase; prefill = forward_time(n, tokens, 0).
+drafter's ``phase_overhead`` once per drafting phase; prefill = forward_time(n, tokens, 0),
+with n the prompts' passes for a model with a chunking rule (``prefill_time``).
 k_i is per request (``server.k_choices``) or the same for all.
 """
 from __future__ import annotations
@@ -111,6 +112,14 @@ def cost_time(model, seqs, tokens, ctx) -> np.ndarray:
     return np.asarray(formula(s, t, c), dtype=float)
 
 
+def prefill_time(model, seqs, tokens, passes) -> np.ndarray:
+    """A prefill of ``seqs`` prompts, ``tokens`` tokens in all, that the engine feeds in
+    ``passes`` passes (``model.prefill_passes``): a model with a chunking rule is charged per
+    pass, any other per sequence (``sim.costs``)."""
+    n = passes if model.chunking is not None else seqs
+    return cost_time(model, n, tokens, np.zeros(np.shape(tokens)))
+
+
 class Planner:
     """Builds plans for one server; holds the cost models and the run's constants."""
 
@@ -189,14 +198,17 @@ class Planner:
         n = ids.size
         if n == 0:
             return []
-        tokens = int(c.prefill_tokens(ids).sum())
+        lengths = c.prefill_tokens(ids)
+        tokens = int(lengths.sum())
         out = []
         for kind_dev, model, seg, key in ((c.target_dev, c.target, seg_t, "prefill_t"),
                                           (c.drafter_dev, c.drafter, seg_d, "prefill_d")):
             if model is None:
                 continue
             dur = np.zeros(S)
-            dur[0] = float(cost_time(model, np.array([n]), np.array([tokens]), np.zeros(1))[0]
+            passes = int(model.prefill_passes(lengths).sum())
+            dur[0] = float(prefill_time(model, np.array([n]), np.array([tokens]),
+                                        np.array([passes]))[0]
                            * c.jitter_at(key, c.step, 1)[0])
             seqs = np.zeros(S, np.int64)
             seqs[0] = n

@@ -112,10 +112,14 @@ def sweep(c, order: list[int], period: int, S_max: int) -> Plan:
     Tl = [T]
     rows: list[tuple[int, int, int, int, float, float]] = []   # n_v, C_v, n_d, C_d, t_v, t_d
     pf: list[tuple[int, int, int, float, float]] = []    # (step, n, tokens, t_dur, d_dur)
-    pf_n = pf_tok = 0
+    pf_n = pf_tok = pf_xt = pf_xd = 0     # prefill: prompts, tokens, extra passes t / d
+    xt, xd = (tabs.extra_passes + [None])[:2]
     if c.pending:
-        pf_n = len(c.pending)
-        pf_tok = int(c.prefill_tokens(np.asarray(c.pending, np.int64)).sum())
+        pend_len = c.prefill_tokens(np.asarray(c.pending, np.int64))
+        pf_n, pf_tok = len(c.pending), int(pend_len.sum())
+        pf_xt, pf_xd = (int((mdl.prefill_passes(pend_len) - 1).sum())
+                        if mdl is not None and mdl.chunking is not None else 0
+                        for mdl in (c.target, c.drafter))
     heappop, heappush = heapq.heappop, heapq.heappush
     rows_append, T_append, V_item = rows.append, Tl.append, V.item
     next_done = heap[0][0] if heap else S_max
@@ -175,6 +179,10 @@ def sweep(c, order: list[int], period: int, S_max: int) -> Plan:
                     V[a:a + period * L:period] += ctx[f:f + L]
                     pf_n += 1
                     pf_tok += prompt[r]
+                    if xt is not None:
+                        pf_xt += xt[r]
+                    if xd is not None:
+                        pf_xd += xd[r]
                 if stop:
                     S = s
                     break
@@ -207,17 +215,20 @@ def sweep(c, order: list[int], period: int, S_max: int) -> Plan:
         if detail:
             rows_append((n_v, c_v, n_d, c_d, tv, td))
         if pf_n:
-            key = (pf_n << nbits) | (pf_tok >> sh)
-            ch = pch.get(key) or ptab.fill(key)
-            i = pf_tok & mask
-            pt = ch[0][i]
-            pd = ch[1][i] if has_pd else 0.0
+            if pf_xt or pf_xd:
+                pt, pd = (tabs.chunked_prefill(pf_n, pf_tok, [pf_xt, pf_xd]) + (0.0,))[:2]
+            else:
+                key = (pf_n << nbits) | (pf_tok >> sh)
+                ch = pch.get(key) or ptab.fill(key)
+                i = pf_tok & mask
+                pt = ch[0][i]
+                pd = ch[1][i] if has_pd else 0.0
             if jit:
                 pt = pt * jpt[s]
                 if has_pd:
                     pd = pd * jpd[s]
             pf.append((s, pf_n, pf_tok, pt, pd))
-            pf_n = pf_tok = 0
+            pf_n = pf_tok = pf_xt = pf_xd = 0
             if sd_coloc:
                 T = T + pt
                 T = T + pd

@@ -30,9 +30,9 @@ FLOOR = 1.15
 # ---------------------------------------------------------------- prompts
 
 def test_prompt_splits_disjoint_and_cover_styles() -> None:
-    train, held, fresh, fresh2, every = (load_prompts(split=s)
-                                         for s in ("train", "heldout", "fresh", "fresh2", "all"))
-    parts = (train, held, fresh, fresh2)
+    train, held, fresh, fresh2, fresh3, every = (
+        load_prompts(split=s) for s in ("train", "heldout", "fresh", "fresh2", "fresh3", "all"))
+    parts = (train, held, fresh, fresh2, fresh3)
     for i, a in enumerate(parts):
         for b in parts[i + 1:]:
             assert {p.id for p in a}.isdisjoint({p.id for p in b})
@@ -44,8 +44,9 @@ def test_prompt_splits_disjoint_and_cover_styles() -> None:
     assert {p.style for p in train} == styles
     assert {p.style: sum(q.style == p.style for q in fresh) for p in fresh} == {
         s: 24 for s in styles}
-    assert {p.style: sum(q.style == p.style for q in fresh2) for p in fresh2} == {
-        s: 48 for s in styles}
+    for split in (fresh2, fresh3):
+        assert {p.style: sum(q.style == p.style for q in split) for p in split} == {
+            s: 48 for s in styles}
 
 
 def test_load_prompts_rejects_bad_input(tmp_path: Path) -> None:

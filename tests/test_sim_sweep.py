@@ -19,6 +19,12 @@ ROOF_D = {"name": "roofline", "model": "qwen3-1.7b", "hardware": "l40", "tp": 1}
 MOE_T = {"name": "roofline", "model": "qwen3-235b-a22b", "hardware": "h100-sxm", "tp": 8,
          "dtype": "fp8"}
 MOE_D = {"name": "roofline", "model": "qwen3-14b", "hardware": "h100-sxm", "tp": 1}
+#: affine costs whose prefills are fed in chunks (analysis.chunking): prompts up to 400 tokens
+#: take up to 7 passes each, so a wrong pass count changes the clock
+CHUNKED_T = {"name": "affine", "base": 0.02, "per_seq": 0.01, "per_token": 1e-4,
+             "per_context": 1e-6, "prefill_chunking": [64, 1]}
+CHUNKED_D = {"name": "affine", "base": 0.002, "per_seq": 0.004, "per_token": 1e-5,
+             "prefill_chunking": [128, 0]}
 LENGTHS = {"prompt": {"name": "uniform", "low": 1, "high": 400},
            "output": {"name": "uniform", "low": 2, "high": 90}}
 
@@ -58,6 +64,11 @@ CASES = {
     "sd": dict(mode="sd", rate=80.0),
     "sd-sep-jitter": dict(mode="sd-sep", rate=80.0, jitter={"dist": "normal", "cv": 0.2}),
     "ar": dict(mode="ar", rate=200.0, requests=60),
+    "psd-chunked-prefill": dict(rate=60.0, target=CHUNKED_T, drafter=CHUNKED_D),
+    "psd-chunked-prefill-saturated": dict(rate=400.0, requests=150, target=CHUNKED_T,
+                                          drafter=CHUNKED_D),
+    "sd-chunked-prefill-jitter": dict(mode="sd", rate=80.0, target=CHUNKED_T, drafter=ROOF_D,
+                                      jitter={"dist": "gamma", "cv": 0.3}),
 }
 
 
@@ -145,9 +156,11 @@ def test_step_records_refuse_a_plan_without_detail():
 def affine_configs(draw):
     """Random affine costs (every term on), modes, policies and loads."""
     def affine():
+        chunking = draw(st.sampled_from([None, [16, 1], [64, 0], [128, 1]]))
         return {"name": "affine", "base": draw(st.floats(1e-3, 2e-2)),
                 "per_seq": draw(st.floats(0.0, 1e-3)), "per_token": draw(st.floats(0.0, 1e-4)),
-                "per_context": draw(st.floats(0.0, 1e-5))}
+                "per_context": draw(st.floats(0.0, 1e-5)),
+                **({"prefill_chunking": chunking} if chunking else {})}
     mode = draw(st.sampled_from(["psd", "psd", "sd", "sd-sep", "ar"]))
     return _config(mode=mode, k=draw(st.integers(1, 5)), m=draw(st.integers(1, 6)),
                    requests=draw(st.integers(20, 80)), rate=draw(st.floats(5.0, 400.0)),

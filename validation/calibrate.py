@@ -18,8 +18,11 @@ Every phase of every step is one observation of a forward-pass cost model
   ``per_token``; ``per_phase`` needs traces at two k or more.  This per-forward form is what
   lets a fit at some k predict other k (the model file keeps ``per_phase`` as the drafter's
   ``phase_overhead``, which the simulator adds once per drafting phase).
-- ``prefill`` (target, or drafter when the phase ran on the drafter's own device): one forward
-  over the prompts.
+- ``prefill`` (target, or drafter when the phase ran on the drafter's own device): the passes
+  over the prompts; ``per_seq`` is charged per pass (``Phase.chunks``, when the trace records
+  it: the engine feeds a long prompt in chunks, ``analysis.chunking``) and the engine's rule
+  (``run.extra["prefill_chunking"]``) goes to the model file, so a prompt longer than any
+  calibration prompt is costed as the engine runs it.
 
 Each is fitted by :func:`validation.fit.fit_nonneg` (relative-error NNLS for the shape, then
 rescaled so the predicted total time equals the measured total: ``match_total``, so a model
@@ -36,11 +39,13 @@ spread), stored as ``Calibration.replay`` and in the model file's ``meta.replay`
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Sequence
 
 import numpy as np
 
+from psdlab.analysis.chunking import chunkings_from
 from psdlab.analysis.trace import Phase, Trace
 from psdlab.validation.acceptance_fit import AcceptanceFit, fit_acceptance
 from psdlab.validation.fit import LinearFit, fit_nonneg
@@ -69,6 +74,7 @@ class Calibration:
     warnings: tuple[str, ...] = field(default=())
     replay: Any = None      # validation.replay_model.ReplayParams (None: not measured)
     verify_table: tuple[tuple[int, int, float, int], ...] = ()   # (seqs, tokens, median s, n)
+    prefill_chunking: dict[str, list[int]] = field(default_factory=dict)   # role: [chunk, leave]
 
 
 def phase_context(phase: Phase) -> float:
@@ -133,6 +139,8 @@ def phase_features(kind: str, phase: Phase) -> dict[str, float]:
         k = float(getattr(phase, "forwards", 0) or tokens / seqs)
         return {"base": k, "per_seq": tokens, "per_token": tokens,
                 "per_context": k * ctx + seqs * k * (k - 1) / 2, "per_phase": 1.0}
+    if phase.kind == "prefill" and phase.chunks:
+        seqs = float(phase.chunks)     # each pass over a prompt chunk pays a slot's fixed cost
     return {"base": 1.0, "per_seq": seqs, "per_token": tokens, "per_context": ctx,
             "per_phase": 0.0}
 
@@ -278,7 +286,24 @@ def calibrate(traces: Sequence[Trace], *, holdout: float = 0.2, seed: int = 0) -
                       ms=tuple(sorted({t.run.m for t in traces})), skipped_phases=skipped,
                       notes=tuple(notes), warnings=tuple(warnings))
     replay = replay_params_of(cal, traces)
-    return replace(cal, replay=replay, verify_table=verify_table(traces, replay.overlap_target))
+    chunking, chunk_notes = prefill_chunking(traces)
+    return replace(cal, replay=replay, verify_table=verify_table(traces, replay.overlap_target),
+                   prefill_chunking=chunking, notes=cal.notes + chunk_notes)
+
+
+def prefill_chunking(traces: Sequence[Trace]) -> tuple[dict[str, list[int]], tuple[str, ...]]:
+    """The engine's prefill rule by role (``run.extra["prefill_chunking"]``, the runtime's
+    ``analysis.chunking`` rule), when every trace that records one records the same."""
+    rules = {json.dumps((t.run.extra or {}).get("prefill_chunking"), sort_keys=True)
+             for t in traces if (t.run.extra or {}).get("prefill_chunking") is not None}
+    if not rules:
+        return {}, ()
+    if len(rules) > 1:
+        return {}, ("prefill: the traces record different prefill chunkings; none is used "
+                    "(a prefill is costed as one pass per sequence)",)
+    doc = json.loads(rules.pop())
+    found = chunkings_from(doc, "run.extra.prefill_chunking")
+    return {role: rule.to_list() for role, rule in found.items()}, ()
 
 
 #: fewest phases of one (sequences, tokens) shape for a verify-table entry

@@ -3,18 +3,20 @@ run takes, and the acceptance pool.
 
 Of the shipped prompts never used to distil the drafter (split ``heldout`` of
 ``runtime/data/prompts.jsonl``), one half by style (`prompt_sides`) is the ``calibration``
-side.  The ``heldout`` side is split ``fresh2``: 240 prompts (48 a style) written after every
-earlier demo had run, so that no choice in the acceptance model, the plan or the judgement
-was made looking at them.  (The other half of split ``heldout`` was the held-out side of
-demos A-H, split ``fresh`` that of demos I-K; their misses shaped this design, so neither is
-held out any more.)  Each side is listed round-robin over its styles; every repeat of a
-workload serves the next window of a side's list (`prompt_windows`), its SD and PSD runs the
-same one (and all calibration runs of one repeat the same one).
+side.  The ``heldout`` side is split ``fresh3``: 240 prompts (48 a style) written after every
+earlier demo had run, so that no choice in the acceptance model, the cost model, the plan or
+the judgement was made looking at them.  (The other half of split ``heldout`` was the
+held-out side of demos A-H, split ``fresh`` that of demos I-K, split ``fresh2`` that of demos
+L-N; their misses shaped this design, so none is held out any more.)  Each side is listed
+round-robin over its styles; every repeat of a workload serves the next window of a side's
+list (`prompt_windows`), its SD and PSD runs the same one (and all calibration runs of one
+repeat the same one).
 
-The acceptance pool (`pool_list`, ``validation.acceptance_pool``) is every shipped prompt the
-held-out side and the drafter's training never touch -- splits ``heldout`` and ``fresh``,
-the calibration side included: calibration data whose greedy match patterns are measured
-untimed (``runtime.acceptance_probe``), for the prompts no timed calibration run serves.
+The acceptance pool (`pool_list`, ``validation.acceptance_pool``) is splits ``heldout`` and
+``fresh``, the calibration side included: calibration data whose greedy match patterns are
+measured untimed (``runtime.acceptance_probe``), for the prompts no timed calibration run
+serves.  It never holds a held-out or training prompt.  (Split ``fresh2`` could join it now,
+but its 240 prompts would add about 40 s of probing to a demo already at its 15 minutes.)
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from psdlab.analysis.checks import check_choice
 
 PROMPT_SIDES = ("calibration", "heldout")
 #: the split of ``runtime/data/prompts.jsonl`` each side draws from
-SIDE_SPLITS = {"calibration": "heldout", "heldout": "fresh2"}
+SIDE_SPLITS = {"calibration": "heldout", "heldout": "fresh3"}
 #: the splits the acceptance pool draws from (never the held-out side's, never ``train``)
 POOL_SPLITS = ("heldout", "fresh")
 
@@ -67,7 +69,7 @@ def _cycle(items: list[tuple[str, tuple[int, ...]]], n: int) -> list[tuple[str, 
 
 def side_list(side: str) -> list[Any]:
     """The shipped prompts (``runtime.prompts.Prompt``) of one side, in the side's order: the
-    calibration half of split ``heldout`` (`prompt_sides`), or split ``fresh2``, each
+    calibration half of split ``heldout`` (`prompt_sides`), or split ``fresh3``, each
     round-robin over its styles."""
     check_choice("side", side, PROMPT_SIDES)
     from psdlab.runtime.prompts import load_prompts

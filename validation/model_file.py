@@ -25,6 +25,9 @@ written with its ``write_fit``, which checks every role builds), times in second
        "replay": {overlap contention and factors, controller overhead per step, step-time
                   spread: validation.replay_model.ReplayParams},
        "tables": {"target": [[seqs, padded tokens, median solo seconds, phases], ...]},
+       "prefill_chunking": {"target": [chunk, leave], "drafter": [chunk, leave]},
+                  (how the engine fed prompts, analysis.chunking; the prefill fits' per_seq
+                   is then per pass, and sim.costs' calibrated model charges it so)
        "calibration": {"traces", "sources", "k", "m", "holdout", "seed", "notes",
                        "warnings"}}}
 
@@ -85,6 +88,7 @@ def meta_doc(cal: Calibration, *, traces: Sequence[str] = (), holdout: float = 0
         **({"replay": cal.replay.to_dict()} if cal.replay is not None else {}),
         **({"tables": {"target": [list(r) for r in cal.verify_table]}}
            if cal.verify_table else {}),
+        **({"prefill_chunking": dict(cal.prefill_chunking)} if cal.prefill_chunking else {}),
         "calibration": {"traces": list(traces), "sources": list(cal.sources),
                         "k": list(cal.ks), "m": list(cal.ms), "holdout": holdout, "seed": seed,
                         "notes": list(cal.notes), "warnings": list(cal.warnings)},

@@ -21,7 +21,7 @@ def register(subparsers) -> None:
                     "folder. The default plan (an untimed probe of 252 more calibration-side "
                     "prompts' acceptance, then 47 runs: 5 calibration configurations three "
                     "times on half of the shipped prompts, 4 held-out ones seven times on 240 "
-                    "fresh prompts (split fresh2) and 2 references twice, 32 requests x up to "
+                    "fresh prompts (split fresh3) and 2 references twice, 32 requests x up to "
                     "16 tokens each, in seeded random order) takes about 13 minutes on a "
                     "2-core machine "
                     "(--time-budget, 840 s, skips late repeats past it); --prompts and "

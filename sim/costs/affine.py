@@ -4,14 +4,17 @@
   and t; used to check the simulator against analysis/).
 - ``{"name": "affine", "base": s, "per_seq": s, "per_token": s, "per_context": s}``:
   time = base + per_seq * seqs + per_token * new_tokens + per_context * context_tokens.
-  Omitted coefficients are 0; all must be >= 0 and at least one > 0.
+  Omitted coefficients are 0; all must be >= 0 and at least one > 0.  Optional
+  ``"prefill_chunking": [chunk, leave]``: the engine feeds each prompt in passes of at most
+  ``chunk`` tokens (``analysis.chunking``), and a prefill pays ``per_seq`` per pass.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from psdlab.analysis.checks import check_nonnegative, check_positive
+from psdlab.analysis.chunking import Chunking, chunking_from
 
 from .base import CostModel, check_fields, register_cost_model
 
@@ -36,13 +39,17 @@ class AffineCost(CostModel):
     per_seq: float = 0.0
     per_token: float = 0.0
     per_context: float = 0.0
+    chunking: Chunking | None = None
     kind = "affine"
 
     def _time(self, s, t, c):
         return self.base + self.per_seq * s + self.per_token * t + self.per_context * c
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.kind, **{k: getattr(self, k) for k in AFFINE_TERMS}}
+        out = {"name": self.kind, **{k: getattr(self, k) for k in AFFINE_TERMS}}
+        if self.chunking is not None:
+            out["prefill_chunking"] = self.chunking.to_list()
+        return out
 
 
 @register_cost_model("constant")
@@ -61,5 +68,7 @@ def affine_from_coefficients(coef: Mapping[str, Any], where: str) -> AffineCost:
 
 @register_cost_model("affine")
 def _make_affine(spec: Mapping[str, Any], where: str) -> AffineCost:
-    check_fields(spec, where, optional=AFFINE_TERMS)
-    return affine_from_coefficients(spec, where)
+    check_fields(spec, where, optional=AFFINE_TERMS + ("prefill_chunking",))
+    cost = affine_from_coefficients({k: v for k, v in spec.items() if k in AFFINE_TERMS}, where)
+    chunking = chunking_from(spec.get("prefill_chunking"), f"{where}.prefill_chunking")
+    return replace(cost, chunking=chunking)

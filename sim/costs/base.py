@@ -5,6 +5,11 @@ question: how many seconds does one forward pass take that processes ``new_token
 in total for ``seqs`` sequences whose KV caches hold ``context_tokens`` tokens in total (before
 this pass)?  Decode, verification of k drafts and prefill are all such passes.
 
+A prefill of prompts the engine feeds in several passes each (``chunking``,
+``analysis.chunking``) is costed as a pass over as many sequences as it has passes (the
+simulator asks ``prefill_passes`` and calls ``forward_time(passes, tokens, 0)``); models
+without a rule see the number of sequences.
+
 ``forward_time`` is numpy-vectorised: scalars in, a float out; arrays (broadcast together) in, an
 array out.  A pass over an empty batch (seqs = 0) costs the model's fixed part; the servers do
 not issue such passes.
@@ -27,6 +32,16 @@ class CostModel(abc.ABC):
     #: seconds a drafting phase costs once, on top of its k passes (the first pass's
     #: catch-up, the proposals' hand-back); the planner adds it per drafting phase
     phase_overhead: float = 0.0
+    #: how the engine feeds a prefill's prompts (`analysis.chunking.Chunking`): a model that
+    #: knows it charges a prefill's per-sequence cost per pass over a prompt chunk
+    #: (`prefill_passes`); None: one pass per sequence, whatever the prompt's length
+    chunking: Any = None
+
+    def prefill_passes(self, lengths) -> np.ndarray:
+        """The passes the engine feeds each of these prompts in (int64, one per prompt)."""
+        if self.chunking is None:
+            return np.ones(np.asarray(lengths).shape, dtype=np.int64)
+        return self.chunking.passes_each(lengths)
 
     def forward_time(self, seqs, new_tokens, context_tokens):
         """Seconds for one pass; floats for scalar input, an ndarray for array input."""

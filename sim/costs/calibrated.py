@@ -20,7 +20,9 @@ enough takes the measured median from the model file's ``meta.tables`` (``table`
 count between two measured ones at the same sequence count, the straight line between them;
 a token count past the largest measured at its sequence count, or a pass larger than any
 measured, the (largest) measured shape's time plus the fit's increment from there (the fit has
-the right slope beyond the steps, not the right level); any other shape, the fit.
+the right slope beyond the steps, not the right level); any other shape, the fit.  The file's
+``meta.prefill_chunking`` (the engine feeds each prompt in passes of at most ``chunk`` tokens)
+becomes the model's ``chunking``: a prefill pays the prefill fit's per-sequence cost per pass.
 
 Spec::
 
@@ -39,6 +41,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from psdlab.analysis.checks import check_nonnegative, check_range
+from psdlab.analysis.chunking import Chunking, chunkings_from
 from psdlab.sim.costs.base import CostModel, check_fields, register_cost_model
 from psdlab.sim.costs.fitted import cost_from_role, load_fit
 
@@ -55,6 +58,7 @@ class CalibratedCost(CostModel):
     prefill_scale: float = 1.0
     prefill_overhead: float = 0.0
     table: tuple[tuple[int, int, float], ...] = ()   # measured decode passes by shape
+    chunking: Chunking | None = None                 # the engine's prefill rule (meta)
     kind = NAME
 
     @property
@@ -131,7 +135,8 @@ class CalibratedCost(CostModel):
         return {"name": self.kind, "decode": self.decode.describe(),
                 "prefill": self.prefill.describe(), "overhead": self.overhead,
                 "scale": self.scale, "prefill_scale": self.prefill_scale,
-                "prefill_overhead": self.prefill_overhead}
+                "prefill_overhead": self.prefill_overhead,
+                **({"prefill_chunking": self.chunking.to_list()} if self.chunking else {})}
 
 
 def calibrated_cost(path: str, role: str, overhead: float = 0.0, scale: float = 1.0,
@@ -148,7 +153,9 @@ def calibrated_cost(path: str, role: str, overhead: float = 0.0, scale: float = 
     rows = ((doc.get("meta") or {}).get("tables") or {}).get(role) or [] if table else []
     shapes = tuple((int(r[0]), int(r[1]), float(r[2])) for r in rows
                    if isinstance(r, list) and len(r) >= 3 and float(r[2]) > 0)
-    return CalibratedCost(decode=decode, prefill=prefill, table=shapes,
+    rules = chunkings_from((doc.get("meta") or {}).get("prefill_chunking"),
+                           f"{where}[{path}].meta.prefill_chunking")
+    return CalibratedCost(decode=decode, prefill=prefill, table=shapes, chunking=rules.get(role),
                           overhead=check_nonnegative(f"{where}.overhead", overhead),
                           prefill_overhead=check_nonnegative(f"{where}.prefill_overhead",
                                                              prefill_overhead),
