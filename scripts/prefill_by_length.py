@@ -3,11 +3,14 @@ by prompt length, on the calibration runs and on the held-out runs apart: whethe
 model transfers to prompt lengths the calibration did not serve.
 
     .venv/bin/python scripts/prefill_by_length.py psdlab-demo [--edges 35,45,55,100,125,135]
+        [--passes 128,1]
 
-Single-sequence target prefills only (a batched prefill pads its rows to the longest, which
-would mix a length effect with a padding one); one line per side and length bucket: the count,
-total measured / total predicted time, and the mean measured time.  A diagnostic of the reasons
-for a miss, not a fit: nothing is written.
+Single-sequence target prefills only (a prefill of several prompts feeds them one after
+another, so its time mixes several lengths); one line per side and length bucket: the count,
+total measured / total predicted time, and the mean measured time.  The prediction charges
+each pass over a 128-token chunk (``analysis.chunking``) when the trace records the passes,
+or ``--passes`` gives the rule for older traces.  A diagnostic of the reasons for a miss, not
+a fit: nothing is written.
 """
 from __future__ import annotations
 
@@ -17,9 +20,11 @@ import os
 import sys
 
 
-def _prefills(folder: str, cal) -> dict[str, list[tuple[int, float, float]]]:
+def _prefills(folder: str, cal, rule=None) -> dict[str, list[tuple[int, float, float]]]:
     """(prompt tokens, measured s, predicted s) of every single-sequence target prefill, by
-    side (``calibration`` / ``heldout``, from the run's demo role)."""
+    side (``calibration`` / ``heldout``, from the run's demo role).  ``rule``: the passes of a
+    phase that records none (a trace older than ``Phase.chunks``), by this chunking."""
+    from dataclasses import replace
     from psdlab.analysis.trace import read_trace
     from psdlab.validation.calibrate import design
     out: dict[str, list[tuple[int, float, float]]] = {"calibration": [], "heldout": []}
@@ -34,6 +39,8 @@ def _prefills(folder: str, cal) -> dict[str, list[tuple[int, float, float]]]:
             for ph in step.phases:
                 if (ph.kind == "prefill" and ph.device == target and ph.seqs == 1
                         and ph.end > ph.start):
+                    if rule is not None and not ph.chunks:
+                        ph = replace(ph, chunks=rule.passes([ph.tokens]))
                     pred = float(cal.costs["prefill"].predict(design("prefill", [ph]))[0])
                     out[side].append((int(ph.tokens), ph.end - ph.start, pred))
     return out
@@ -44,7 +51,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("demo", help="a demo folder (holds model.json and traces/)")
     ap.add_argument("--edges", default="35,45,55,100,125,135",
                     help="bucket edges in prompt tokens, comma-separated, increasing")
+    ap.add_argument("--passes", default=None, metavar="CHUNK,LEAVE",
+                    help="for traces that record no prefill passes (written before psdlab "
+                         "recorded them): count them by this rule, e.g. 128,1 (the runtime's "
+                         "target prefill); recorded passes always win")
     args = ap.parse_args(argv)
+    rule = None
+    if args.passes is not None:
+        from psdlab.analysis.chunking import chunking_from
+        try:
+            rule = chunking_from([int(x) for x in args.passes.split(",")], "--passes")
+        except ValueError as exc:
+            msg = str(exc) if str(exc).startswith("--passes") else (
+                f"--passes: expected CHUNK,LEAVE (integers), got {args.passes!r}")
+            print(msg, file=sys.stderr)
+            return 2
     try:
         edges = [int(x) for x in args.edges.split(",")]
         if edges != sorted(set(edges)) or edges[0] < 1:
@@ -64,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"demo: {model} has no prefill cost model", file=sys.stderr)
         return 2
     bounds = [0, *edges, 10 ** 9]
-    for side, rows in _prefills(args.demo, cal).items():
+    for side, rows in _prefills(args.demo, cal, rule).items():
         longest = max((t for t, _, _ in rows), default=0)
         print(f"{side}: {len(rows)} single-sequence target prefills, longest {longest} tokens")
         for lo, hi in zip(bounds, bounds[1:]):

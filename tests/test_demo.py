@@ -331,8 +331,36 @@ def test_prefill_by_length_splits_the_sides_and_counts_every_prefill(quick_demo,
     assert cal_ratio and all(0.5 < r < 2.0 for r in cal_ratio)
     assert mod.main([str(out), "--edges", "20,10"]) == 2
     assert mod.main([str(out / "missing")]) == 2
+    assert mod.main([str(out), "--passes", "0,1"]) == 2
+    assert mod.main([str(out), "--passes", "x"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 2 and "--edges" in err[0] and "model.json" in err[1]
+    assert len(err) == 4 and "--edges" in err[0] and "model.json" in err[1]
+    assert all(e.startswith("--passes") for e in err[2:])
+
+
+def test_prefill_by_length_counts_passes_for_traces_that_record_none(quick_demo, tmp_path,
+                                                                    capsys):
+    """With the passes stripped from the traces (as written before they were recorded), the
+    script gives the recorded answer back only when told the rule: ``--passes`` with the
+    runtime's rule reproduces it, a finer chunk charges more passes (lower ratios)."""
+    import re
+    import shutil
+    mod = _script("prefill_by_length")
+    _, out = quick_demo
+    assert mod.main([str(out), "--edges", "10,20"]) == 0
+    recorded = capsys.readouterr().out
+    old = tmp_path / "old"
+    shutil.copytree(out, old)
+    for trace in (old / "traces").glob("*.jsonl"):
+        trace.write_text(re.sub(r',"chunks":\d+', "", trace.read_text()))
+    assert mod.main([str(old), "--edges", "10,20", "--passes", "128,1"]) == 0
+    assert capsys.readouterr().out == recorded
+    assert mod.main([str(old), "--edges", "10,20", "--passes", "4,1"]) == 0
+    ratios = lambda text: [float(x) for x in re.findall(r"predicted ([0-9.]+)", text)]
+    finer = ratios(capsys.readouterr().out)
+    assert len(finer) == len(ratios(recorded))
+    assert all(f <= r for f, r in zip(finer, ratios(recorded)))
+    assert any(f < r for f, r in zip(finer, ratios(recorded)))
 
 
 def test_replay_by_step_kind_splits_every_step(quick_demo, capsys):
@@ -355,3 +383,42 @@ def test_replay_by_step_kind_splits_every_step(quick_demo, capsys):
         assert d + o <= m + 0.011
     assert mod.main([str(out), "nope"]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+def test_acceptance_by_style_weighs_every_verification_and_walks_the_pool(quick_demo, capsys):
+    """`scripts/acceptance_by_style.py`: one line per side and k; its verification count is
+    every verification the side's drafting runs traced; its pool rate is the pool walked at
+    that k over the side's output lengths; a folder without a pool is a one-line error."""
+    import json
+    import re
+    from collections import Counter
+    from psdlab.analysis.trace import read_trace
+    from psdlab.validation.acceptance_pool import walk
+    mod = _script("acceptance_by_style")
+    _, out = quick_demo
+    assert mod.main([str(out)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    pool = json.loads((out / "acceptance_pool.json").read_text())["prompts"]
+    assert pool
+    seen = set()
+    for line in lines:
+        side, k, meas, n, rate = re.match(
+            r"\s*(\w+) k=(\d+): measured ([0-9.]+) \((\d+) verifications\) / pool ([0-9.]+)",
+            line).groups()
+        seen.add(side)
+        roles = {"calibration": ("calibrate", "repeat"), "heldout": ("validate",)}[side]
+        traces = [t for t in map(read_trace, (out / "traces").glob("*.jsonl"))
+                  if (t.run.extra or {}).get("demo_role") in roles and t.run.k == int(k)]
+        verified = [v for t in traces for s in t.steps for v in s.verified]
+        assert int(n) == len(verified) > 0
+        assert float(meas) == pytest.approx(sum(v.accepted for v in verified)
+                                            / sum(v.proposed for v in verified), abs=6e-4)
+        lengths = Counter(r.output_len for t in traces for r in t.requests)
+        walked = [w for p in pool.values() for L, c in lengths.items()
+                  for w in walk(p[:L], int(k)) for _ in range(c)]
+        assert float(rate) == pytest.approx(sum(w[2] for w in walked)
+                                            / sum(w[1] for w in walked), abs=6e-4)
+    assert seen == {"calibration", "heldout"}
+    assert mod.main([str(out / "missing")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "acceptance_pool.json" in err[0]

@@ -1,0 +1,102 @@
+"""How the demo's served prompts accept drafts against the acceptance pool, by side, k and
+style, at the same k and the same output lengths: whether the held-out prompts draft like the
+calibration population the acceptance model learned.
+
+    .venv/bin/python scripts/acceptance_by_style.py psdlab-demo
+
+One line per side (``calibration``: the calibration and repeat runs; ``heldout``: the judged
+held-out runs) and k: the measured acceptance rate (accepted / proposed draft tokens over every
+verification, so a request that drafts badly weighs by the verifications it takes, as it does
+in TPOT) and the pool's (every pool pattern walked greedily at that k, ``validation.
+acceptance_pool.walk``, once for each output length the side's requests had), overall and by
+style.  A prompt's style is its shipped style (``runtime/data/prompts.jsonl``), else "other".
+A diagnostic of the reasons for a miss, not a fit: nothing is written.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+from collections import Counter, defaultdict
+
+SIDES = {"calibrate": "calibration", "repeat": "calibration", "validate": "heldout"}
+
+
+def _served(folder: str) -> dict[tuple[str, int], dict]:
+    """(side, k) -> accepted / proposed / verifications by style, and the output lengths."""
+    from psdlab.analysis.trace import read_trace
+    styles = _styles()
+    out: dict[tuple[str, int], dict] = {}
+    for path in sorted(glob.glob(os.path.join(folder, "traces", "*.jsonl"))):
+        tr = read_trace(path)
+        side = SIDES.get((tr.run.extra or {}).get("demo_role"))
+        if side is None or not tr.run.k:
+            continue
+        d = out.setdefault((side, int(tr.run.k)), {"acc": defaultdict(lambda: [0, 0, 0]),
+                                                     "lengths": Counter()})
+        for r in tr.requests:
+            d["lengths"][int(r.output_len)] += 1
+        for step in tr.steps:
+            for v in step.verified:
+                row = d["acc"][styles.get(str(v.req).split("~")[0], "other")]
+                row[0] += v.accepted
+                row[1] += v.proposed
+                row[2] += 1
+    return out
+
+
+def _styles() -> dict[str, str]:
+    from psdlab.runtime.prompts import load_prompts
+    return {p.id: p.style for p in load_prompts(split="all")}
+
+
+def _pool(pool: dict[str, str], k: int, lengths: Counter) -> dict[str, list[int]]:
+    """Accepted / proposed draft tokens of every pool pattern walked at k, by style, each
+    pattern once per served output length (weighted by how often the side served it)."""
+    from psdlab.validation.acceptance_pool import walk
+    styles = _styles()
+    out: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for rid, pattern in pool.items():
+        row = out[styles.get(rid, "other")]
+        for length, n in lengths.items():
+            for _, proposed, accepted in walk(pattern[:length], k):
+                row[0] += n * accepted
+                row[1] += n * proposed
+    return out
+
+
+def _rate(rows) -> float:
+    acc, prop = sum(r[0] for r in rows), sum(r[1] for r in rows)
+    return acc / prop if prop else float("nan")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("demo", help="a demo folder (holds traces/ and acceptance_pool.json)")
+    args = ap.parse_args(argv)
+    pool_file = os.path.join(args.demo, "acceptance_pool.json")
+    if not os.path.isfile(pool_file):
+        print(f"demo: no acceptance_pool.json in {args.demo}", file=sys.stderr)
+        return 2
+    with open(pool_file, encoding="utf-8") as fh:
+        pool = json.load(fh).get("prompts") or {}
+    served = _served(args.demo)
+    if not served:
+        print(f"demo: no drafting runs with a demo role in {args.demo}/traces", file=sys.stderr)
+        return 2
+    for (side, k), d in sorted(served.items()):
+        walked = _pool(pool, k, d["lengths"])
+        acc = d["acc"]
+        by_style = "; ".join(f"{s} {_rate([acc[s]]):.3f} / {_rate([walked[s]]):.3f}"
+                             for s in sorted(acc))
+        verifs = sum(r[2] for r in acc.values())
+        print(f"{side:>11} k={k}: measured {_rate(acc.values()):.3f} ({verifs} verifications) "
+              f"/ pool {_rate(walked.values()):.3f} ({len(pool)} prompts); by style, "
+              f"measured / pool: {by_style}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
