@@ -10,6 +10,9 @@ verification, so a request that drafts badly weighs by the verifications it take
 in TPOT) and the pool's (every pool pattern walked greedily at that k, ``validation.
 acceptance_pool.walk``, once for each output length the side's requests had), overall and by
 style.  A prompt's style is its shipped style (``runtime/data/prompts.jsonl``), else "other".
+Under each held-out line, what prompt sampling alone gives: sets of as many pool prompts, with
+the held-out side's style mix, drawn with replacement (``--draws``, seed 0): the spread of
+their pooled rate and how often it falls as low as the held-out side's.
 A diagnostic of the reasons for a miss, not a fit: nothing is written.
 """
 from __future__ import annotations
@@ -20,6 +23,8 @@ import json
 import os
 import sys
 from collections import Counter, defaultdict
+
+import numpy as np
 
 SIDES = {"calibrate": "calibration", "repeat": "calibration", "validate": "heldout"}
 
@@ -35,9 +40,10 @@ def _served(folder: str) -> dict[tuple[str, int], dict]:
         if side is None or not tr.run.k:
             continue
         d = out.setdefault((side, int(tr.run.k)), {"acc": defaultdict(lambda: [0, 0, 0]),
-                                                     "lengths": Counter()})
+                                                     "lengths": Counter(), "prompts": set()})
         for r in tr.requests:
             d["lengths"][int(r.output_len)] += 1
+            d["prompts"].add(str(r.id).split("~")[0])
         for step in tr.steps:
             for v in step.verified:
                 row = d["acc"][styles.get(str(v.req).split("~")[0], "other")]
@@ -50,6 +56,43 @@ def _served(folder: str) -> dict[tuple[str, int], dict]:
 def _styles() -> dict[str, str]:
     from psdlab.runtime.prompts import load_prompts
     return {p.id: p.style for p in load_prompts(split="all")}
+
+
+def _per_prompt_pool(pool: dict[str, str], k: int, lengths: Counter
+                     ) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Styles, accepted and proposed draft tokens of each pool prompt walked at k over the
+    side's output lengths (weighted as `_pool`)."""
+    from psdlab.validation.acceptance_pool import walk
+    styles = _styles()
+    names, acc, prop = [], [], []
+    for rid, pattern in sorted(pool.items()):
+        a = p = 0
+        for length, n in lengths.items():
+            for _, proposed, accepted in walk(pattern[:length], k):
+                a += n * accepted
+                p += n * proposed
+        names.append(styles.get(rid, "other"))
+        acc.append(a)
+        prop.append(p)
+    return names, np.asarray(acc, float), np.asarray(prop, float)
+
+
+def chance(pool: dict[str, str], k: int, lengths: Counter, mix: Counter, measured: float,
+           draws: int, seed: int = 0) -> tuple[float, float] | None:
+    """Prompt sampling alone: sets of pool prompts with the side's style mix (``mix``:
+    prompts per style, drawn with replacement within the style), their pooled acceptance
+    rate over ``draws`` draws; (its SD relative to the pool's rate, the share of draws at or
+    below ``measured``).  None when a style of the mix has no pool prompt."""
+    names, acc, prop = _per_prompt_pool(pool, k, lengths)
+    members = {s: np.flatnonzero(np.asarray(names) == s) for s in mix}
+    if not pool or any(m.size == 0 for m in members.values()) or prop.sum() == 0:
+        return None
+    rng = np.random.default_rng(seed)
+    rates = np.empty(draws)
+    for i in range(draws):
+        pick = np.concatenate([rng.choice(members[s], n) for s, n in sorted(mix.items())])
+        rates[i] = acc[pick].sum() / max(prop[pick].sum(), 1.0)
+    return float(rates.std() / (acc.sum() / prop.sum())), float(np.mean(rates <= measured))
 
 
 def _pool(pool: dict[str, str], k: int, lengths: Counter) -> dict[str, list[int]]:
@@ -75,7 +118,12 @@ def _rate(rows) -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("demo", help="a demo folder (holds traces/ and acceptance_pool.json)")
+    ap.add_argument("--draws", type=int, default=2000,
+                    help="bootstrap draws for the chance line of each held-out k (0: none)")
     args = ap.parse_args(argv)
+    if args.draws < 0:
+        print(f"--draws: must be >= 0, got {args.draws}", file=sys.stderr)
+        return 2
     pool_file = os.path.join(args.demo, "acceptance_pool.json")
     if not os.path.isfile(pool_file):
         print(f"demo: no acceptance_pool.json in {args.demo}", file=sys.stderr)
@@ -92,9 +140,19 @@ def main(argv: list[str] | None = None) -> int:
         by_style = "; ".join(f"{s} {_rate([acc[s]]):.3f} / {_rate([walked[s]]):.3f}"
                              for s in sorted(acc))
         verifs = sum(r[2] for r in acc.values())
-        print(f"{side:>11} k={k}: measured {_rate(acc.values()):.3f} ({verifs} verifications) "
+        measured = _rate(acc.values())
+        print(f"{side:>11} k={k}: measured {measured:.3f} ({verifs} verifications) "
               f"/ pool {_rate(walked.values()):.3f} ({len(pool)} prompts); by style, "
               f"measured / pool: {by_style}")
+        if args.draws and side == "heldout":
+            styles = _styles()
+            mix = Counter(styles.get(p, "other") for p in d["prompts"])
+            got = chance(pool, k, d["lengths"], mix, measured, args.draws)
+            if got is not None:
+                print(f"{'':>11}   chance alone: sets of {sum(mix.values())} pool prompts "
+                      f"with this style mix ({args.draws} draws): SD {100 * got[0]:.1f}% of "
+                      f"the pool's rate; {100 * got[1]:.1f}% of draws at or below "
+                      f"{measured:.3f}")
     return 0
 
 

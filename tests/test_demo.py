@@ -313,10 +313,15 @@ def test_overlap_by_config_reads_a_demo_folder(quick_demo, capsys):
 
 def test_prefill_by_length_splits_the_sides_and_counts_every_prefill(quick_demo, capsys):
     """`scripts/prefill_by_length.py`: per side, every single-sequence target prefill lands in
-    exactly one length bucket and the calibration side's ratios are of the fitted model's
-    order (a handful of microsecond prefills here, so no tighter); bad edges and a folder
-    without a model are one-line errors."""
+    exactly one length bucket, and each bucket's ratio is its prefills' measured time over the
+    calibrated prefill model's prediction for them (recomputed here from the traces and the
+    model file: no timing enters the check); bad edges and a folder without a model are
+    one-line errors."""
     import re
+    from psdlab.analysis.trace import read_trace
+    from psdlab.validation.calibrate import design
+    from psdlab.validation.model_file import read_model
+    from psdlab.validation.replay_model import calibration_view
     mod = _script("prefill_by_length")
     _, out = quick_demo
     assert mod.main([str(out), "--edges", "10,20"]) == 0
@@ -327,8 +332,24 @@ def test_prefill_by_length_splits_the_sides_and_counts_every_prefill(quick_demo,
     for (side, total), block in zip(heads, blocks):
         counts = [int(n) for n in re.findall(r"n +(\d+) ", block)]
         assert sum(counts) == int(total) > 0, side
-    cal_ratio = [float(x) for x in re.findall(r"predicted ([0-9.]+)", blocks[0])]
-    assert cal_ratio and all(0.5 < r < 2.0 for r in cal_ratio)
+    cal = calibration_view(read_model(out / "model.json"))
+    rows = {"calibration": [], "heldout": []}
+    for path in sorted((out / "traces").glob("*.jsonl")):
+        tr = read_trace(path)
+        side = {"calibrate": "calibration", "validate": "heldout"}.get(
+            (tr.run.extra or {}).get("demo_role"))
+        for ph in (p for st in tr.steps for p in st.phases) if side else ():
+            if (ph.kind == "prefill" and ph.device == tr.run.devices["target"]
+                    and ph.seqs == 1 and ph.end > ph.start):
+                pred = float(cal.costs["prefill"].predict(design("prefill", [ph]))[0])
+                rows[side].append((ph.tokens, ph.end - ph.start, pred))
+    for (side, _), block in zip(heads, blocks):
+        for lo, hi, ratio in re.findall(r"tokens +(\d+)-(\d*) *: n +\d+  measured / predicted "
+                                        r"([0-9.]+)", block):
+            got = [(m, p) for t, m, p in rows[side]
+                   if int(lo) <= t < (int(hi) + 1 if hi else 10 ** 9)]
+            assert float(ratio) == pytest.approx(sum(m for m, _ in got)
+                                                 / sum(p for _, p in got), abs=6e-4)
     assert mod.main([str(out), "--edges", "20,10"]) == 2
     assert mod.main([str(out / "missing")]) == 2
     assert mod.main([str(out), "--passes", "0,1"]) == 2
@@ -400,6 +421,9 @@ def test_acceptance_by_style_weighs_every_verification_and_walks_the_pool(quick_
     lines = capsys.readouterr().out.strip().splitlines()
     pool = json.loads((out / "acceptance_pool.json").read_text())["prompts"]
     assert pool
+    chance = [line for line in lines if "chance alone:" in line]
+    lines = [line for line in lines if "chance alone:" not in line]
+    assert len(chance) == sum(" heldout k=" in line for line in lines) > 0
     seen = set()
     for line in lines:
         side, k, meas, n, rate = re.match(
@@ -422,3 +446,18 @@ def test_acceptance_by_style_weighs_every_verification_and_walks_the_pool(quick_
     assert mod.main([str(out / "missing")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "acceptance_pool.json" in err[0]
+
+
+def test_acceptance_by_style_chance_line_is_the_bootstrap_of_the_pool():
+    """The chance line: a pool of one always-accepting and one never-accepting chat prompt,
+    held-out sets of one chat prompt: the set's rate is 1 or 0, half the time each, so its
+    SD is 0.5 / (the pool's rate, 3/9) and half the draws fall at or below 0.5; a style the
+    pool lacks gives no line."""
+    from collections import Counter
+    mod = _script("acceptance_by_style")
+    pool = {"chat-01": ".1111", "chat-02": ".0000"}
+    sd, low = mod.chance(pool, 4, Counter({5: 1}), Counter({"chat": 1}), 0.5, draws=4000)
+    assert sd == pytest.approx(1.5, abs=0.03) and low == pytest.approx(0.5, abs=0.03)
+    sd2, low2 = mod.chance(pool, 4, Counter({5: 1}), Counter({"chat": 200}), 0.5, draws=500)
+    assert sd2 < sd / 10 and low2 == 1.0          # 200 prompts: the rate stays near 1/3
+    assert mod.chance(pool, 4, Counter({5: 1}), Counter({"code": 1}), 0.5, draws=10) is None
