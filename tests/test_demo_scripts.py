@@ -1,0 +1,183 @@
+"""The diagnostic scripts of ``scripts/`` (overlap, prefill by length, replay by step kind,
+acceptance by style) on the quick demo's folder and on hand-built inputs."""
+from __future__ import annotations
+
+import pytest
+
+
+def _script(name: str):
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_overlap_by_config_reads_a_demo_folder(quick_demo, capsys):
+    """`scripts/overlap_by_config.py` measures a demo's runs with its own calibrated fits:
+    one line for the calibration runs, one per configuration asked for; a folder without a
+    model or a configuration without traces is a one-line error (exit 2)."""
+    mod = _script("overlap_by_config")
+    _, out = quick_demo
+    assert mod.main([str(out), "psd_k3_m2_ho"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 and "calibration:" in lines[0] and "psd_k3_m2_ho:" in lines[1]
+    assert "(4 runs)" in lines[0] and "(1 runs)" in lines[1]       # quick plan: 4 calibration runs
+    assert mod.main([str(out), "nope"]) == 2
+    assert mod.main([str(out / "missing")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "nope" in err[0] and "model.json" in err[1]
+
+
+def test_prefill_by_length_splits_the_sides_and_counts_every_prefill(quick_demo, capsys):
+    """`scripts/prefill_by_length.py`: per side, every single-sequence target prefill lands in
+    exactly one length bucket, and each bucket's ratio is its prefills' measured time over the
+    calibrated prefill model's prediction for them (recomputed here from the traces and the
+    model file: no timing enters the check); bad edges and a folder without a model are
+    one-line errors."""
+    import re
+    from psdlab.analysis.trace import read_trace
+    from psdlab.validation.calibrate import design
+    from psdlab.validation.model_file import read_model
+    from psdlab.validation.replay_model import calibration_view
+    mod = _script("prefill_by_length")
+    _, out = quick_demo
+    assert mod.main([str(out), "--edges", "10,20"]) == 0
+    text = capsys.readouterr().out
+    heads = re.findall(r"^(calibration|heldout): (\d+) single-sequence", text, re.M)
+    assert [h[0] for h in heads] == ["calibration", "heldout"]
+    blocks = re.split(r"^heldout:", text, flags=re.M)
+    for (side, total), block in zip(heads, blocks):
+        counts = [int(n) for n in re.findall(r"n +(\d+) ", block)]
+        assert sum(counts) == int(total) > 0, side
+    cal = calibration_view(read_model(out / "model.json"))
+    rows = {"calibration": [], "heldout": []}
+    for path in sorted((out / "traces").glob("*.jsonl")):
+        tr = read_trace(path)
+        side = {"calibrate": "calibration", "validate": "heldout"}.get(
+            (tr.run.extra or {}).get("demo_role"))
+        for ph in (p for st in tr.steps for p in st.phases) if side else ():
+            if (ph.kind == "prefill" and ph.device == tr.run.devices["target"]
+                    and ph.seqs == 1 and ph.end > ph.start):
+                pred = float(cal.costs["prefill"].predict(design("prefill", [ph]))[0])
+                rows[side].append((ph.tokens, ph.end - ph.start, pred))
+    for (side, _), block in zip(heads, blocks):
+        for lo, hi, ratio in re.findall(r"tokens +(\d+)-(\d*) *: n +\d+  measured / predicted "
+                                        r"([0-9.]+)", block):
+            got = [(m, p) for t, m, p in rows[side]
+                   if int(lo) <= t < (int(hi) + 1 if hi else 10 ** 9)]
+            assert float(ratio) == pytest.approx(sum(m for m, _ in got)
+                                                 / sum(p for _, p in got), abs=6e-4)
+    assert mod.main([str(out), "--edges", "20,10"]) == 2
+    assert mod.main([str(out / "missing")]) == 2
+    assert mod.main([str(out), "--passes", "0,1"]) == 2
+    assert mod.main([str(out), "--passes", "x"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 4 and "--edges" in err[0] and "model.json" in err[1]
+    assert all(e.startswith("--passes") for e in err[2:])
+
+
+def test_prefill_by_length_counts_passes_for_traces_that_record_none(quick_demo, tmp_path,
+                                                                    capsys):
+    """With the passes stripped from the traces (as written before they were recorded), the
+    script gives the recorded answer back only when told the rule: ``--passes`` with the
+    runtime's rule reproduces it, a finer chunk charges more passes (lower ratios)."""
+    import re
+    import shutil
+    mod = _script("prefill_by_length")
+    _, out = quick_demo
+    assert mod.main([str(out), "--edges", "10,20"]) == 0
+    recorded = capsys.readouterr().out
+    old = tmp_path / "old"
+    shutil.copytree(out, old)
+    for trace in (old / "traces").glob("*.jsonl"):
+        trace.write_text(re.sub(r',"chunks":\d+', "", trace.read_text()))
+    assert mod.main([str(old), "--edges", "10,20", "--passes", "128,1"]) == 0
+    assert capsys.readouterr().out == recorded
+    assert mod.main([str(old), "--edges", "10,20", "--passes", "4,1"]) == 0
+    ratios = lambda text: [float(x) for x in re.findall(r"predicted ([0-9.]+)", text)]
+    finer = ratios(capsys.readouterr().out)
+    assert len(finer) == len(ratios(recorded))
+    assert all(f <= r for f, r in zip(finer, ratios(recorded)))
+    assert any(f < r for f, r in zip(finer, ratios(recorded)))
+
+
+def test_replay_by_step_kind_splits_every_step(quick_demo, capsys):
+    """`scripts/replay_by_step_kind.py`: one line per configuration asked for, its decode and
+    other step times adding up to at most the makespan; the split itself covers every step
+    once; an unknown configuration is a one-line error."""
+    import re
+    from psdlab.analysis.trace import read_trace
+    mod = _script("replay_by_step_kind")
+    result, out = quick_demo
+    tr = read_trace(result.measured[0].path)
+    span, decode, other = mod.split(tr)
+    assert decode + other == pytest.approx(sum(s.end - s.start for s in tr.steps))
+    assert decode > 0 and other > 0 and decode + other <= span + 1e-9
+    assert mod.main([str(out), "psd_k3_m2_ho", "sd_k3_m2_ho"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split(":")[0].strip() for line in lines] == ["psd_k3_m2_ho", "sd_k3_m2_ho"]
+    for line in lines:
+        m, d, o = (float(x) for x in re.findall(r"(\d+\.\d+) s vs", line))
+        assert d + o <= m + 0.011
+    assert mod.main([str(out), "nope"]) == 2
+    assert "nope" in capsys.readouterr().err
+
+
+def test_acceptance_by_style_weighs_every_verification_and_walks_the_pool(quick_demo, capsys):
+    """`scripts/acceptance_by_style.py`: one line per side and k; its verification count is
+    every verification the side's drafting runs traced; its pool rate is the pool walked at
+    that k over the side's output lengths; a folder without a pool is a one-line error."""
+    import json
+    import re
+    from collections import Counter
+    from psdlab.analysis.trace import read_trace
+    from psdlab.validation.acceptance_pool import walk
+    mod = _script("acceptance_by_style")
+    _, out = quick_demo
+    assert mod.main([str(out)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    pool = json.loads((out / "acceptance_pool.json").read_text())["prompts"]
+    assert pool
+    chance = [line for line in lines if "chance alone:" in line]
+    lines = [line for line in lines if "chance alone:" not in line]
+    assert len(chance) == sum(" heldout k=" in line for line in lines) > 0
+    seen = set()
+    for line in lines:
+        side, k, meas, n, rate = re.match(
+            r"\s*(\w+) k=(\d+): measured ([0-9.]+) \((\d+) verifications\) / pool ([0-9.]+)",
+            line).groups()
+        seen.add(side)
+        roles = {"calibration": ("calibrate", "repeat"), "heldout": ("validate",)}[side]
+        traces = [t for t in map(read_trace, (out / "traces").glob("*.jsonl"))
+                  if (t.run.extra or {}).get("demo_role") in roles and t.run.k == int(k)]
+        verified = [v for t in traces for s in t.steps for v in s.verified]
+        assert int(n) == len(verified) > 0
+        assert float(meas) == pytest.approx(sum(v.accepted for v in verified)
+                                            / sum(v.proposed for v in verified), abs=6e-4)
+        lengths = Counter(r.output_len for t in traces for r in t.requests)
+        walked = [w for p in pool.values() for L, c in lengths.items()
+                  for w in walk(p[:L], int(k)) for _ in range(c)]
+        assert float(rate) == pytest.approx(sum(w[2] for w in walked)
+                                            / sum(w[1] for w in walked), abs=6e-4)
+    assert seen == {"calibration", "heldout"}
+    assert mod.main([str(out / "missing")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "acceptance_pool.json" in err[0]
+
+
+def test_acceptance_by_style_chance_line_is_the_bootstrap_of_the_pool():
+    """The chance line: a pool of one always-accepting and one never-accepting chat prompt,
+    held-out sets of one chat prompt: the set's rate is 1 or 0, half the time each, so its
+    SD is 0.5 / (the pool's rate, 3/9) and half the draws fall at or below 0.5; a style the
+    pool lacks gives no line."""
+    from collections import Counter
+    mod = _script("acceptance_by_style")
+    pool = {"chat-01": ".1111", "chat-02": ".0000"}
+    sd, low = mod.chance(pool, 4, Counter({5: 1}), Counter({"chat": 1}), 0.5, draws=4000)
+    assert sd == pytest.approx(1.5, abs=0.03) and low == pytest.approx(0.5, abs=0.03)
+    sd2, low2 = mod.chance(pool, 4, Counter({5: 1}), Counter({"chat": 200}), 0.5, draws=500)
+    assert sd2 < sd / 10 and low2 == 1.0          # 200 prompts: the rate stays near 1/3
+    assert mod.chance(pool, 4, Counter({5: 1}), Counter({"code": 1}), 0.5, draws=10) is None
