@@ -9,7 +9,8 @@ held-out runs) and k: the measured acceptance rate (accepted / proposed draft to
 verification, so a request that drafts badly weighs by the verifications it takes, as it does
 in TPOT) and the pool's (every pool pattern walked greedily at that k, ``validation.
 acceptance_pool.walk``, once for each output length the side's requests had), overall and by
-style.  A prompt's style is its shipped style (``runtime/data/prompts.jsonl``), else "other".
+style.  A prompt's style is the acceptance model's (``sim.acceptance_fitted.style_of``: the
+id's text before the first ``-``).
 Under each held-out line, what prompt sampling alone gives: sets of as many pool prompts, with
 the held-out side's style mix, drawn with replacement (``--draws``, seed 0): the spread of
 their pooled rate and how often it falls as low as the held-out side's.
@@ -26,13 +27,16 @@ from collections import Counter, defaultdict
 
 import numpy as np
 
+from psdlab.sim.acceptance_fitted import style_of
+from psdlab.validation.acceptance_transfer import prompt_of
+
 SIDES = {"calibrate": "calibration", "repeat": "calibration", "validate": "heldout"}
 
 
 def _served(folder: str) -> dict[tuple[str, int], dict]:
-    """(side, k) -> accepted / proposed / verifications by style, and the output lengths."""
+    """(side, k) -> accepted / proposed / verifications by style, the output lengths and the
+    prompts served."""
     from psdlab.analysis.trace import read_trace
-    styles = _styles()
     out: dict[tuple[str, int], dict] = {}
     for path in sorted(glob.glob(os.path.join(folder, "traces", "*.jsonl"))):
         tr = read_trace(path)
@@ -43,27 +47,22 @@ def _served(folder: str) -> dict[tuple[str, int], dict]:
                                                      "lengths": Counter(), "prompts": set()})
         for r in tr.requests:
             d["lengths"][int(r.output_len)] += 1
-            d["prompts"].add(str(r.id).split("~")[0])
+            d["prompts"].add(prompt_of(r.id))
         for step in tr.steps:
             for v in step.verified:
-                row = d["acc"][styles.get(str(v.req).split("~")[0], "other")]
+                row = d["acc"][style_of(v.req)]
                 row[0] += v.accepted
                 row[1] += v.proposed
                 row[2] += 1
     return out
 
 
-def _styles() -> dict[str, str]:
-    from psdlab.runtime.prompts import load_prompts
-    return {p.id: p.style for p in load_prompts(split="all")}
-
-
-def _per_prompt_pool(pool: dict[str, str], k: int, lengths: Counter
-                     ) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """Styles, accepted and proposed draft tokens of each pool prompt walked at k over the
-    side's output lengths (weighted as `_pool`)."""
+def walk_pool(pool: dict[str, str], k: int, lengths: Counter
+              ) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Style, accepted and proposed draft tokens of each pool prompt walked greedily at k
+    (``validation.acceptance_pool.walk``), once per served output length, weighted by how
+    often the side served it."""
     from psdlab.validation.acceptance_pool import walk
-    styles = _styles()
     names, acc, prop = [], [], []
     for rid, pattern in sorted(pool.items()):
         a = p = 0
@@ -71,21 +70,22 @@ def _per_prompt_pool(pool: dict[str, str], k: int, lengths: Counter
             for _, proposed, accepted in walk(pattern[:length], k):
                 a += n * accepted
                 p += n * proposed
-        names.append(styles.get(rid, "other"))
+        names.append(style_of(rid))
         acc.append(a)
         prop.append(p)
     return names, np.asarray(acc, float), np.asarray(prop, float)
 
 
-def chance(pool: dict[str, str], k: int, lengths: Counter, mix: Counter, measured: float,
+def chance(walked: tuple[list[str], np.ndarray, np.ndarray], mix: Counter, measured: float,
            draws: int, seed: int = 0) -> tuple[float, float] | None:
-    """Prompt sampling alone: sets of pool prompts with the side's style mix (``mix``:
-    prompts per style, drawn with replacement within the style), their pooled acceptance
-    rate over ``draws`` draws; (its SD relative to the pool's rate, the share of draws at or
-    below ``measured``).  None when a style of the mix has no pool prompt."""
-    names, acc, prop = _per_prompt_pool(pool, k, lengths)
+    """Prompt sampling alone: sets of pool prompts (``walked``, from `walk_pool`) with the
+    side's style mix (``mix``: prompts per style, drawn with replacement within the style),
+    their pooled acceptance rate over ``draws`` draws; (its SD relative to the pool's rate,
+    the share of draws at or below ``measured``).  None when a style of the mix has no pool
+    prompt."""
+    names, acc, prop = walked
     members = {s: np.flatnonzero(np.asarray(names) == s) for s in mix}
-    if not pool or any(m.size == 0 for m in members.values()) or prop.sum() == 0:
+    if not names or any(m.size == 0 for m in members.values()) or prop.sum() == 0:
         return None
     rng = np.random.default_rng(seed)
     rates = np.empty(draws)
@@ -95,18 +95,12 @@ def chance(pool: dict[str, str], k: int, lengths: Counter, mix: Counter, measure
     return float(rates.std() / (acc.sum() / prop.sum())), float(np.mean(rates <= measured))
 
 
-def _pool(pool: dict[str, str], k: int, lengths: Counter) -> dict[str, list[int]]:
-    """Accepted / proposed draft tokens of every pool pattern walked at k, by style, each
-    pattern once per served output length (weighted by how often the side served it)."""
-    from psdlab.validation.acceptance_pool import walk
-    styles = _styles()
-    out: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for rid, pattern in pool.items():
-        row = out[styles.get(rid, "other")]
-        for length, n in lengths.items():
-            for _, proposed, accepted in walk(pattern[:length], k):
-                row[0] += n * accepted
-                row[1] += n * proposed
+def _by_style(walked: tuple[list[str], np.ndarray, np.ndarray]) -> dict[str, list[float]]:
+    """Accepted / proposed draft tokens of the walked pool, summed by style."""
+    out: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for style, a, p in zip(*walked):
+        out[style][0] += a
+        out[style][1] += p
     return out
 
 
@@ -135,19 +129,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"demo: no drafting runs with a demo role in {args.demo}/traces", file=sys.stderr)
         return 2
     for (side, k), d in sorted(served.items()):
-        walked = _pool(pool, k, d["lengths"])
+        walked = walk_pool(pool, k, d["lengths"])
+        pooled = _by_style(walked)
         acc = d["acc"]
-        by_style = "; ".join(f"{s} {_rate([acc[s]]):.3f} / {_rate([walked[s]]):.3f}"
+        by_style = "; ".join(f"{s} {_rate([acc[s]]):.3f} / {_rate([pooled[s]]):.3f}"
                              for s in sorted(acc))
         verifs = sum(r[2] for r in acc.values())
         measured = _rate(acc.values())
         print(f"{side:>11} k={k}: measured {measured:.3f} ({verifs} verifications) "
-              f"/ pool {_rate(walked.values()):.3f} ({len(pool)} prompts); by style, "
+              f"/ pool {_rate(pooled.values()):.3f} ({len(pool)} prompts); by style, "
               f"measured / pool: {by_style}")
         if args.draws and side == "heldout":
-            styles = _styles()
-            mix = Counter(styles.get(p, "other") for p in d["prompts"])
-            got = chance(pool, k, d["lengths"], mix, measured, args.draws)
+            mix = Counter(style_of(p) for p in d["prompts"])
+            got = chance(walked, mix, measured, args.draws)
             if got is not None:
                 print(f"{'':>11}   chance alone: sets of {sum(mix.values())} pool prompts "
                       f"with this style mix ({args.draws} draws): SD {100 * got[0]:.1f}% of "

@@ -60,11 +60,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.passes is not None:
         from psdlab.analysis.chunking import chunking_from
         try:
-            rule = chunking_from([int(x) for x in args.passes.split(",")], "--passes")
+            parts = [int(x) for x in args.passes.split(",")]
+        except ValueError:
+            parts = args.passes       # not integers: chunking_from names the field and form
+        try:
+            rule = chunking_from(parts, "--passes")
         except ValueError as exc:
-            msg = str(exc) if str(exc).startswith("--passes") else (
-                f"--passes: expected CHUNK,LEAVE (integers), got {args.passes!r}")
-            print(msg, file=sys.stderr)
+            print(exc, file=sys.stderr)
             return 2
     try:
         edges = [int(x) for x in args.edges.split(",")]

@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from psdlab.sim.planner import cost_time, prefill_time
+from psdlab.sim.planner import prefill_time
 
 SHIFT = 10
 WIDTH = 1 << SHIFT
@@ -72,7 +72,7 @@ def _draft_fn(planner, k: int):
 
 def _prefill_fn(model):
     def fn(n: np.ndarray, tok: np.ndarray) -> np.ndarray:
-        return cost_time(model, n, tok, np.zeros(n.size))
+        return prefill_time(model, n, tok)
     return fn
 
 
@@ -90,15 +90,24 @@ class StepCosts:
         if core.drafter is not None:
             pf.append(_prefill_fn(core.drafter))
         self.prefill = PairTable(pf, 2 * m + 1)
-        self.models = [core.target] + ([core.drafter] if core.drafter is not None else [])
-        #: per request, the prefill passes beyond one per prompt of each model (a chunked
-        #: prefill, sim.costs); None for a model without a chunking rule
-        self.extra_passes = [(mdl.prefill_passes(core.prompt) - 1).tolist()
-                             if mdl.chunking is not None else None for mdl in self.models]
+        self.models = (core.target, core.drafter)
+        #: per request, the prefill passes beyond one per prompt of (target, drafter) (a
+        #: chunked prefill, sim.costs); None for a model without a chunking rule, or none
+        self.extra_passes = tuple(None if mdl is None or mdl.chunking is None
+                                  else (mdl.prefill_passes(core.prompt) - 1).tolist()
+                                  for mdl in self.models)
 
-    def chunked_prefill(self, n: int, tokens: int, extra: list[int]) -> tuple[float, ...]:
-        """(target, drafter) seconds of a prefill whose prompts take ``n + extra[i]`` passes
-        on model i: the planner's `prefill_time`, outside the table (rare: long prompts)."""
-        return tuple(float(prefill_time(mdl, np.array([n]), np.array([tokens]),
-                                        np.array([n + x]))[0])
-                     for mdl, x in zip(self.models, extra))
+    def extra(self, lengths: np.ndarray) -> tuple[int, int]:
+        """(target, drafter) prefill passes beyond one per prompt of these prompts."""
+        xt, xd = (0 if mdl is None else int((mdl.prefill_passes(lengths) - 1).sum())
+                  for mdl in self.models)
+        return xt, xd
+
+    def chunked_prefill(self, n: int, tokens: int, xt: int, xd: int) -> tuple[float, float]:
+        """(target, drafter) seconds of a prefill of ``n`` prompts that take ``xt`` / ``xd``
+        passes more than one a prompt: the planner's `prefill_time`, outside the table (rare:
+        long prompts); 0.0 for a missing drafter."""
+        pt, pd = (0.0 if mdl is None else
+                  float(prefill_time(mdl, np.array([n + x]), np.array([tokens]))[0])
+                  for mdl, x in zip(self.models, (xt, xd)))
+        return pt, pd

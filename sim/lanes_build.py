@@ -76,7 +76,7 @@ def _prefill(c, lay, S: int, seg_d: int) -> list[PhaseArr]:
             np.add.at(passes, at, model.prefill_passes(lengths))
             passes[0] += int(model.prefill_passes(pend_len).sum())
             jit = c.jitter_at(key, c.step, S)[steps]
-            dur[steps] = prefill_time(model, n[steps], tok[steps], passes[steps]) * jit
+            dur[steps] = prefill_time(model, passes[steps], tok[steps]) * jit
         out.append(PhaseArr("prefill", dev, seg, dur, n.copy(), tok.copy(), np.zeros(S, np.int64)))
     return out
 

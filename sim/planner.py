@@ -23,7 +23,7 @@ Costs (``sim.costs`` contract): verify = target.forward_time(n, sum_i (k_i + 1),
 = sum over passes j < max k_i of drafter.forward_time(n_j, n_j, ctx_j + j n_j) over the n_j
 sequences with k_i > j (for one k: k passes over all n, contexts ctx + j n), plus the
 drafter's ``phase_overhead`` once per drafting phase; prefill = forward_time(n, tokens, 0),
-with n the prompts' passes for a model with a chunking rule (``prefill_time``).
+with n the prompts' passes (their number, for a model without a chunking rule: ``prefill_time``).
 k_i is per request (``server.k_choices``) or the same for all.
 """
 from __future__ import annotations
@@ -112,12 +112,11 @@ def cost_time(model, seqs, tokens, ctx) -> np.ndarray:
     return np.asarray(formula(s, t, c), dtype=float)
 
 
-def prefill_time(model, seqs, tokens, passes) -> np.ndarray:
-    """A prefill of ``seqs`` prompts, ``tokens`` tokens in all, that the engine feeds in
-    ``passes`` passes (``model.prefill_passes``): a model with a chunking rule is charged per
-    pass, any other per sequence (``sim.costs``)."""
-    n = passes if model.chunking is not None else seqs
-    return cost_time(model, n, tokens, np.zeros(np.shape(tokens)))
+def prefill_time(model, passes, tokens) -> np.ndarray:
+    """A prefill of prompts, ``tokens`` tokens in all, that the engine feeds in ``passes``
+    passes (the sum of ``model.prefill_passes``: one a prompt for a model without a chunking
+    rule, so it is charged per sequence; ``sim.costs``)."""
+    return cost_time(model, passes, tokens, np.zeros(np.shape(tokens)))
 
 
 class Planner:
@@ -207,8 +206,7 @@ class Planner:
                 continue
             dur = np.zeros(S)
             passes = int(model.prefill_passes(lengths).sum())
-            dur[0] = float(prefill_time(model, np.array([n]), np.array([tokens]),
-                                        np.array([passes]))[0]
+            dur[0] = float(prefill_time(model, np.array([passes]), np.array([tokens]))[0]
                            * c.jitter_at(key, c.step, 1)[0])
             seqs = np.zeros(S, np.int64)
             seqs[0] = n

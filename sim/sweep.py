@@ -113,13 +113,11 @@ def sweep(c, order: list[int], period: int, S_max: int) -> Plan:
     rows: list[tuple[int, int, int, int, float, float]] = []   # n_v, C_v, n_d, C_d, t_v, t_d
     pf: list[tuple[int, int, int, float, float]] = []    # (step, n, tokens, t_dur, d_dur)
     pf_n = pf_tok = pf_xt = pf_xd = 0     # prefill: prompts, tokens, extra passes t / d
-    xt, xd = (tabs.extra_passes + [None])[:2]
+    xt, xd = tabs.extra_passes
     if c.pending:
         pend_len = c.prefill_tokens(np.asarray(c.pending, np.int64))
         pf_n, pf_tok = len(c.pending), int(pend_len.sum())
-        pf_xt, pf_xd = (int((mdl.prefill_passes(pend_len) - 1).sum())
-                        if mdl is not None and mdl.chunking is not None else 0
-                        for mdl in (c.target, c.drafter))
+        pf_xt, pf_xd = tabs.extra(pend_len)
     heappop, heappush = heapq.heappop, heapq.heappush
     rows_append, T_append, V_item = rows.append, Tl.append, V.item
     next_done = heap[0][0] if heap else S_max
@@ -216,7 +214,7 @@ def sweep(c, order: list[int], period: int, S_max: int) -> Plan:
             rows_append((n_v, c_v, n_d, c_d, tv, td))
         if pf_n:
             if pf_xt or pf_xd:
-                pt, pd = (tabs.chunked_prefill(pf_n, pf_tok, [pf_xt, pf_xd]) + (0.0,))[:2]
+                pt, pd = tabs.chunked_prefill(pf_n, pf_tok, pf_xt, pf_xd)
             else:
                 key = (pf_n << nbits) | (pf_tok >> sh)
                 ch = pch.get(key) or ptab.fill(key)

@@ -175,9 +175,9 @@ def test_acceptance_by_style_chance_line_is_the_bootstrap_of_the_pool():
     pool lacks gives no line."""
     from collections import Counter
     mod = _script("acceptance_by_style")
-    pool = {"chat-01": ".1111", "chat-02": ".0000"}
-    sd, low = mod.chance(pool, 4, Counter({5: 1}), Counter({"chat": 1}), 0.5, draws=4000)
+    walked = mod.walk_pool({"chat-01": ".1111", "chat-02": ".0000"}, 4, Counter({5: 1}))
+    sd, low = mod.chance(walked, Counter({"chat": 1}), 0.5, draws=4000)
     assert sd == pytest.approx(1.5, abs=0.03) and low == pytest.approx(0.5, abs=0.03)
-    sd2, low2 = mod.chance(pool, 4, Counter({5: 1}), Counter({"chat": 200}), 0.5, draws=500)
+    sd2, low2 = mod.chance(walked, Counter({"chat": 200}), 0.5, draws=500)
     assert sd2 < sd / 10 and low2 == 1.0          # 200 prompts: the rate stays near 1/3
-    assert mod.chance(pool, 4, Counter({5: 1}), Counter({"code": 1}), 0.5, draws=10) is None
+    assert mod.chance(walked, Counter({"code": 1}), 0.5, draws=10) is None

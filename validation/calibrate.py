@@ -39,7 +39,6 @@ spread), stored as ``Calibration.replay`` and in the model file's ``meta.replay`
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Sequence
 
@@ -294,16 +293,14 @@ def calibrate(traces: Sequence[Trace], *, holdout: float = 0.2, seed: int = 0) -
 def prefill_chunking(traces: Sequence[Trace]) -> tuple[dict[str, list[int]], tuple[str, ...]]:
     """The engine's prefill rule by role (``run.extra["prefill_chunking"]``, the runtime's
     ``analysis.chunking`` rule), when every trace that records one records the same."""
-    rules = {json.dumps((t.run.extra or {}).get("prefill_chunking"), sort_keys=True)
-             for t in traces if (t.run.extra or {}).get("prefill_chunking") is not None}
-    if not rules:
+    found = [chunkings_from(t.run.extra["prefill_chunking"], "run.extra.prefill_chunking")
+             for t in traces if (t.run.extra or {}).get("prefill_chunking") is not None]
+    if not found:
         return {}, ()
-    if len(rules) > 1:
+    if any(rules != found[0] for rules in found):
         return {}, ("prefill: the traces record different prefill chunkings; none is used "
                     "(a prefill is costed as one pass per sequence)",)
-    doc = json.loads(rules.pop())
-    found = chunkings_from(doc, "run.extra.prefill_chunking")
-    return {role: rule.to_list() for role, rule in found.items()}, ()
+    return {role: rule.to_list() for role, rule in found[0].items()}, ()
 
 
 #: fewest phases of one (sequences, tokens) shape for a verify-table entry
