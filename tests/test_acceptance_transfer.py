@@ -120,12 +120,13 @@ def test_prompt_sides_are_disjoint_and_cover_every_style():
         assert of & cal and of & held, style
 
 
-def test_demo_sides_are_the_calibration_half_and_the_fresh3_split():
-    """The demo's held-out side is split ``fresh3``, never the half of split ``heldout`` or
-    the splits ``fresh`` and ``fresh2`` that earlier demos held out; the two sides share no
-    prompt id or text and every style has at least 20 prompts on each; each side's first 5
-    prompts are one of each style.  The acceptance pool holds the calibration side, never a
-    held-out or training prompt."""
+def test_demo_sides_are_the_calibration_half_and_the_fresh4_split():
+    """The demo's held-out side is split ``fresh4``, never the half of split ``heldout`` or
+    the splits ``fresh``, ``fresh2`` and ``fresh3`` that earlier demos held out; the two sides
+    share no prompt id or text and every style has at least 20 prompts on each; each side's
+    first 5 prompts are one of each style.  The acceptance pool holds the calibration side,
+    the retired held-out sets (of fresh2 and fresh3 every second prompt of each style, the
+    first included), never a held-out or training prompt."""
     from psdlab.runtime.prompts import load_prompts
     from psdlab.validation.demo_prompts import pool_list, prompt_sides, side_list
     cal, held = side_list("calibration"), side_list("heldout")
@@ -133,12 +134,14 @@ def test_demo_sides_are_the_calibration_half_and_the_fresh3_split():
     retired = {heldout_split[i].id for i in prompt_sides(
         [(p.id, p.style) for p in heldout_split])["heldout"]}
     retired |= {p.id for p in load_prompts(split="fresh")}
-    fresh2 = {p.id for p in load_prompts(split="fresh2")}
-    assert {p.id for p in held} == {p.id for p in load_prompts(split="fresh3")}
-    assert not {p.id for p in cal} & (retired | fresh2)
-    assert not {p.id for p in held} & (retired | fresh2)
+    later = [p for s in ("fresh2", "fresh3") for p in load_prompts(split=s)]
+    assert {p.id for p in held} == {p.id for p in load_prompts(split="fresh4")}
+    assert not {p.id for p in cal} & (retired | {p.id for p in later})
+    assert not {p.id for p in held} & (retired | {p.id for p in later})
     pool = {p.id for p in pool_list()}
     assert {p.id for p in cal} <= pool and retired <= pool
+    halves = {p.id for p in later if int(p.id.rsplit("-", 1)[1][1:]) % 2 == 1}
+    assert pool & {p.id for p in later} == halves and len(halves) == 240
     assert not pool & {p.id for p in held}
     assert not pool & {p.id for p in load_prompts(split="train")}
     assert not {p.text for p in pool_list()} & {p.text for p in held}

@@ -38,7 +38,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from psdlab.analysis.trace import read_trace
-from psdlab.validation.demo_prompts import POOL_SPLITS
+from psdlab.validation.demo_prompts import POOL_EVERY, POOL_SPLITS, pool_splits_text
 from psdlab.validation.report import spread_rows
 from psdlab.validation.runs import Measured, Plan, default_plan, run_plan
 
@@ -247,7 +247,7 @@ def analyse(out_dir: str, measured: Sequence[Measured], plan: Plan, target_dir: 
                             load_before=timings.get("load_before"))
     results["prompt_sampling"] = sides
     results["acceptance_pool"] = {"prompts": len(pool or {}), "splits": list(POOL_SPLITS),
-                                  "probe_s": timings.get("probe_s")}
+                                  "every": dict(POOL_EVERY), "probe_s": timings.get("probe_s")}
     results["candidates_heldout"] = after
     results["request_spread"] = spread
     files["results"] = os.path.join(out_dir, "results.json")
@@ -377,7 +377,7 @@ def _intro(plan: Plan, target: str, drafter: str, timings: dict[str, float],
              f"{load[1]:.2f} / {load[2]:.2f} (1 / 5 / 15 min) on {os.cpu_count()} CPUs."]
     if timings.get("pool_prompts"):
         lines.append(f"Acceptance pool: {timings['pool_prompts']:.0f} calibration-side prompts "
-                     f"no timed run served (splits {' and '.join(POOL_SPLITS)}, never a "
+                     f"no timed run served (splits {pool_splits_text()}, never a "
                      f"held-out one), their greedy match patterns measured untimed in "
                      f"{timings.get('probe_s', 0):.0f} s before the runs "
                      f"(`runtime.acceptance_probe`): the acceptance model's data beside the "

@@ -3,20 +3,24 @@ run takes, and the acceptance pool.
 
 Of the shipped prompts never used to distil the drafter (split ``heldout`` of
 ``runtime/data/prompts.jsonl``), one half by style (`prompt_sides`) is the ``calibration``
-side.  The ``heldout`` side is split ``fresh3``: 240 prompts (48 a style) written after every
+side.  The ``heldout`` side is split ``fresh4``: 240 prompts (48 a style) written after every
 earlier demo had run, so that no choice in the acceptance model, the cost model, the plan or
 the judgement was made looking at them.  (The other half of split ``heldout`` was the
 held-out side of demos A-H, split ``fresh`` that of demos I-K, split ``fresh2`` that of demos
-L-N; their misses shaped this design, so none is held out any more.)  Each side is listed
-round-robin over its styles; every repeat of a workload serves the next window of a side's
-list (`prompt_windows`), its SD and PSD runs the same one (and all calibration runs of one
-repeat the same one).
+L-N, split ``fresh3`` that of demos O-P; their misses shaped this design, so none is held out
+any more.)  Each side is listed round-robin over its styles; every repeat of a workload serves
+the next window of a side's list (`prompt_windows`), its SD and PSD runs the same one (and all
+calibration runs of one repeat the same one).
 
-The acceptance pool (`pool_list`, ``validation.acceptance_pool``) is splits ``heldout`` and
-``fresh``, the calibration side included: calibration data whose greedy match patterns are
-measured untimed (``runtime.acceptance_probe``), for the prompts no timed calibration run
-serves.  It never holds a held-out or training prompt.  (Split ``fresh2`` could join it now,
-but its 240 prompts would add about 40 s of probing to a demo already at its 15 minutes.)
+The acceptance pool (`pool_list`, ``validation.acceptance_pool``) is calibration data whose
+greedy match patterns are measured untimed (``runtime.acceptance_probe``), for the prompts no
+timed calibration run serves: splits ``heldout`` (the calibration side included) and
+``fresh``, and every second prompt of each style of splits ``fresh2`` and ``fresh3``
+(``POOL_EVERY``).  The earlier held-out sets join it because they are the most recent traffic:
+they were written the way a new set is (by writers on topics of their own, after the shipped
+prompts), and both drafted worse than the older pool (demos L-P).  Half of each, because all
+480 would add about 80 s of probing to a demo at its 15 minutes.  The pool never holds a
+held-out or training prompt.
 """
 from __future__ import annotations
 
@@ -26,9 +30,11 @@ from psdlab.analysis.checks import check_choice
 
 PROMPT_SIDES = ("calibration", "heldout")
 #: the split of ``runtime/data/prompts.jsonl`` each side draws from
-SIDE_SPLITS = {"calibration": "heldout", "heldout": "fresh3"}
+SIDE_SPLITS = {"calibration": "heldout", "heldout": "fresh4"}
 #: the splits the acceptance pool draws from (never the held-out side's, never ``train``)
-POOL_SPLITS = ("heldout", "fresh")
+POOL_SPLITS = ("heldout", "fresh", "fresh2", "fresh3")
+#: of these pool splits, every n-th prompt of each style (in file order) joins (the rest: all)
+POOL_EVERY = {"fresh2": 2, "fresh3": 2}
 
 
 def prompt_sides(items: Sequence[tuple[str, str]]) -> dict[str, list[int]]:
@@ -69,7 +75,7 @@ def _cycle(items: list[tuple[str, tuple[int, ...]]], n: int) -> list[tuple[str, 
 
 def side_list(side: str) -> list[Any]:
     """The shipped prompts (``runtime.prompts.Prompt``) of one side, in the side's order: the
-    calibration half of split ``heldout`` (`prompt_sides`), or split ``fresh3``, each
+    calibration half of split ``heldout`` (`prompt_sides`), or split ``fresh4``, each
     round-robin over its styles."""
     check_choice("side", side, PROMPT_SIDES)
     from psdlab.runtime.prompts import load_prompts
@@ -81,10 +87,24 @@ def side_list(side: str) -> list[Any]:
 
 
 def pool_list() -> list[Any]:
-    """The acceptance pool's prompts: every shipped prompt of ``POOL_SPLITS`` (module
-    docstring), in file order."""
+    """The acceptance pool's prompts: the shipped prompts of ``POOL_SPLITS`` (of a split in
+    ``POOL_EVERY``, every n-th of each style, the first included), in file order."""
     from psdlab.runtime.prompts import load_prompts
-    return [p for split in POOL_SPLITS for p in load_prompts(split=split)]
+    out = []
+    for split in POOL_SPLITS:
+        seen: dict[str, int] = {}
+        for p in load_prompts(split=split):
+            i = seen[p.style] = seen.get(p.style, -1) + 1
+            if i % POOL_EVERY.get(split, 1) == 0:
+                out.append(p)
+    return out
+
+
+def pool_splits_text() -> str:
+    """The pool's splits in words, e.g. ``heldout, fresh and fresh2 (1 in 2 of each style)``."""
+    names = [s if s not in POOL_EVERY else f"{s} (1 in {POOL_EVERY[s]} of each style)"
+             for s in POOL_SPLITS]
+    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]
 
 
 def _encode(tokenizer: Any, prompts: Sequence[Any]) -> list[tuple[str, tuple[int, ...]]]:
