@@ -120,30 +120,26 @@ def test_prompt_sides_are_disjoint_and_cover_every_style():
         assert of & cal and of & held, style
 
 
-def test_demo_sides_are_the_calibration_half_and_the_fresh4_split():
-    """The demo's held-out side is split ``fresh4``, never the half of split ``heldout`` or
-    the splits ``fresh``, ``fresh2`` and ``fresh3`` that earlier demos held out; the two sides
-    share no prompt id or text and every style has at least 20 prompts on each; each side's
-    first 5 prompts are one of each style.  The acceptance pool holds the calibration side,
-    the retired held-out sets (of fresh2 and fresh3 every second prompt of each style, the
-    first included), never a held-out or training prompt."""
+def test_demo_sides_are_split_fresh3_and_the_new_split_fresh5():
+    """The demo's calibration side is split ``fresh3`` and its held-out side split
+    ``fresh5``, never a split an earlier demo held out (half of ``heldout``, ``fresh``,
+    ``fresh2``, ``fresh4``); the two sides share no prompt id or text and every style has at
+    least 20 prompts on each; each side's first 5 prompts are one of each style.  The
+    acceptance pool holds the calibration side, split ``fresh`` and of ``fresh2`` and
+    ``fresh4`` every second prompt of each style (the first included); never a held-out
+    prompt, and never one of splits ``train`` and ``heldout`` (the drafter's writer)."""
     from psdlab.runtime.prompts import load_prompts
-    from psdlab.validation.demo_prompts import pool_list, prompt_sides, side_list
+    from psdlab.validation.demo_prompts import pool_list, side_list
     cal, held = side_list("calibration"), side_list("heldout")
-    heldout_split = load_prompts(split="heldout")
-    retired = {heldout_split[i].id for i in prompt_sides(
-        [(p.id, p.style) for p in heldout_split])["heldout"]}
-    retired |= {p.id for p in load_prompts(split="fresh")}
-    later = [p for s in ("fresh2", "fresh3") for p in load_prompts(split=s)]
-    assert {p.id for p in held} == {p.id for p in load_prompts(split="fresh4")}
-    assert not {p.id for p in cal} & (retired | {p.id for p in later})
-    assert not {p.id for p in held} & (retired | {p.id for p in later})
+    ids = {s: {p.id for p in load_prompts(split=s)}
+           for s in ("train", "heldout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5")}
+    assert {p.id for p in cal} == ids["fresh3"] and {p.id for p in held} == ids["fresh5"]
     pool = {p.id for p in pool_list()}
-    assert {p.id for p in cal} <= pool and retired <= pool
-    halves = {p.id for p in later if int(p.id.rsplit("-", 1)[1][1:]) % 2 == 1}
-    assert pool & {p.id for p in later} == halves and len(halves) == 240
-    assert not pool & {p.id for p in held}
-    assert not pool & {p.id for p in load_prompts(split="train")}
+    assert ids["fresh3"] <= pool and ids["fresh"] <= pool
+    for split in ("fresh2", "fresh4"):
+        halves = {i for i in ids[split] if int(i.rsplit("-", 1)[1][1:]) % 2 == 1}
+        assert pool & ids[split] == halves and len(halves) == 120
+    assert not pool & (ids["train"] | ids["heldout"] | ids["fresh5"])
     assert not {p.text for p in pool_list()} & {p.text for p in held}
     assert not {p.id for p in cal} & {p.id for p in held}
     assert not {p.text for p in cal} & {p.text for p in held}

@@ -168,6 +168,9 @@ def test_quick_demo_end_to_end(quick_demo):
     judged = {t["target"]: t["max_abs_error"] for t in res["targets"]["heldout"]}
     for target, err in chosen[0]["heldout_max_abs_error"].items():
         assert err == pytest.approx(judged[target], rel=1e-9, abs=1e-12), target
+    # the losing candidates are replayed with the first seed only (the analysis budget)
+    assert {r["seeds"] for r in after.values() if not r["chosen"]} == {1}
+    assert chosen[0]["seeds"] > 1
     assert "After the fact: every candidate on the held-out runs" in md
     # how requests differ, measured against the replays: every drafted configuration
     spread = {r["config"]: r for r in res["request_spread"]}

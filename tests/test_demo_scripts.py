@@ -1,5 +1,5 @@
 """The diagnostic scripts of ``scripts/`` (overlap, prefill by length, replay by step kind,
-acceptance by style) on the quick demo's folder and on hand-built inputs."""
+acceptance by style, probe against runs) on the quick demo's folder and on hand-built inputs."""
 from __future__ import annotations
 
 import pytest
@@ -181,3 +181,36 @@ def test_acceptance_by_style_chance_line_is_the_bootstrap_of_the_pool():
     sd2, low2 = mod.chance(walked, Counter({"chat": 200}), 0.5, draws=500)
     assert sd2 < sd / 10 and low2 == 1.0          # 200 prompts: the rate stays near 1/3
     assert mod.chance(walked, Counter({"code": 1}), 0.5, draws=10) is None
+
+
+def test_probe_vs_runs_compares_observed_positions_and_rates(quick_demo, capsys):
+    """`scripts/probe_vs_runs.py`: with the runs' own match patterns in place of the probe's,
+    every observed position agrees (runs of one greedy prompt see one pattern), and the
+    patterns walked at each run's k and output lengths give the accepted / proposed the runs
+    measured, per style; a position the patterns contradict is counted as a disagreement; a
+    target without a tokenizer (the quick demo's tiny pair) and a folder without traces are
+    one-line errors."""
+    from psdlab.validation.acceptance_transfer import prompt_of
+    from psdlab.validation.match_patterns import match_patterns
+    mod = _script("probe_vs_runs")
+    _, out = quick_demo
+    traces = mod.side_traces(str(out), "heldout")
+    assert traces and all((t.run.extra or {}).get("demo_role") == "validate" for t in traces)
+    own = {prompt_of(r): p for r, p in match_patterns(traces).patterns.items()}
+    agree = mod.agreement(traces, own)
+    total = sum(v[0] for v in agree.values())
+    assert total > 0 and sum(v[1] for v in agree.values()) == total
+    verified = [v for t in traces for s in t.steps for v in s.verified]
+    assert total == sum(v.accepted + (v.accepted < v.proposed) for v in verified)
+    rates = mod.rates(traces, own)
+    assert sum(r[0] for r in rates.values()) == sum(v.accepted for v in verified)
+    assert sum(r[1] for r in rates.values()) == sum(v.proposed for v in verified)
+    for style, (acc, prop, w_acc, w_prop) in rates.items():
+        assert w_prop > 0 and abs(w_acc / w_prop - acc / prop) < 0.1, style
+    flipped = {k: "." + "".join("0" if c == "1" else "1" for c in p[1:]) for k, p in own.items()}
+    assert sum(v[1] for v in mod.agreement(traces, flipped).values()) < total
+    assert mod.main([str(out)]) == 2
+    assert "tokenizer" in capsys.readouterr().err
+    assert mod.main([str(out / "missing")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no heldout" in err[0]

@@ -5,8 +5,8 @@
 2. Measure the acceptance pool untimed (``validation.demo_pool``: the greedy match patterns
    of calibration-side prompts no timed run serves), then run the plan of
    ``validation.runs`` on this machine: AR, SD (drafter on its own core, no overlap) and
-   PSD, the calibration runs over half of the shipped prompts and the held-out runs over
-   prompts written after every earlier demo, at several k and arrival patterns, one trace
+   PSD, the calibration runs over one set of shipped prompts and the held-out runs over
+   prompts written after every earlier demo (``validation.demo_prompts``), at several k and arrival patterns, one trace
    per run.
 3. Calibrate the simulator on the ``calibrate`` runs (``validation.calibrate``: cost models on
    their serial steps, the overlap contention, controller overhead and spread they show,
@@ -230,7 +230,8 @@ def analyse(out_dir: str, measured: Sequence[Measured], plan: Plan, target_dir: 
     _say("psdlab demo: every acceptance candidate on the held-out runs (after the fact)",
          quiet)
     from psdlab.validation.candidates_heldout import candidates_held_out, candidates_md
-    after = candidates_held_out(model_path, named, measured, seeds, selection, pool)
+    after = candidates_held_out(model_path, named, measured, seeds, selection, pool,
+                                validation)
     sections = (transfer_sections(validation, held, cal_cfgs, alternatives, selection)
                 + candidates_md(after) + spread_md(spread, held) + sampling_md(sides))
     files = write_report(out_dir, validation, named, roles=roles, title="psdlab demo report",

@@ -1,25 +1,29 @@
 """Which prompts a demo run serves: the two disjoint prompt sides, the window of a side each
 run takes, and the acceptance pool.
 
-Of the shipped prompts never used to distil the drafter (split ``heldout`` of
-``runtime/data/prompts.jsonl``), one half by style (`prompt_sides`) is the ``calibration``
-side.  The ``heldout`` side is split ``fresh4``: 240 prompts (48 a style) written after every
-earlier demo had run, so that no choice in the acceptance model, the cost model, the plan or
-the judgement was made looking at them.  (The other half of split ``heldout`` was the
-held-out side of demos A-H, split ``fresh`` that of demos I-K, split ``fresh2`` that of demos
-L-N, split ``fresh3`` that of demos O-P; their misses shaped this design, so none is held out
-any more.)  Each side is listed round-robin over its styles; every repeat of a workload serves
-the next window of a side's list (`prompt_windows`), its SD and PSD runs the same one (and all
-calibration runs of one repeat the same one).
+The ``calibration`` side is split ``fresh3`` of ``runtime/data/prompts.jsonl`` (240 prompts,
+48 a style, the held-out side of demos O and P); the ``heldout`` side is split ``fresh5``: 240
+prompts (48 a style) written after every earlier demo had run, so that no choice in the
+acceptance model, the cost model, the plan or the judgement was made looking at them.  (Half of
+split ``heldout`` was the held-out side of demos A-H, split ``fresh`` that of demos I-K, split
+``fresh2`` that of demos L-N, split ``fresh3`` that of demos O-P, split ``fresh4`` that of
+demos Q-R; their misses shaped this design, so none is held out any more.)  Each side is
+listed round-robin over its styles; every repeat of a workload serves the next window of a
+side's list (`prompt_windows`), its SD and PSD runs the same one (and all calibration runs of
+one repeat the same one).
 
 The acceptance pool (`pool_list`, ``validation.acceptance_pool``) is calibration data whose
 greedy match patterns are measured untimed (``runtime.acceptance_probe``), for the prompts no
-timed calibration run serves: splits ``heldout`` (the calibration side included) and
-``fresh``, and every second prompt of each style of splits ``fresh2`` and ``fresh3``
-(``POOL_EVERY``).  The earlier held-out sets join it because they are the most recent traffic:
-they were written the way a new set is (by writers on topics of their own, after the shipped
-prompts), and both drafted worse than the older pool (demos L-P).  Half of each, because all
-480 would add about 80 s of probing to a demo at its 15 minutes.  The pool never holds a
+timed calibration run serves: splits ``fresh`` and ``fresh3`` (the calibration side) and every
+second prompt of each style of splits ``fresh2`` and ``fresh4`` (``POOL_EVERY``; all 480
+would add about 80 s of probing to a demo at its 15 minutes).  Splits ``train`` and
+``heldout`` are left out: they were written together, and the drafter was distilled on
+``train``, so ``heldout`` drafts like the drafter's own training prompts, better than any set
+written since (the acceptance pool of demo Q, walked at k = 4: 0.295 accepted per draft token
+for split ``heldout``, 0.284 / 0.286 / 0.273 for the halves of ``fresh`` / ``fresh2`` /
+``fresh3``, and the held-out ``fresh4`` accepted 0.263 in its runs; until demo R the
+calibration side was half of ``heldout``).  The later sets were each written by writers of
+their own on topics of their own, the way the next set of traffic is.  The pool never holds a
 held-out or training prompt.
 """
 from __future__ import annotations
@@ -30,11 +34,12 @@ from psdlab.analysis.checks import check_choice
 
 PROMPT_SIDES = ("calibration", "heldout")
 #: the split of ``runtime/data/prompts.jsonl`` each side draws from
-SIDE_SPLITS = {"calibration": "heldout", "heldout": "fresh4"}
-#: the splits the acceptance pool draws from (never the held-out side's, never ``train``)
-POOL_SPLITS = ("heldout", "fresh", "fresh2", "fresh3")
+SIDE_SPLITS = {"calibration": "fresh3", "heldout": "fresh5"}
+#: the splits the acceptance pool draws from (never the held-out side's, never ``train`` or
+#: ``heldout``, module docstring)
+POOL_SPLITS = ("fresh", "fresh2", "fresh3", "fresh4")
 #: of these pool splits, every n-th prompt of each style (in file order) joins (the rest: all)
-POOL_EVERY = {"fresh2": 2, "fresh3": 2}
+POOL_EVERY = {"fresh2": 2, "fresh4": 2}
 
 
 def prompt_sides(items: Sequence[tuple[str, str]]) -> dict[str, list[int]]:
@@ -74,15 +79,15 @@ def _cycle(items: list[tuple[str, tuple[int, ...]]], n: int) -> list[tuple[str, 
 
 
 def side_list(side: str) -> list[Any]:
-    """The shipped prompts (``runtime.prompts.Prompt``) of one side, in the side's order: the
-    calibration half of split ``heldout`` (`prompt_sides`), or split ``fresh4``, each
+    """The shipped prompts (``runtime.prompts.Prompt``) of one side, in the side's order: its
+    split (``SIDE_SPLITS``; of split ``heldout``, the side's half by `prompt_sides`),
     round-robin over its styles."""
     check_choice("side", side, PROMPT_SIDES)
     from psdlab.runtime.prompts import load_prompts
     prompts = load_prompts(split=SIDE_SPLITS[side])
     items = [(p.id, p.style) for p in prompts]
-    if side == "calibration":
-        return [prompts[i] for i in prompt_sides(items)["calibration"]]
+    if SIDE_SPLITS[side] == "heldout":
+        return [prompts[i] for i in prompt_sides(items)[side]]
     return [prompts[i] for i in _round_robin(list(range(len(prompts))), items)]
 
 

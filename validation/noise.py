@@ -6,9 +6,12 @@ differs by several percent (the repeats' spread in the report).  Even a perfect 
 shows errors, and the largest of them over several held-out runs is what a bound on the worst
 run judges.  This module puts a number on it:
 
-- ``pooled_cv``: the run-to-run coefficient of variation of one metric, pooled over every
-  configuration with repeats (relative deviations from the configuration's mean,
-  ``sum(dev^2) / sum(n - 1)``);
+- ``pooled_cv``: the run-to-run coefficient of variation of one metric, pooled over
+  configurations with repeats (relative deviations from the configuration's mean,
+  ``sum(dev^2) / sum(n - 1)``), within each *class* of configurations (``noise_class``: the
+  arrival pattern; under Poisson arrivals a window of prompts that drafts badly also fills the
+  batches, so the TPOT of a Poisson run varies about twice as much as an offline one's in
+  demos O and P), a metric a class has no repeats of taking the pool of all;
 - ``median_se``: the standard error of the median of n runs with that CV (n = 1, 2: the run,
   the mean; n = 3: sqrt(0.4487) sigma, the exact value for normal noise; more: the asymptotic
   1.2533 sigma / sqrt(n));
@@ -19,7 +22,12 @@ run judges.  This module puts a number on it:
   round share cancels), or, without paired repeats, from the two medians' errors taken as
   independent (sqrt(se_psd^2 + se_sd^2));
 - ``break_chance``: the probability that noise alone, with a perfect prediction, puts at least
-  one of the rows beyond the bound: ``1 - prod_i (2 Phi(b / se_i) - 1)``.
+  one of the rows beyond the bound: ``1 - prod_i (2 Phi(b / se_i) - 1)`` for independent rows.
+  The SD and PSD runs of one workload serve the same prompts in the same round, so their
+  errors are correlated (``pair_correlations``: the pooled correlation of their per-round
+  deviations; between two medians of n >= 3 runs, less, ``median_correlation``); such a pair of
+  rows counts with the bivariate normal's probability of both inside the bound
+  (``inside_both``), so correlated rows are not counted as two independent chances.
 
 The calibration runs are noisy too, which shifts every prediction by one common error; that
 is not counted, so the chance is a lower bound for a simulator calibrated from the same
@@ -28,7 +36,10 @@ machine.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
 
 from psdlab.analysis.metrics import summarize
 
@@ -75,12 +86,44 @@ def repeat_values(validation: Any) -> dict[str, list[dict[str, float | None]]]:
             for c in validation.comparisons}
 
 
+def noise_class(trace: Any) -> str:
+    """The class a configuration's noise is pooled in: its arrival pattern (``offline``, or
+    ``timed`` for arrivals at given times, e.g. Poisson)."""
+    return str((getattr(trace.run, "workload", None) or {}).get("arrivals", "offline"))
+
+
 def metric_cvs(values: Mapping[str, Sequence[Mapping[str, float | None]]]
                ) -> dict[str, float | None]:
     """The pooled CV of every metric the repeats have."""
     keys = {k for runs in values.values() for r in runs for k in r}
     return {k: pooled_cv([[r.get(k) for r in runs] for runs in values.values()])
             for k in sorted(keys)}
+
+
+def class_cvs(values: Mapping[str, Sequence[Mapping[str, float | None]]],
+              classes: Mapping[str, str]) -> dict[str, dict[str, float | None]]:
+    """Per configuration, the pooled CV of every metric over the configurations of its class
+    (``classes``: configuration -> class); a metric its class has no repeats of (or a
+    configuration without a class) takes the pool of all configurations."""
+    overall = metric_cvs(values)
+    by_class = {c: metric_cvs({n: v for n, v in values.items() if classes.get(n) == c})
+                for c in set(classes.values())}
+    out = {}
+    for name in values:
+        own = by_class.get(classes.get(name, ""), {})
+        out[name] = {k: own[k] if own.get(k) is not None else cv for k, cv in overall.items()}
+    return out
+
+
+def _paired(values: Mapping[str, Sequence[Mapping[str, Any]]],
+            pairs: Mapping[str, tuple[str, str]]) -> list[tuple[Sequence, Sequence]]:
+    """The (SD repeats, PSD repeats) of the pairs with the same number (>= 2) of repeats."""
+    out = []
+    for sd, psd in pairs.values():
+        a, b = values.get(sd, ()), values.get(psd, ())
+        if len(a) == len(b) >= 2:
+            out.append((a, b))
+    return out
 
 
 def ratio_cvs(values: Mapping[str, Sequence[Mapping[str, Any]]],
@@ -90,27 +133,60 @@ def ratio_cvs(values: Mapping[str, Sequence[Mapping[str, Any]]],
     of both ran in one round)."""
     out: dict[str, float | None] = {}
     for base in sorted(set(_RATIO_OF.values())):
-        groups = []
-        for sd, psd in pairs.values():
-            a, b = values.get(sd, ()), values.get(psd, ())
-            if len(a) != len(b) or len(a) < 2:
-                continue
-            ratios = [None if x.get(base) in (None, 0) or y.get(base) is None
-                      else y[base] / x[base] for x, y in zip(a, b)]
-            groups.append(ratios)
+        groups = [[None if x.get(base) in (None, 0) or y.get(base) is None
+                   else y[base] / x[base] for x, y in zip(a, b)]
+                  for a, b in _paired(values, pairs)]
         out[base] = pooled_cv(groups)
     return out
 
 
+def pair_correlations(values: Mapping[str, Sequence[Mapping[str, Any]]],
+                      pairs: Mapping[str, tuple[str, str]]) -> dict[str, float | None]:
+    """Per metric, the correlation of the SD and PSD runs' per-round relative deviations
+    (each from its configuration's mean), pooled over the pairs with the same number (>= 2)
+    of repeats; None where a metric has no such pair or no spread."""
+    keys = {k for a, b in _paired(values, pairs) for r in (*a, *b) for k in r}
+    out: dict[str, float | None] = {}
+    for key in sorted(keys):
+        sxy = sxx = syy = 0.0
+        for a, b in _paired(values, pairs):
+            xs, ys = [r.get(key) for r in a], [r.get(key) for r in b]
+            if any(v is None for v in (*xs, *ys)) or not sum(xs) or not sum(ys):
+                continue
+            mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+            dx, dy = [x / mx - 1 for x in xs], [y / my - 1 for y in ys]
+            sxy += sum(x * y for x, y in zip(dx, dy))
+            sxx += sum(x * x for x in dx)
+            syy += sum(y * y for y in dy)
+        out[key] = (max(-1.0, min(1.0, sxy / math.sqrt(sxx * syy)))
+                    if sxx > 0 and syy > 0 else None)
+    return out
+
+
+def median_correlation(rho: float, n: int, draws: int = 40000) -> float:
+    """Correlation of the medians of n paired runs whose own correlation is ``rho``, for
+    normal noise: n <= 2, the mean's, ``rho``; more, from ``draws`` simulated sets (seed 0,
+    so the same every time; the asymptotic ``(2 / pi) asin(rho)`` is reached only slowly:
+    at n = 7 and rho = 0.9 the medians correlate 0.77, not 0.71)."""
+    rho = max(-1.0, min(1.0, rho))
+    if n <= 2 or abs(rho) == 1.0:
+        return rho
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((draws, n))
+    b = rho * a + math.sqrt(1.0 - rho * rho) * rng.standard_normal((draws, n))
+    return float(np.corrcoef(np.median(a, axis=1), np.median(b, axis=1))[0, 1])
+
+
 def row_noise(row: Any, values: Mapping[str, Sequence[Mapping[str, Any]]],
               cvs: Mapping[str, float | None], pairs: Mapping[str, tuple[str, str]],
-              ratio_cv: Mapping[str, float | None] | None = None) -> float | None:
+              ratio_cv: Mapping[str, float | None] | None = None,
+              config_cvs: Mapping[str, Mapping[str, float | None]] | None = None
+              ) -> float | None:
     """Standard error of ``row.measured`` from run-to-run noise, in the row's error units
-    (relative, or percentage points for a gain); None when it cannot be told."""
-    metric = row.metric
-    for suffix in (".det", ".slowdown", ".predicted"):
-        if metric.endswith(suffix):
-            metric = metric[: -len(suffix)]
+    (relative, or percentage points for a gain); None when it cannot be told.  ``cvs``: the
+    pooled CVs; ``config_cvs``: per configuration, the CVs to use instead (``class_cvs``)."""
+    metric = base_metric(row.metric)
+    of = (lambda name: (config_cvs or {}).get(name, cvs))
     if metric in _RATIO_OF:
         if row.run not in pairs:
             return None
@@ -122,34 +198,114 @@ def row_noise(row: Any, values: Mapping[str, Sequence[Mapping[str, Any]]],
         n_sd, n_psd = len(values[sd]), len(values[psd])
         if paired is not None and n_sd == n_psd and n_sd >= 2:
             rel = median_se(paired, n_sd)
-        elif cvs.get(base) is not None:
-            rel = math.hypot(median_se(cvs[base], n_sd),        # type: ignore[arg-type]
-                             median_se(cvs[base], n_psd))       # type: ignore[arg-type]
+        elif of(sd).get(base) is not None and of(psd).get(base) is not None:
+            rel = math.hypot(median_se(of(sd)[base], n_sd),       # type: ignore[arg-type]
+                             median_se(of(psd)[base], n_psd))     # type: ignore[arg-type]
         else:
             return None
         if metric.startswith("gain."):
             return None if row.measured is None else 100.0 * (1.0 + row.measured) * rel
         return rel
-    cv = cvs.get(metric)
+    cv = of(row.run).get(metric)
     if cv is None or row.run not in values:
         return None
     return median_se(cv, len(values[row.run]))
 
 
-def break_chance(ses: Sequence[float], bound: float) -> float | None:
-    """P(at least one |N(0, se_i^2)| > bound): how often noise alone breaks the bound."""
+def base_metric(metric: str) -> str:
+    """A row's metric without its variant suffix (``.det``, ``.slowdown``, ``.predicted``)."""
+    for suffix in (".det", ".slowdown", ".predicted"):
+        if metric.endswith(suffix):
+            metric = metric[: -len(suffix)]
+    return metric
+
+
+def _inside(se: float, bound: float) -> float:
+    return math.erf(bound / (se * math.sqrt(2.0))) if se > 0 else 1.0
+
+
+def inside_both(se1: float, se2: float, rho: float, bound: float) -> float:
+    """P(|X| <= b and |Y| <= b) for zero-mean normals with SDs se1, se2 and correlation rho
+    (integrated over X on a fixed grid; exact limits at zero SD and |rho| = 1)."""
+    if se1 <= 0 or se2 <= 0:
+        return _inside(se1, bound) * _inside(se2, bound)
+    x = np.linspace(-bound, bound, 2001)
+    pdf = np.exp(-0.5 * (x / se1) ** 2) / (se1 * math.sqrt(2.0 * math.pi))
+    mean = rho * se2 / se1 * x
+    spread = se2 * math.sqrt(max(0.0, 1.0 - rho * rho))
+    if spread < 1e-12 * se2:
+        inner = (np.abs(mean) <= bound).astype(float)
+    else:
+        from scipy.special import ndtr
+        inner = ndtr((bound - mean) / spread) - ndtr((-bound - mean) / spread)
+    y = pdf * inner
+    return float(min(1.0, np.sum((y[1:] + y[:-1]) * np.diff(x)) / 2.0))
+
+
+def break_chance(ses: Sequence[float], bound: float,
+                 links: Sequence[tuple[int, int, float]] = ()) -> float | None:
+    """P(at least one |N(0, se_i^2)| > bound): how often noise alone breaks the bound.  Rows
+    are independent except the pairs in ``links`` (i, j, correlation; each row in one pair at
+    most)."""
     if not ses:
         return None
-    inside = 1.0
-    for se in ses:
-        inside *= math.erf(bound / (se * math.sqrt(2.0))) if se > 0 else 1.0
-    return 1.0 - inside
+    inside, linked = 1.0, set()
+    for i, j, rho in links:
+        if i in linked or j in linked or i == j:
+            raise ValueError(f"links: row {i} or {j} linked twice")
+        linked |= {i, j}
+        inside *= inside_both(ses[i], ses[j], rho, bound)
+    for i, se in enumerate(ses):
+        if i not in linked:
+            inside *= _inside(se, bound)
+    return max(0.0, 1.0 - inside)
 
 
-def noise_of(validation: Any) -> tuple[dict[str, float | None], Any]:
-    """(pooled CVs, row -> standard error function) for one validation."""
+@dataclass(frozen=True)
+class NoiseModel:
+    """One validation's noise: pooled and per-configuration CVs, per-round ratio CVs and the
+    SD/PSD pairs' correlations (``noise_of``)."""
+    values: Mapping[str, Sequence[Mapping[str, Any]]]
+    cvs: Mapping[str, float | None]
+    config_cvs: Mapping[str, Mapping[str, float | None]]
+    pairs: Mapping[str, tuple[str, str]]
+    ratio_cv: Mapping[str, Mapping[str, float | None]]       # class -> ratio metric -> cv
+    correlations: Mapping[str, Mapping[str, float | None]]   # class -> metric -> rho
+    classes: Mapping[str, str]
+
+    def se(self, row: Any) -> float | None:
+        sd = self.pairs.get(row.run, (row.run,))[0]
+        return row_noise(row, self.values, self.cvs, self.pairs,
+                         self.ratio_cv.get(self.classes.get(sd, ""), self.ratio_cv.get("", {})),
+                         self.config_cvs)
+
+    def links(self, rows: Sequence[Any]) -> list[tuple[int, int, float]]:
+        """(i, j, correlation of their medians) for rows i, j of one metric that are the SD
+        and PSD configurations of one pair (gain rows are one per pair: none)."""
+        at = {(r.run, base_metric(r.metric)): i for i, r in enumerate(rows)}
+        out = []
+        for sd, psd in self.pairs.values():
+            for (run, metric), i in at.items():
+                j = at.get((psd, metric))
+                rho = (self.correlations.get(self.classes.get(sd, ""), {}) or {}).get(metric)
+                if run == sd and j is not None and rho is not None:
+                    out.append((i, j, median_correlation(rho, len(self.values.get(sd, ())))))
+        return out
+
+
+def noise_of(validation: Any) -> NoiseModel:
+    """The noise model of one validation: CVs pooled within each configuration's class
+    (``noise_class``), per-round ratio CVs and pair correlations within each class (a ratio
+    CV a class has no pairs for: the pool of all pairs, under class ``""``)."""
     values = repeat_values(validation)
-    cvs = metric_cvs(values)
+    classes = {c.name: noise_class(c.trace) for c in validation.comparisons}
     pairs = {g.name: (g.sd, g.psd) for g in validation.gains}
-    rcv = ratio_cvs(values, pairs)
-    return cvs, lambda row: row_noise(row, values, cvs, pairs, rcv)
+    by_class = {c: {n: p for n, p in pairs.items() if classes.get(p[0]) == c}
+                for c in set(classes.values())}
+    overall = ratio_cvs(values, pairs)
+    rcv = {c: {k: v if v is not None else overall.get(k)
+               for k, v in ratio_cvs(values, ps).items()} for c, ps in by_class.items()}
+    rcv[""] = overall
+    return NoiseModel(values, metric_cvs(values), class_cvs(values, classes), pairs, rcv,
+                      {c: pair_correlations(values, ps) for c, ps in by_class.items()},
+                      classes)

@@ -133,12 +133,14 @@ SUMMARY_HEADER = ["target", "by", "n", "mean |error|", "max |error|", "worst run
 
 #: what the three noise columns mean, under every summary table that has them
 NOISE_NOTE = ("*noise SE*: typical standard error of a measured median from the repeats' "
-              "run-to-run noise (pooled over configurations, `validation.noise`); *rms error / "
-              "SE*: about 1 when the errors are what that noise alone gives, well above 1 when "
-              "the model adds its own; *P(noise alone breaks bound)*: the chance that a "
-              "perfect prediction still shows an error beyond the bound on at least one of "
-              "the n runs, from the measurement noise alone (the calibration runs' noise "
-              "comes on top).")
+              "run-to-run noise (pooled over the configurations of one arrival pattern, "
+              "`validation.noise`); *rms error / SE*: about 1 when the errors are what that "
+              "noise alone gives, well above 1 when the model adds its own; *P(noise alone "
+              "breaks bound)*: the chance that a perfect prediction still shows an error "
+              "beyond the bound on at least one of the n runs, from the measurement noise "
+              "alone, the SD and PSD runs of one workload counted with the correlation of "
+              "their rounds (they serve the same prompts), other runs as independent (the "
+              "calibration runs' noise comes on top).")
 
 
 def format_summary(summary: Sequence[Mapping[str, Any]]) -> str:

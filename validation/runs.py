@@ -6,9 +6,9 @@ calibration and compared with the measurement), ``repeat`` (a calibration config
 again at the end: its prediction error is the machine's own drift, the noise floor of every
 comparison) or ``reference`` (for the report only).  Each run serves one of two disjoint
 prompt sets (``PROMPT_SIDES``, ``validation.demo_prompts``): calibration runs the
-``calibration`` side (half by style of split ``heldout`` of ``runtime/data/prompts.jsonl``, the
-shipped prompts never used to distil the drafter), held-out runs the ``heldout`` side (split
-``fresh4``, written after every earlier demo), every style on both, so no held-out request was
+``calibration`` side (split ``fresh3`` of ``runtime/data/prompts.jsonl``, written by writers of
+their own after the drafter was distilled), held-out runs the ``heldout`` side (split
+``fresh5``, written after every earlier demo), every style on both, so no held-out request was
 seen by the calibration (greedy, EOS ignored,
 each request with its own seeded output length, ``Plan.output_lengths``).  Each repeat of a
 workload serves the next window of ``num_prompts`` prompts of its side's list
@@ -213,7 +213,7 @@ def block_of(runs: Sequence[RunSpec], i: int) -> list[RunSpec]:
 #: bound on one of four runs): the judged pairs get seven each, which the budget buys by
 #: shorter requests (``DEMO_MAX_NEW_TOKENS``; what sets the noise of a median is how many
 #: prompts it averages, not how long each is served).  Calibration runs twice and the
-#: references once since the acceptance pool took in half of splits fresh2 and fresh3
+#: references once since the acceptance pool took in half of splits fresh2 and fresh4
 #: (``validation.demo_prompts``): its probe costs about 45 s more, which these 7 runs free.
 REPEATS = {"calibrate": 2, "validate": 7, "poisson": 7, "reference": 1}
 #: new tokens a demo request asks for at most (each its own seeded length down to half)

@@ -28,7 +28,7 @@ from psdlab.validation.compare import (DEFAULT_SEEDS, Row, TraceComparison, comp
                                 merged)
 from psdlab.validation.gains import (GainResult, closed_form, gain_rows, pair_traces,
                                     predicted_closed_form, predicted_rows, workload_key)
-from psdlab.validation.noise import break_chance, noise_of
+from psdlab.validation.noise import NoiseModel, break_chance, noise_of
 from psdlab.validation.replay_model import ReplayParams, load_replay_params
 
 #: summary checks: (label, row metric, row source, bound, error kind)
@@ -88,6 +88,7 @@ class Validation:
             noisy = [(abs(r.error), se) for r in rows if (se := self.noise(r)) is not None
                      and se > 0]
             ses = [se for _, se in noisy]
+            links = self._noise.links(rows) if len(ses) == len(errs) else []
             z = (float(np.sqrt(np.mean([(e / se) ** 2 for e, se in noisy]))) if noisy
                  else None)
             out.append({"target": label, "metric": metric, "source": source, "bound": bound,
@@ -97,22 +98,22 @@ class Validation:
                         "noise_se": float(np.median(ses)) if ses else None,
                         "error_over_noise": z,
                         "noise_break_chance": (None if bound is None or len(ses) < len(errs)
-                                               else break_chance(ses, bound))})
+                                               else break_chance(ses, bound, links))})
         return out
 
     @cached_property
-    def _noise(self) -> tuple[dict[str, float | None], Any]:
+    def _noise(self) -> NoiseModel:
         return noise_of(self)
 
     def noise(self, row: Row) -> float | None:
         """Standard error of a row's measured value from run-to-run noise
         (``validation.noise``)."""
-        return self._noise[1](row)
+        return self._noise.se(row)
 
     @property
     def noise_cvs(self) -> dict[str, float | None]:
-        """Pooled run-to-run CV per metric over the configurations with repeats."""
-        return self._noise[0]
+        """Pooled run-to-run CV per metric over all configurations with repeats."""
+        return dict(self._noise.cvs)
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model_path, "replay_params": self.params.to_dict(),

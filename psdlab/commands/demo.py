@@ -1,6 +1,7 @@
 """`psdlab demo`: the README's main job.  Runs the real model pair on this CPU in AR, SD and
-PSD over the shipped prompts, calibrates the simulator on runs over one half of the prompts,
-predicts the held-out runs (the other half of the prompts, another k, Poisson arrivals),
+PSD over the shipped prompts, calibrates the simulator on runs over one set of prompts,
+predicts the held-out runs (a set written after every earlier demo, another k, Poisson
+arrivals),
 writes a report folder (markdown, CSVs, PNG figures, results.json with the machine, date and
 commit) and ends with the measured gain, predicted gain and error, and what each gain
 compares."""
@@ -18,10 +19,10 @@ def register(subparsers) -> None:
                     "this CPU (drafter and target on their own cores) over the shipped "
                     "prompts at several k, batch sizes and arrival patterns, calibrate the "
                     "simulator on some runs, predict the held-out others and write a report "
-                    "folder. The default plan (an untimed probe of 524 more calibration-side "
+                    "folder. The default plan (an untimed probe of 536 more calibration-side "
                     "prompts' acceptance, then 40 runs: 5 calibration configurations twice "
-                    "on half of the shipped prompts, 4 held-out ones seven times on 240 "
-                    "fresh prompts (split fresh4) and 2 references once, 32 requests x up to "
+                    "on split fresh3, 4 held-out ones seven times on 240 "
+                    "fresh prompts (split fresh5) and 2 references once, 32 requests x up to "
                     "16 tokens each, in seeded random order) takes about 13 minutes on a "
                     "2-core machine "
                     "(--time-budget, 840 s, skips late repeats past it); --prompts and "
