@@ -14,6 +14,9 @@ id's text before the first ``-``).
 Under each held-out line, what prompt sampling alone gives: sets of as many pool prompts, with
 the held-out side's style mix, drawn with replacement (``--draws``, seed 0): the spread of
 their pooled rate and how often it falls as low as the held-out side's.
+``--by-split``: under each held-out line, the pool's rate by the split of
+``runtime/data/prompts.jsonl`` its prompts come from (the same walk), so a trend between prompt
+sets shows.
 A diagnostic of the reasons for a miss, not a fit: nothing is written.
 """
 from __future__ import annotations
@@ -104,6 +107,18 @@ def _by_style(walked: tuple[list[str], np.ndarray, np.ndarray]) -> dict[str, lis
     return out
 
 
+def by_split(walked: tuple[list[str], np.ndarray, np.ndarray], ids: list[str],
+             split_of: dict[str, str]) -> dict[str, list[float]]:
+    """Accepted / proposed draft tokens of the walked pool (``walk_pool``, whose rows follow
+    the sorted pool ids ``ids``), summed by each prompt's split (``other``: not in the file)."""
+    out: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for rid, a, p in zip(ids, walked[1], walked[2]):
+        row = out[split_of.get(prompt_of(rid), "other")]
+        row[0] += a
+        row[1] += p
+    return out
+
+
 def _rate(rows) -> float:
     acc, prop = sum(r[0] for r in rows), sum(r[1] for r in rows)
     return acc / prop if prop else float("nan")
@@ -114,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("demo", help="a demo folder (holds traces/ and acceptance_pool.json)")
     ap.add_argument("--draws", type=int, default=2000,
                     help="bootstrap draws for the chance line of each held-out k (0: none)")
+    ap.add_argument("--by-split", action="store_true",
+                    help="the pool's rate by prompt split under each held-out line")
     args = ap.parse_args(argv)
     if args.draws < 0:
         print(f"--draws: must be >= 0, got {args.draws}", file=sys.stderr)
@@ -147,6 +164,14 @@ def main(argv: list[str] | None = None) -> int:
                       f"with this style mix ({args.draws} draws): SD {100 * got[0]:.1f}% of "
                       f"the pool's rate; {100 * got[1]:.1f}% of draws at or below "
                       f"{measured:.3f}")
+        if args.by_split and side == "heldout":
+            from psdlab.runtime.prompts import load_prompts
+            split_of = {p.id: p.split for p in load_prompts(split="all")}
+            rows = by_split(walked, sorted(pool), split_of)
+            count = Counter(split_of.get(prompt_of(i), "other") for i in pool)
+            print(f"{'':>11}   pool by split: " + "; ".join(
+                f"{name} {_rate([r]):.3f} ({count[name]} prompts)"
+                for name, r in sorted(rows.items())))
     return 0
 
 

@@ -214,3 +214,19 @@ def test_probe_vs_runs_compares_observed_positions_and_rates(quick_demo, capsys)
     assert mod.main([str(out / "missing")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no heldout" in err[0]
+
+
+def test_acceptance_by_style_by_split_sums_the_walked_pool_per_split():
+    """`by_split` groups the walked pool's accepted and proposed tokens by each prompt's
+    split (ids of a wrapped window, ``ID~2``, count as their prompt; unknown ids as
+    ``other``), and the groups add up to the whole pool."""
+    from collections import Counter
+    mod = _script("acceptance_by_style")
+    pool = {"chat-1": ".1101", "code-2": ".1111", "code-3~2": ".0000", "math-9": ".1010"}
+    walked = mod.walk_pool(pool, 2, Counter({5: 2, 3: 1}))
+    rows = mod.by_split(walked, sorted(pool), {"chat-1": "a", "code-2": "b", "code-3": "a"})
+    assert set(rows) == {"a", "b", "other"}
+    for i in (0, 1):
+        assert sum(r[i] for r in rows.values()) == pytest.approx(walked[i + 1].sum())
+    only = mod.walk_pool({"code-2": ".1111"}, 2, Counter({5: 2, 3: 1}))
+    assert rows["b"] == [pytest.approx(only[1].sum()), pytest.approx(only[2].sum())]
