@@ -275,3 +275,29 @@ def test_output_lengths_seeded_and_in_range():
     lo = round(plan.max_new_tokens * (1 - plan.output_spread))
     assert all(max(2, lo) <= x <= plan.max_new_tokens for x in a)
     assert (replace(plan, output_spread=0.0).output_lengths(5) == [plan.max_new_tokens] * 5)
+
+
+def test_repeat_fits_keeps_time_for_the_calibration_repeats_after_it():
+    """On a slow machine the budget cuts held-out repeats before the calibration's last
+    round: a held-out block fits only if the calibration repeats after it (not skipped) fit
+    too; a calibration block needs only its own time; first-round walls set the costs."""
+    from psdlab.validation.runs import block_of, repeat_fits
+    plan = default_plan()
+    runs = plan.runs
+    walls = {r.config: 10.0 for r in runs}
+    cal_late = [j for j, r in enumerate(runs) if r.role == "calibrate" and r.rep > 1]
+    held = [j for j, r in enumerate(runs) if r.role == "validate" and r.rep > 1
+            and j < min(cal_late)]
+    assert cal_late and held
+    i = held[-1]
+    own = 10.0 * len(block_of(runs, i))
+    later_cal = 10.0 * sum(1 for j in cal_late if j > i)
+    assert later_cal > 0
+    assert repeat_fits(runs, i, walls, own + later_cal)
+    assert not repeat_fits(runs, i, walls, own + later_cal - 1.0)
+    # once those calibration repeats are skipped, the held-out block needs only its own time
+    skipped = {runs[j].name for j in cal_late}
+    assert repeat_fits(runs, i, walls, own, skipped)
+    c = cal_late[0]
+    assert repeat_fits(runs, c, walls, 10.0 * len(block_of(runs, c)))
+    assert not repeat_fits(runs, c, walls, 10.0 * len(block_of(runs, c)) - 1.0)

@@ -49,7 +49,7 @@ import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 from psdlab.analysis.checks import check_choice, check_int, check_range
 from psdlab.validation.demo_prompts import PROMPT_SIDES, prompt_windows, side_prompts, window
@@ -193,6 +193,24 @@ def repeated_order(blocks: Sequence[Sequence[RunSpec]], repeats: int | Sequence[
     return tuple(out)
 
 
+def repeat_fits(runs: Sequence[RunSpec], i: int, walls: dict[str, float], left_s: float,
+                skipped: Collection[str] = ()) -> bool:
+    """Whether the repeat block of run i (`block_of`) fits in the ``left_s`` seconds before
+    the deadline, each run taking its configuration's first wall time (``walls``).  A block
+    of another role must also leave time for every calibration repeat after it that is not
+    ``skipped``: on a slow machine the budget cuts held-out repeats before the calibration's
+    last round (the calibration's runs set every prediction, and one window of 32 prompts
+    is too few: demos Q-T ran each calibration configuration once, its second repeat being
+    in the last round)."""
+    block = block_of(runs, i)
+    need = sum(walls.get(r.config, 0.0) for r in block)
+    if block[0].role != "calibrate":
+        end = i + len(block) - [r.name for r in block].index(runs[i].name)
+        need += sum(walls.get(r.config, 0.0) for r in runs[end:]
+                    if r.role == "calibrate" and r.rep > 1 and r.name not in skipped)
+    return need <= left_s
+
+
 def block_of(runs: Sequence[RunSpec], i: int) -> list[RunSpec]:
     """Run i and the runs next to it of the same repeat and workload (its SD/PSD pair)."""
     def mate(j: int) -> bool:
@@ -283,8 +301,9 @@ def run_plan(plan: Plan, target_dir: str, drafter_dir: str, out_dir: str | os.Pa
     """Run every run of the plan on one set of workers; traces go to ``out_dir/NAME.jsonl``.
     ``on_run(spec, i, n)`` is called before each run, ``on_request(done, total)`` as requests
     finish (progress bars).  ``deadline`` (a ``time.perf_counter()`` time): a repeat (rep >= 2)
-    whose block -- the SD/PSD pair it belongs to -- would not end before it, judged once per
-    block at its first run by the first repeats' wall times, is skipped with its block
+    whose block -- the SD/PSD pair it belongs to -- would not end before it (for a block that
+    is not calibration, with the calibration repeats after it: `repeat_fits`), judged once
+    per block at its first run by the first repeats' wall times, is skipped with its block
     (``on_skip(spec)``), so the plan keeps its time budget on a slower machine and never
     splits a pair; first repeats always run."""
     from psdlab.runtime.engine import Engine, EngineConfig
@@ -324,13 +343,11 @@ def run_plan(plan: Plan, target_dir: str, drafter_dir: str, out_dir: str | os.Pa
         for i, spec in enumerate(plan.runs):
             if (spec.rep > 1 and deadline is not None and spec.name not in skip
                     and spec.name not in admitted):
-                block = block_of(plan.runs, i)
-                need = sum(walls.get(r.config, 0.0) for r in block)
-                names = {r.name for r in block}
-                if time.perf_counter() + need > deadline:
-                    skip.update(names)
-                else:
+                names = {r.name for r in block_of(plan.runs, i)}
+                if repeat_fits(plan.runs, i, walls, deadline - time.perf_counter(), skip):
                     admitted.update(names)
+                else:
+                    skip.update(names)
             if spec.name in skip:
                 if on_skip is not None:
                     on_skip(spec)
