@@ -35,9 +35,13 @@ def resolve_models(target: str | None, draft: str | None, need_draft: bool,
             raise FileNotFoundError(f"{name}: no config.json in {path}")
     if need_draft and draft is None:
         raise ValueError("draft: this mode needs a drafter; give --draft DIR with --target")
-    tok = target if any((Path(target) / f).is_file() for f in
-                        ("tokenizer.json", "tokenizer_config.json")) else None
-    return Models(target, draft, tok)
+    return Models(target, draft, tokenizer_dir(target))
+
+
+def tokenizer_dir(path: str) -> str | None:
+    """``path`` when the model directory holds a tokenizer, else None."""
+    return path if any((Path(path) / f).is_file()
+                       for f in ("tokenizer.json", "tokenizer_config.json")) else None
 
 
 def load_tokenizer(path: str | None) -> Any:

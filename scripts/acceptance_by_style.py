@@ -98,25 +98,26 @@ def chance(walked: tuple[list[str], np.ndarray, np.ndarray], mix: Counter, measu
     return float(rates.std() / (acc.sum() / prop.sum())), float(np.mean(rates <= measured))
 
 
+def _sum_by(keys: list[str], walked: tuple[list[str], np.ndarray, np.ndarray]
+            ) -> dict[str, list[float]]:
+    """Accepted / proposed draft tokens of the walked pool, summed by each row's key."""
+    out: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for key, a, p in zip(keys, walked[1], walked[2]):
+        out[key][0] += a
+        out[key][1] += p
+    return out
+
+
 def _by_style(walked: tuple[list[str], np.ndarray, np.ndarray]) -> dict[str, list[float]]:
     """Accepted / proposed draft tokens of the walked pool, summed by style."""
-    out: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for style, a, p in zip(*walked):
-        out[style][0] += a
-        out[style][1] += p
-    return out
+    return _sum_by(walked[0], walked)
 
 
 def by_split(walked: tuple[list[str], np.ndarray, np.ndarray], ids: list[str],
              split_of: dict[str, str]) -> dict[str, list[float]]:
     """Accepted / proposed draft tokens of the walked pool (``walk_pool``, whose rows follow
     the sorted pool ids ``ids``), summed by each prompt's split (``other``: not in the file)."""
-    out: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for rid, a, p in zip(ids, walked[1], walked[2]):
-        row = out[split_of.get(prompt_of(rid), "other")]
-        row[0] += a
-        row[1] += p
-    return out
+    return _sum_by([split_of.get(prompt_of(rid), "other") for rid in ids], walked)
 
 
 def _rate(rows) -> float:
@@ -142,6 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     with open(pool_file, encoding="utf-8") as fh:
         pool = json.load(fh).get("prompts") or {}
     served = _served(args.demo)
+    split_of: dict[str, str] = {}
+    if args.by_split:
+        from psdlab.runtime.prompts import load_prompts
+        split_of = {p.id: p.split for p in load_prompts(split="all")}
     if not served:
         print(f"demo: no drafting runs with a demo role in {args.demo}/traces", file=sys.stderr)
         return 2
@@ -165,8 +170,6 @@ def main(argv: list[str] | None = None) -> int:
                       f"the pool's rate; {100 * got[1]:.1f}% of draws at or below "
                       f"{measured:.3f}")
         if args.by_split and side == "heldout":
-            from psdlab.runtime.prompts import load_prompts
-            split_of = {p.id: p.split for p in load_prompts(split="all")}
             rows = by_split(walked, sorted(pool), split_of)
             count = Counter(split_of.get(prompt_of(i), "other") for i in pool)
             print(f"{'':>11}   pool by split: " + "; ".join(

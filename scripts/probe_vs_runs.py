@@ -87,12 +87,11 @@ def probe_served(traces: list, side: str) -> dict[str, str] | None:
     from psdlab.runtime.acceptance_probe import probe_patterns
     from psdlab.validation.acceptance_transfer import prompt_of
     from psdlab.validation.demo_prompts import side_prompts
+    from psdlab.runtime.session import load_tokenizer, tokenizer_dir
     models = traces[0].run.models or {}
     target, drafter = models.get("target", ""), models.get("drafter", "")
-    if not any(os.path.isfile(os.path.join(target, f))
-               for f in ("tokenizer.json", "tokenizer_config.json")):
+    if tokenizer_dir(target) is None:
         return None
-    from psdlab.runtime.session import load_tokenizer
     served = {prompt_of(r.id) for tr in traces for r in tr.requests}
     items = [(rid, ids) for rid, ids in side_prompts(load_tokenizer(target), None, side)
              if rid in served]

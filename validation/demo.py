@@ -89,9 +89,8 @@ def resolve_pair(target: str | None, draft: str | None, quiet: bool) -> tuple[st
     for name, path in (("target", target), ("draft", draft)):
         if not os.path.isfile(os.path.join(path, "config.json")):
             raise FileNotFoundError(f"{name}: no config.json in {path}")
-    has_tok = any(os.path.isfile(os.path.join(target, f))
-                  for f in ("tokenizer.json", "tokenizer_config.json"))
-    return target, draft, target if has_tok else None
+    from psdlab.runtime.session import tokenizer_dir
+    return target, draft, tokenizer_dir(target)
 
 
 def calibrate_runs(measured: Sequence[Measured], out_dir: str,

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -100,6 +101,12 @@ def metric_cvs(values: Mapping[str, Sequence[Mapping[str, float | None]]]
             for k in sorted(keys)}
 
 
+def _or(own: Mapping[str, float | None], overall: Mapping[str, float | None]
+        ) -> dict[str, float | None]:
+    """``own``'s value per key of ``overall``, ``overall``'s where ``own`` has none."""
+    return {k: own[k] if own.get(k) is not None else v for k, v in overall.items()}
+
+
 def class_cvs(values: Mapping[str, Sequence[Mapping[str, float | None]]],
               classes: Mapping[str, str]) -> dict[str, dict[str, float | None]]:
     """Per configuration, the pooled CV of every metric over the configurations of its class
@@ -108,11 +115,7 @@ def class_cvs(values: Mapping[str, Sequence[Mapping[str, float | None]]],
     overall = metric_cvs(values)
     by_class = {c: metric_cvs({n: v for n, v in values.items() if classes.get(n) == c})
                 for c in set(classes.values())}
-    out = {}
-    for name in values:
-        own = by_class.get(classes.get(name, ""), {})
-        out[name] = {k: own[k] if own.get(k) is not None else cv for k, cv in overall.items()}
-    return out
+    return {name: _or(by_class.get(classes.get(name, ""), {}), overall) for name in values}
 
 
 def _paired(values: Mapping[str, Sequence[Mapping[str, Any]]],
@@ -145,11 +148,12 @@ def pair_correlations(values: Mapping[str, Sequence[Mapping[str, Any]]],
     """Per metric, the correlation of the SD and PSD runs' per-round relative deviations
     (each from its configuration's mean), pooled over the pairs with the same number (>= 2)
     of repeats; None where a metric has no such pair or no spread."""
-    keys = {k for a, b in _paired(values, pairs) for r in (*a, *b) for k in r}
+    paired = _paired(values, pairs)
+    keys = {k for a, b in paired for r in (*a, *b) for k in r}
     out: dict[str, float | None] = {}
     for key in sorted(keys):
         sxy = sxx = syy = 0.0
-        for a, b in _paired(values, pairs):
+        for a, b in paired:
             xs, ys = [r.get(key) for r in a], [r.get(key) for r in b]
             if any(v is None for v in (*xs, *ys)) or not sum(xs) or not sum(ys):
                 continue
@@ -163,6 +167,7 @@ def pair_correlations(values: Mapping[str, Sequence[Mapping[str, Any]]],
     return out
 
 
+@lru_cache(maxsize=256)
 def median_correlation(rho: float, n: int, draws: int = 40000) -> float:
     """Correlation of the medians of n paired runs whose own correlation is ``rho``, for
     normal noise: n <= 2, the mean's, ``rho``; more, from ``draws`` simulated sets (seed 0,
@@ -283,13 +288,13 @@ class NoiseModel:
         """(i, j, correlation of their medians) for rows i, j of one metric that are the SD
         and PSD configurations of one pair (gain rows are one per pair: none)."""
         at = {(r.run, base_metric(r.metric)): i for i, r in enumerate(rows)}
+        psd_of = {sd: psd for sd, psd in self.pairs.values()}
         out = []
-        for sd, psd in self.pairs.values():
-            for (run, metric), i in at.items():
-                j = at.get((psd, metric))
-                rho = (self.correlations.get(self.classes.get(sd, ""), {}) or {}).get(metric)
-                if run == sd and j is not None and rho is not None:
-                    out.append((i, j, median_correlation(rho, len(self.values.get(sd, ())))))
+        for (run, metric), i in at.items():
+            j = at.get((psd_of.get(run), metric))
+            rho = self.correlations.get(self.classes.get(run, ""), {}).get(metric)
+            if j is not None and rho is not None:
+                out.append((i, j, median_correlation(rho, len(self.values.get(run, ())))))
         return out
 
 
@@ -303,8 +308,7 @@ def noise_of(validation: Any) -> NoiseModel:
     by_class = {c: {n: p for n, p in pairs.items() if classes.get(p[0]) == c}
                 for c in set(classes.values())}
     overall = ratio_cvs(values, pairs)
-    rcv = {c: {k: v if v is not None else overall.get(k)
-               for k, v in ratio_cvs(values, ps).items()} for c, ps in by_class.items()}
+    rcv = {c: _or(ratio_cvs(values, ps), overall) for c, ps in by_class.items()}
     rcv[""] = overall
     return NoiseModel(values, metric_cvs(values), class_cvs(values, classes), pairs, rcv,
                       {c: pair_correlations(values, ps) for c, ps in by_class.items()},

@@ -204,9 +204,8 @@ def repeat_fits(runs: Sequence[RunSpec], i: int, walls: dict[str, float], left_s
     in the last round)."""
     block = block_of(runs, i)
     need = sum(walls.get(r.config, 0.0) for r in block)
-    if block[0].role != "calibrate":
-        end = i + len(block) - [r.name for r in block].index(runs[i].name)
-        need += sum(walls.get(r.config, 0.0) for r in runs[end:]
+    if block[0].role != "calibrate":            # the rest of its block is not calibration
+        need += sum(walls.get(r.config, 0.0) for r in runs[i + 1:]
                     if r.role == "calibrate" and r.rep > 1 and r.name not in skipped)
     return need <= left_s
 
