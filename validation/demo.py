@@ -6,8 +6,8 @@
    of calibration-side prompts no timed run serves), then run the plan of
    ``validation.runs`` on this machine: AR, SD (drafter on its own core, no overlap) and
    PSD, the calibration runs over one set of shipped prompts and the held-out runs over
-   prompts written after every earlier demo (``validation.demo_prompts``), at several k and arrival patterns, one trace
-   per run.
+   prompts written after every earlier demo (``validation.demo_prompts``), at several k and
+   arrival patterns, one trace per run.
 3. Calibrate the simulator on the ``calibrate`` runs (``validation.calibrate``: cost models on
    their serial steps, the overlap contention, controller overhead and spread they show,
    ``validation.replay_model``) and write ``model.json`` -- the file ``psdlab calibrate``
