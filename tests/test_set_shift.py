@@ -191,3 +191,32 @@ def test_acceptance_by_set_transfer_fits_every_candidate_on_the_other_sets(tmp_p
         rows = [line for line in text.splitlines() if line.strip().startswith(cand + " ")]
         assert len(rows) == 4, cand                  # three cases and the summary
     assert "demo pool" not in text                   # its held-out split has no patterns here
+
+
+def test_machine_speed_compares_the_timings_both_files_hold(tmp_path, capsys):
+    """`scripts/machine_speed.py`: the ratio new / reference of each median both files hold
+    (the machine block and timings only one holds are ignored), their median; unreadable or
+    disjoint files are one-line errors (exit 2)."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "scripts" / "machine_speed.py"
+    spec = importlib.util.spec_from_file_location("machine_speed", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    ref = {"machine": {"date": "d1", "x": {"median_ms": 1.0}},
+           "gemm": {"a": {"median_ms": 10.0}, "b": {"median_ms": 20.0},
+                    "only_ref": {"median_ms": 5.0}}}
+    new = {"machine": {"date": "d2"},
+           "gemm": {"a": {"median_ms": 15.0}, "b": {"median_ms": 40.0},
+                    "only_new": {"median_ms": 1.0}}}
+    (tmp_path / "r.json").write_text(json.dumps(ref))
+    (tmp_path / "n.json").write_text(json.dumps(new))
+    assert mod.ratios(ref, new) == [("gemm/a", 10.0, 15.0), ("gemm/b", 20.0, 40.0)]
+    assert mod.main([str(tmp_path / "r.json"), str(tmp_path / "n.json")]) == 0
+    out = capsys.readouterr().out
+    assert "x1.50" in out and "x2.00" in out and "median x1.75" in out and "2 timings" in out
+    (tmp_path / "e.json").write_text(json.dumps({"other": 1}))
+    assert mod.main([str(tmp_path / "r.json"), str(tmp_path / "e.json")]) == 2
+    assert mod.main([str(tmp_path / "r.json"), str(tmp_path / "missing.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "no timing in common" in err[0] and "missing.json" in err[1]
