@@ -10,8 +10,10 @@ later that day, after demo K, by two writers on disjoint topics) that of demos L
 topics) that of demos O and P and the calibration side since; split ``fresh4`` (240 prompts, 48
 a style, written after demo P by two writers on disjoint topics, near-duplicates of any earlier
 prompt rewritten) that of demos Q and R; split ``fresh5`` (240 prompts, 48 a style, written
-after demo R the same way) is the demo's held-out side now: prompts that no choice in psdlab's
-design was made on.
+after demo R the same way) that of demos S-W; split ``fresh6`` (240 prompts, 48 a style,
+written on 2026-12-02 after demo W by two writers on disjoint topics -- the sea and coasts;
+music, theatre and film -- near-duplicates of any earlier prompt rewritten) is the demo's
+held-out side now: prompts that no choice in psdlab's design was made on.
 ``Prompt.chat_text`` wraps a prompt in the tokenizer's chat template, which is how the runtime
 and the drafter scripts feed prompts to the instruct model.
 """
@@ -26,7 +28,8 @@ from typing import Any
 from psdlab.analysis.checks import check_choice
 
 DEFAULT_PROMPTS = Path(__file__).resolve().parent / "data" / "prompts.jsonl"
-SPLITS = ("train", "heldout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "all")
+SPLITS = ("train", "heldout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6",
+          "all")
 _FIELDS = ("id", "style", "text")
 
 

@@ -40,6 +40,8 @@ import sys
 import time
 from collections import defaultdict
 
+from psdlab.validation.set_shift import WRITING_ORDER
+
 KS = (3, 4)
 #: prompts a demo run serves (``validation.runs.Plan.num_prompts``)
 WINDOW = 32
@@ -144,7 +146,8 @@ def _chain_lines(title: str, chain: list) -> list[str]:
     return lines
 
 
-LATER = ("fresh", "fresh2", "fresh3", "fresh4", "fresh5")
+#: the sets written after ``train`` and ``heldout``
+LATER = tuple(s for s in WRITING_ORDER if s not in ("train", "heldout"))
 RESAMPLED = "resampled patterns (by style)"
 
 

@@ -2,7 +2,8 @@
 ``benchmarks/bench_cpu_linear.py`` results files, timing by timing.
 
     .venv/bin/python benchmarks/bench_cpu_linear.py --out /tmp/now.json
-    .venv/bin/python scripts/machine_speed.py results/cpu_linear/bench_cpu_linear-2026-12-01.json /tmp/now.json
+    .venv/bin/python scripts/machine_speed.py \
+        results/cpu_linear/bench_cpu_linear-2026-12-01.json /tmp/now.json
 
 Prints every median timing both files hold (the matrix products and the runner's draft and
 verify calls, one core), the ratio new / reference, and their median and range: above 1 the

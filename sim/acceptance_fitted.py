@@ -10,7 +10,10 @@ with probability
 - ``b[style]``: the request's style (its key up to the first ``-``: the shipped prompt ids are
   ``chat-14``, ``code-12``, ...); keys of no listed style use ``default``;
 - ``u ~ Normal(0, sigma^2)``: the request's own level, drawn once at arrival (the per-request
-  spread: some prompts are easy to draft for, some hard), weighing ``exp(g (min(i, P) - 1))``
+  spread: some prompts are easy to draft for, some hard; the levels of one run's requests are
+  drawn together by Latin hypercube sampling, ``stratified_normal``: each exactly normal, the
+  run's levels spread evenly over the distribution, so a prediction averaged over few seeds
+  does not inherit those seeds' luck), weighing ``exp(g (min(i, P) - 1))``
   at draft position i (``spread_growth`` g, 0 by default: one weight; P: the length of the
   ``draft`` list), so the spread between requests may grow or shrink along a proposal;
 - ``c[i]``: the draft position (positions beyond the list use its last entry): how acceptance
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+from scipy.special import ndtri
 
 from psdlab.analysis.checks import check_int, check_range
 from psdlab.sim.acceptance_draws import KMAX, leading_accepted
@@ -46,6 +50,17 @@ _ZW = np.exp(-0.5 * _Z ** 2) / np.exp(-0.5 * _Z ** 2).sum()
 def style_of(key: Any) -> str:
     """The style part of a request key: the text before the first ``-``."""
     return str(key).split("-", 1)[0]
+
+
+def stratified_normal(rng: np.random.Generator, n: int) -> np.ndarray:
+    """n standard normal draws by Latin hypercube sampling: draw i is the normal quantile of a
+    uniform point in stratum pi(i) of n equal-probability strata (pi a random permutation).
+    Each draw is exactly N(0, 1); together they cover the distribution evenly, so a run's mean
+    over its requests carries far less of the draws' own noise than n independent draws."""
+    if n <= 0:
+        return np.zeros(0)
+    q = (rng.permutation(n) + rng.random(n)) / n
+    return ndtri(np.clip(q, 1e-12, 1.0 - 1e-12))
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -77,8 +92,8 @@ class FittedAcceptance:
             raise ValueError(f"keys: {len(keys)} keys for {n} requests")
         base = (np.full(n, self.default) if keys is None
                 else np.array([self.base(k) for k in keys], dtype=float))
-        u = self.sigma * rng.standard_normal(n) if self.sigma > 0 else np.zeros(n)
-        return np.column_stack([base, u])
+        return np.column_stack([base, self.sigma * stratified_normal(rng, n)
+                                if self.sigma > 0 else np.zeros(n)])
 
     def spread_weights(self, kmax: int) -> np.ndarray:
         """The weight of the request level u at draft positions 1 .. kmax."""

@@ -45,6 +45,15 @@ from psdlab.validation.runs import Measured, Plan, default_plan, run_plan
 
 #: seconds kept for calibration, replay and report after the last run
 ANALYSIS_S = 75.0
+#: simulator seeds the prediction averages.  One seed's replay of a 32-request run draws an
+#: acceptance rate with an SD of about 10% and a mean TPOT with an SD of about 4.5%
+#: (``scripts/prediction_noise.py``), and every run of a demo has the same seeded lengths and
+#: style order, so whatever a few seeds' draws miss, every window and every demo misses alike;
+#: 32 seeds bring that to about 0.8% of TPOT
+SEEDS: tuple[int, ...] = tuple(range(32))
+#: seeds of the diagnostic replays beside the prediction (the first ``len`` of the seeds
+#: given): the id-keyed and the runs' own match patterns leave the draws little to decide
+DIAGNOSTIC_SEEDS = 2
 
 
 @dataclass
@@ -142,7 +151,7 @@ def demo(out_dir: str, *, quick: bool = False, plan: Plan | None = None,
          target: str | None = None, draft: str | None = None,
          prompt_ids: Sequence[Sequence[int]] | None = None, backend: str | None = None,
          progress: bool = True, quiet: bool = False,
-         seeds: Sequence[int] = (0, 1, 2, 3, 4), budget_s: float | None = 840.0) -> DemoResult:
+         seeds: Sequence[int] = SEEDS, budget_s: float | None = 840.0) -> DemoResult:
     """The whole main job (module docstring); ``quiet`` silences stderr, ``progress`` the
     bars.  ``budget_s``: seconds for the whole demo (model preparation included); repeats
     that would run past it less ANALYSIS_S are skipped (``validation.runs.run_plan``)."""
@@ -188,7 +197,7 @@ def demo(out_dir: str, *, quick: bool = False, plan: Plan | None = None,
 
 
 def analyse(out_dir: str, measured: Sequence[Measured], plan: Plan, target_dir: str = "",
-            drafter_dir: str = "", *, seeds: Sequence[int] = (0, 1, 2, 3, 4),
+            drafter_dir: str = "", *, seeds: Sequence[int] = SEEDS,
             quiet: bool = True, timings: dict[str, float] | None = None,
             t0: float | None = None, pool: dict[str, str] | None = None) -> DemoResult:
     """Steps 3-5 on measured runs: calibrate (the acceptance model on the calibration runs
@@ -212,7 +221,7 @@ def analyse(out_dir: str, measured: Sequence[Measured], plan: Plan, target_dir: 
     comparisons = headline_comparisons(concurrency_rows(validation, roles))
     lines = headline(validation, held) + headline_lines(comparisons)
     _say("psdlab demo: the same replays under the diagnostic acceptance models", quiet)
-    alternatives = diagnostic_acceptance(model_path, named, seeds, measured)
+    alternatives = diagnostic_acceptance(model_path, named, seeds[:DIAGNOSTIC_SEEDS], measured)
     timings["total_s"] = time.perf_counter() - t0
     from psdlab.validation.model_file import read_model
     from psdlab.validation.report import write_report
@@ -305,7 +314,7 @@ def own_outcomes(named: Sequence[tuple[str, Any]], fallback: dict[str, Any] | No
     return None if patterns is None else patterns.spec(fallback)
 
 
-def reanalyse(trace_dir: str, out_dir: str, *, seeds: Sequence[int] = (0, 1, 2, 3, 4),
+def reanalyse(trace_dir: str, out_dir: str, *, seeds: Sequence[int] = SEEDS,
               quiet: bool = True) -> DemoResult:
     """Steps 3-5 again on the traces a demo wrote (``TRACE_DIR/*.jsonl``, run order = the
     order the runs were made, read from each trace's run record), into ``out_dir``."""

@@ -2,12 +2,13 @@
 run takes, and the acceptance pool.
 
 The ``calibration`` side is split ``fresh3`` of ``runtime/data/prompts.jsonl`` (240 prompts,
-48 a style, the held-out side of demos O and P); the ``heldout`` side is split ``fresh5``: 240
+48 a style, the held-out side of demos O and P); the ``heldout`` side is split ``fresh6``: 240
 prompts (48 a style) written after every earlier demo had run, so that no choice in the
 acceptance model, the cost model, the plan or the judgement was made looking at them.  (Half of
 split ``heldout`` was the held-out side of demos A-H, split ``fresh`` that of demos I-K, split
 ``fresh2`` that of demos L-N, split ``fresh3`` that of demos O-P, split ``fresh4`` that of
-demos Q-R; their misses shaped this design, so none is held out any more.)  Each side is
+demos Q-R, split ``fresh5`` that of demos S-W; their misses shaped this design, so none is held
+out any more.)  Each side is
 listed round-robin over its styles; every repeat of a workload serves the next window of a
 side's list (`prompt_windows`), its SD and PSD runs the same one (and all calibration runs of
 one repeat the same one).
@@ -24,8 +25,11 @@ lengths, ``scripts/acceptance_by_style.py --by-split``: 0.294 accepted per draft
 split ``heldout``, 0.284 for ``fresh`` and 0.285 / 0.272 for the halves of ``fresh2`` /
 ``fresh3``, and the held-out ``fresh4`` accepted 0.263 in its runs; until demo R the
 calibration side was half of ``heldout``).  The later sets were each written by writers of
-their own on topics of their own, the way the next set of traffic is.  The pool never holds a
-held-out or training prompt.
+their own on topics of their own, the way the next set of traffic is.  Split ``fresh5``,
+retired after demo W, stays out of the pool: probed whole, the later sets differ by no more
+than prompt sampling (``scripts/acceptance_by_set.py``), so 120 more pool prompts would shrink
+the pool's sampling error by a tenth for about 30 s of probing on a slowed machine, a run or
+two fewer.  The pool never holds a held-out or training prompt.
 """
 from __future__ import annotations
 
@@ -35,7 +39,7 @@ from psdlab.analysis.checks import check_choice
 
 PROMPT_SIDES = ("calibration", "heldout")
 #: the split of ``runtime/data/prompts.jsonl`` each side draws from
-SIDE_SPLITS = {"calibration": "fresh3", "heldout": "fresh5"}
+SIDE_SPLITS = {"calibration": "fresh3", "heldout": "fresh6"}
 #: the splits the acceptance pool draws from (never the held-out side's, never ``train`` or
 #: ``heldout``, module docstring)
 POOL_SPLITS = ("fresh", "fresh2", "fresh3", "fresh4")

@@ -22,7 +22,7 @@ def register(subparsers) -> None:
                     "folder. The default plan (an untimed probe of 536 more calibration-side "
                     "prompts' acceptance, then 40 runs: 5 calibration configurations twice "
                     "on split fresh3, 4 held-out ones seven times on 240 "
-                    "fresh prompts (split fresh5) and 2 references once, 32 requests x up to "
+                    "fresh prompts (split fresh6) and 2 references once, 32 requests x up to "
                     "16 tokens each, in seeded random order) takes about 13 minutes on a "
                     "2-core machine "
                     "(--time-budget, 840 s, skips late repeats past it); --prompts and "
@@ -46,8 +46,8 @@ def register(subparsers) -> None:
                    help="drafter model directory (with --target)")
     p.add_argument("--repeats", type=int, default=None, metavar="N",
                    help="runs per configuration, in seeded random rounds; the comparison "
-                        "uses their median (1..20; default 5 for the judged held-out "
-                        "configurations and 2 for calibration and reference ones; 1 with "
+                        "uses their median (1..20; default 7 for the judged held-out "
+                        "configurations, 2 for calibration and 1 for reference ones; 1 with "
                         "--quick)")
     p.add_argument("--seed", type=int, default=None, metavar="S",
                    help="seed of the run order (default 0)")
