@@ -42,13 +42,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("demo", help="a psdlab demo folder (model.json, traces/)")
     ap.add_argument("run", help="a run of it, e.g. sd_k4_m4_r1")
     ap.add_argument("--seeds", type=int, default=400, help="seeds 0 .. N-1 (10..5000)")
-    ap.add_argument("--demo-seeds", type=int, default=len(SEEDS),
-                    help=f"how many seeds the demo averaged (default {len(SEEDS)}; 5 before "
-                         f"validation.demo.SEEDS)")
+    ap.add_argument("--demo-seeds", type=int, default=None,
+                    help=f"how many seeds the demo averaged (default {len(SEEDS)}, or --seeds "
+                         f"when fewer; 5 before validation.demo.SEEDS)")
     args = ap.parse_args(argv)
     if not 10 <= args.seeds <= 5000:
         print(f"--seeds: must be in 10..5000, got {args.seeds}", file=sys.stderr)
         return 2
+    if args.demo_seeds is None:
+        args.demo_seeds = min(len(SEEDS), args.seeds)
     if not 1 <= args.demo_seeds <= args.seeds:
         print(f"--demo-seeds: must be in 1..{args.seeds}, got {args.demo_seeds}",
               file=sys.stderr)

@@ -350,3 +350,22 @@ def test_sides_are_compared_like_for_like_at_a_k_both_served():
     assert side["matched_k"] == m
     assert any("Like for like" in line for line in sampling_md(side))
     assert matched_k(cal, held[:1]) is None                     # k = 3 only: nothing shared
+
+
+@given(st.integers(1, 300), st.integers(0, 2 ** 31 - 1))
+@settings(max_examples=40, deadline=None)
+def test_request_levels_are_latin_hypercube_normal(n, seed):
+    """``stratified_normal``: one draw in each of n equal-probability strata of N(0, 1), in a
+    seeded random order; ``request_params`` scales them by sigma (so a run's levels cover the
+    distribution evenly whatever the seed)."""
+    from scipy.special import ndtr
+    from psdlab.sim.acceptance_fitted import make_fitted, stratified_normal
+    z = stratified_normal(np.random.default_rng(seed), n)
+    assert z.shape == (n,) and np.isfinite(z).all()
+    strata = np.floor(ndtr(np.sort(z)) * n).astype(int)
+    assert np.array_equal(np.clip(strata, 0, n - 1), np.arange(n))
+    assert np.array_equal(z, stratified_normal(np.random.default_rng(seed), n))
+    model = make_fitted(dict(TRUE, sigma=0.7), "t")
+    u = model.request_params(np.random.default_rng(seed), n)[:, 1]
+    assert np.allclose(u, 0.7 * stratified_normal(np.random.default_rng(seed), n))
+    assert stratified_normal(np.random.default_rng(seed), 0).size == 0

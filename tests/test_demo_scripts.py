@@ -249,3 +249,33 @@ def test_acceptance_by_style_by_split_sums_the_walked_pool_per_split():
         assert sum(r[i] for r in rows.values()) == pytest.approx(walked[i + 1].sum())
     only = mod.walk_pool({"code-2": ".1111"}, 2, Counter({5: 2, 3: 1}))
     assert rows["b"] == [pytest.approx(only[1].sum()), pytest.approx(only[2].sum())]
+
+
+def test_prediction_noise_replays_one_run_seed_by_seed(quick_demo, capsys):
+    """`scripts/prediction_noise.py`: one row per metric with the demo seeds' mean, all
+    seeds' mean, their ratio and one seed's SD, the mean of the first seeds being what
+    ``validation.compare.predict`` gives for them together; bad arguments are one-line errors."""
+    import json
+    import numpy as np
+    mod = _script("prediction_noise")
+    _, out = quick_demo
+    run = next(p.stem for p in sorted((out / "traces").glob("sd*.jsonl")))
+    rows = mod.per_seed(str(out), run, 3)
+    from psdlab.analysis.trace import read_trace
+    from psdlab.validation.compare import predict
+    from psdlab.validation.replay_model import load_replay_params
+    params = load_replay_params(json.loads((out / "model.json").read_text()))
+    together, _ = predict(read_trace(str(out / "traces" / f"{run}.jsonl")),
+                          str(out / "model.json"), seeds=(0, 1), params=params)
+    assert np.mean([r["tpot.mean"] for r in rows[:2]]) == pytest.approx(together["tpot.mean"])
+    assert mod.main([str(out), run, "--seeds", "10", "--demo-seeds", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "demo (2 seeds)" in text and "seeds 0-1" in text
+    assert sum(line.startswith(("acceptance rate", "mean TPOT", "throughput"))
+               for line in text.splitlines()) == 3
+    assert mod.main([str(out), run, "--seeds", "5"]) == 2
+    assert mod.main([str(out), "nope_r1", "--seeds", "10"]) == 2
+    assert mod.main([str(out), run, "--seeds", "10", "--demo-seeds", "11"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and "--seeds" in err[0] and "nope_r1" in err[1]
+    assert "--demo-seeds" in err[2]
