@@ -34,13 +34,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 
-from psdlab.validation.set_shift import WRITING_ORDER
+import numpy as np
+
+from psdlab.validation.set_shift import LATER
 
 KS = (3, 4)
 #: prompts a demo run serves (``validation.runs.Plan.num_prompts``)
@@ -57,51 +57,56 @@ def probe_all(prompts: list) -> tuple[dict[str, str], int, float]:
     from psdlab.runtime.acceptance_probe import probe_patterns
     from psdlab.runtime.pair import prepare_pair
     from psdlab.runtime.session import load_tokenizer
-    from psdlab.validation.demo_prompts import _encode
+    from psdlab.validation.demo_prompts import encode
     from psdlab.validation.runs import DEMO_MAX_NEW_TOKENS
     pair = prepare_pair(progress=True)
-    items = _encode(load_tokenizer(pair.tokenizer_dir), prompts)
+    items = encode(load_tokenizer(pair.tokenizer_dir), prompts)
     t = time.perf_counter()
     patterns = probe_patterns(pair.target_dir, pair.drafter_dir, items, DEMO_MAX_NEW_TOKENS)
     return patterns, DEMO_MAX_NEW_TOKENS, time.perf_counter() - t
 
 
 def machine() -> dict:
-    flags = ""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            info = fh.read()
-        model = next((ln.split(":", 1)[1].strip() for ln in info.splitlines()
-                      if ln.startswith("model name")), platform.processor())
-        flags = " ".join(f for f in ("avx2", "avx512f", "avx512_fp16", "amx_tile")
-                         if f" {f}" in info)
-    except OSError:
-        model = platform.processor()
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, check=False).stdout.strip()
-    except OSError:
-        commit = ""
-    return {"cpu": model, "flags": flags, "cores": os.cpu_count(), "commit": commit,
+    """The header fields of a patterns file (``validation.results_file``'s machine and git)."""
+    from psdlab.validation.results_file import git_info, machine_info
+    info = machine_info()
+    return {"cpu": info["cpu_model"], "flags": " ".join(info["cpu_flags"]),
+            "cores": info["cpus"], "commit": git_info()["short"] or "",
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
-def _lengths():
-    """The output lengths the demo's requests draw (240 of them, seeded as the plan draws)."""
-    from psdlab.validation import set_shift
+def _lengths() -> Counter:
+    """How often each output length occurs among 240 requests drawn as the demo's plan draws
+    them (the walk's weights)."""
     from psdlab.validation.runs import default_plan
-    return set_shift.output_lengths(default_plan().output_lengths(240))
+    return Counter(default_plan().output_lengths(240))
 
 
-def report(prompts: list, patterns: dict[str, str], max_new: int) -> list[str]:
+#: (k, prompt id) -> (accepted, proposed) of its pattern walked at k (`walked_counts`)
+Walked = dict[tuple[int, str], tuple[float, float]]
+
+
+def walk_all(patterns: dict[str, str], lengths: Counter, ks: tuple[int, ...]) -> Walked:
+    """Every pattern walked once at each of ``ks``, for the report and the transfer table."""
+    from psdlab.validation.set_shift import prompt_counts
+    return {(k, pid): prompt_counts(pat, k, lengths) for k in ks for pid, pat in patterns.items()}
+
+
+def _level(walked: Walked, prompts: list, k: int, draws: int = 400) -> tuple[float, float]:
+    from psdlab.validation.set_shift import counts_level
+    return counts_level(np.array([walked[k, p.id] for p in prompts], float).reshape(-1, 2),
+                        [p.style for p in prompts], k, draws)
+
+
+def report(prompts: list, walked: Walked, lengths: Counter, n_patterns: int,
+           max_new: int) -> list[str]:
     from psdlab.validation import set_shift
-    lengths = _lengths()
     by_split: dict[str, list] = defaultdict(list)
     for p in prompts:
-        if p.id in patterns:
+        if (KS[0], p.id) in walked:
             by_split[p.split].append(p)
     order = [s for s in set_shift.WRITING_ORDER if by_split.get(s)]
-    lines = [f"patterns: {len(patterns)} prompts, {max_new} tokens each; output lengths "
+    lines = [f"patterns: {n_patterns} prompts, {max_new} tokens each; output lengths "
              f"{min(lengths)}-{max(lengths)}, 240 drawn as the demo draws its requests"]
     for k in KS:
         levels = []
@@ -110,19 +115,14 @@ def report(prompts: list, patterns: dict[str, str], max_new: int) -> list[str]:
                      f"scaled by sqrt(n / {WINDOW})), by style")
         for s in order:
             ps = by_split[s]
-            rate, se = set_shift.level([patterns[p.id] for p in ps], [p.style for p in ps],
-                                       k, lengths)
+            rate, se = _level(walked, ps, k)
             levels.append(set_shift.SetLevel(s, len(ps), rate, se))
-            styles = sorted({p.style for p in ps})
-            per = []
-            for st in styles:
-                sub = [patterns[p.id] for p in ps if p.style == st]
-                r, _ = set_shift.level(sub, [st] * len(sub), k, lengths, draws=1)
-                per.append(f"{st} {r:.3f}")
+            per = [f"{st} {_level(walked, [p for p in ps if p.style == st], k, 1)[0]:.3f}"
+                   for st in sorted({p.style for p in ps})]
             win = se * (len(ps) / WINDOW) ** 0.5 / rate
             lines.append(f"  {s:8s} n={len(ps):3d}  {rate:.3f} +- {se:.3f} (window {win:4.1%})  "
                          + ", ".join(per))
-        later = [lv for lv in levels if lv.split not in ("train", "heldout")]
+        later = [lv for lv in levels if lv.split in LATER]
         lines.append(f"  between-set SD beyond sampling: {set_shift.between_set_sd(later):.4f}"
                      f" over {len(later)} later sets, "
                      f"{set_shift.between_set_sd(levels):.4f} over all {len(levels)}")
@@ -146,28 +146,24 @@ def _chain_lines(title: str, chain: list) -> list[str]:
     return lines
 
 
-#: the sets written after ``train`` and ``heldout``
-LATER = tuple(s for s in WRITING_ORDER if s not in ("train", "heldout"))
 RESAMPLED = "resampled patterns (by style)"
 
 
-def _resampled_rate(fit_set: list, test: list, patterns: dict[str, str], k: int,
-                    lengths) -> float:
+def _resampled_rate(fit_set: list, test: list, walked: Walked, k: int) -> float:
     """A new request draws a whole pattern of a fitting prompt of its style: the fitting
     set's walked counts, each style weighed by the test set's share of it."""
-    from collections import Counter
-    from psdlab.validation.set_shift import prompt_counts
     want, have = Counter(p.style for p in test), Counter(p.style for p in fit_set)
     acc = prop = 0.0
     for p in fit_set:
         if want[p.style]:
-            a, q = prompt_counts(patterns[p.id], k, lengths)
+            a, q = walked[k, p.id]
             acc += a * want[p.style] / have[p.style]
             prop += q * want[p.style] / have[p.style]
     return acc / prop
 
 
-def transfer(prompts: list, patterns: dict[str, str], lengths) -> list[str]:
+def transfer(prompts: list, patterns: dict[str, str], walked: Walked,
+             lengths: Counter) -> list[str]:
     """Every candidate fitted on the other later sets, predicting each later set."""
     from psdlab.sim.acceptance_fitted import make_fitted
     from psdlab.validation import set_shift
@@ -191,8 +187,7 @@ def transfer(prompts: list, patterns: dict[str, str], lengths) -> list[str]:
         if not fit_set or not test:
             continue
         data = trials([], pool_verifications({p.id: patterns[p.id] for p in fit_set}, (2, 4)))
-        truth = {k: set_shift.level([patterns[p.id] for p in test], [p.style for p in test],
-                                    k, lengths) for k in KS}
+        truth = {k: _level(walked, test, k) for k in KS}
         lines.append(f"  {title} ({len(fit_set)} fitting prompts, {len(test)} predicted; "
                      + ", ".join(f"k={k} measured {r:.3f} +- {se:.3f}"
                                  for k, (r, se) in truth.items()) + ")")
@@ -202,7 +197,7 @@ def transfer(prompts: list, patterns: dict[str, str], lengths) -> list[str]:
                  truth[k][0] - 1 for k in KS]
             errs[cand[0]].extend(e)
             lines.append(f"    {cand[0]:42s} " + " ".join(f"{x:+7.1%}" for x in e))
-        e = [_resampled_rate(fit_set, test, patterns, k, lengths) / truth[k][0] - 1 for k in KS]
+        e = [_resampled_rate(fit_set, test, walked, k) / truth[k][0] - 1 for k in KS]
         errs[RESAMPLED].extend(e)
         lines.append(f"    {RESAMPLED:42s} " + " ".join(f"{x:+7.1%}" for x in e))
     lines.append("  mean |error| over every case and k:")
@@ -246,9 +241,11 @@ def main(argv: list[str] | None = None) -> int:
     head = [f"machine: {meta.get('cpu', '?')} ({meta.get('flags', '')}), "
             f"{meta.get('cores', '?')} cores; probed {meta.get('date', '?')} at commit "
             f"{meta.get('commit', '?')}"]
-    lines = head + report(prompts, patterns, max_new)
+    lengths = _lengths()
+    walked = walk_all(patterns, lengths, KS)
+    lines = head + report(prompts, walked, lengths, len(patterns), max_new)
     if args.transfer:
-        lines += transfer(prompts, patterns, _lengths())
+        lines += transfer(prompts, patterns, walked, lengths)
     text = "\n".join(lines) + "\n"
     print(text, end="")
     if args.out:

@@ -64,19 +64,11 @@ def walk_pool(pool: dict[str, str], k: int, lengths: Counter
               ) -> tuple[list[str], np.ndarray, np.ndarray]:
     """Style, accepted and proposed draft tokens of each pool prompt walked greedily at k
     (``validation.acceptance_pool.walk``), once per served output length, weighted by how
-    often the side served it."""
-    from psdlab.validation.acceptance_pool import walk
-    names, acc, prop = [], [], []
-    for rid, pattern in sorted(pool.items()):
-        a = p = 0
-        for length, n in lengths.items():
-            for _, proposed, accepted in walk(pattern[:length], k):
-                a += n * accepted
-                p += n * proposed
-        names.append(style_of(rid))
-        acc.append(a)
-        prop.append(p)
-    return names, np.asarray(acc, float), np.asarray(prop, float)
+    often the side served it (``validation.set_shift.walked_counts``)."""
+    from psdlab.validation.set_shift import walked_counts
+    rids = sorted(pool)
+    counts = walked_counts([pool[r] for r in rids], k, lengths)
+    return [style_of(r) for r in rids], counts[:, 0], counts[:, 1]
 
 
 def chance(walked: tuple[list[str], np.ndarray, np.ndarray], mix: Counter, measured: float,

@@ -39,11 +39,13 @@ def ratios(ref: Any, new: Any) -> list[tuple[str, float, float]]:
 
 
 def _load(path: str) -> Any:
+    """The parsed file, or None after a one-line error."""
     try:
         with open(path, encoding="utf-8") as fh:
             return json.load(fh)
     except (OSError, ValueError) as e:
-        raise SystemExit(f"results file: cannot read {path} ({e})")
+        print(f"results file: cannot read {path} ({e})", file=sys.stderr)
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,10 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("reference", help="a bench_cpu_linear results file")
     ap.add_argument("new", help="another, measured now")
     args = ap.parse_args(argv)
-    try:
-        ref, new = _load(args.reference), _load(args.new)
-    except SystemExit as e:
-        print(e, file=sys.stderr)
+    ref, new = _load(args.reference), _load(args.new)
+    if ref is None or new is None:
         return 2
     rows = ratios(ref, new)
     if not rows:

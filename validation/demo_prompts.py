@@ -117,7 +117,8 @@ def pool_splits_text() -> str:
     return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]
 
 
-def _encode(tokenizer: Any, prompts: Sequence[Any]) -> list[tuple[str, tuple[int, ...]]]:
+def encode(tokenizer: Any, prompts: Sequence[Any]) -> list[tuple[str, tuple[int, ...]]]:
+    """(id, prompt token ids) of shipped prompts in the tokenizer's chat template."""
     out = []
     for p in prompts:
         ids = tokenizer(p.chat_text(tokenizer), add_special_tokens=False)["input_ids"]
@@ -131,7 +132,7 @@ def pool_prompts(tokenizer: Any, prompt_ids: Sequence[Sequence[int]] | None = No
     ``prompt_ids`` (tiny test models), the calibration side of those (`side_prompts`)."""
     if prompt_ids is not None:
         return side_prompts(tokenizer, prompt_ids, "calibration")
-    return _encode(tokenizer, pool_list())
+    return encode(tokenizer, pool_list())
 
 
 def side_prompts(tokenizer: Any, prompt_ids: Sequence[Sequence[int]] | None = None,
@@ -144,7 +145,7 @@ def side_prompts(tokenizer: Any, prompt_ids: Sequence[Sequence[int]] | None = No
     if prompt_ids is not None:
         return [(f"test-{i}", tuple(int(x) for x in p)) for i, p in enumerate(prompt_ids)
                 if i % 2 == PROMPT_SIDES.index(side) or len(prompt_ids) == 1]
-    return _encode(tokenizer, side_list(side))
+    return encode(tokenizer, side_list(side))
 
 
 def window(items: Sequence[tuple[str, tuple[int, ...]]], offset: int, n: int

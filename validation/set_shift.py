@@ -18,7 +18,6 @@ Pure numpy: no torch, no models; ``scripts/acceptance_by_set.py`` probes and pri
 """
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -29,6 +28,8 @@ from psdlab.validation.acceptance_pool import walk
 #: the splits in the order they were written; ``train`` and ``heldout`` were written together
 #: (the drafter was distilled on ``train``)
 WRITING_ORDER = ("train", "heldout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6")
+#: the sets written after ``train`` and ``heldout`` (the demo's pool draws on these only)
+LATER = WRITING_ORDER[2:]
 
 
 @dataclass(frozen=True)
@@ -51,13 +52,23 @@ def prompt_counts(pattern: str, k: int, lengths: Mapping[int, int]) -> tuple[flo
     return acc, prop
 
 
+def walked_counts(patterns: Sequence[str], k: int, lengths: Mapping[int, int]) -> np.ndarray:
+    """[n, 2]: `prompt_counts` of each pattern."""
+    return np.array([prompt_counts(p, k, lengths) for p in patterns], float).reshape(-1, 2)
+
+
 def level(patterns: Sequence[str], styles: Sequence[str], k: int, lengths: Mapping[int, int],
           draws: int = 400, seed: int = 0) -> tuple[float, float]:
     """(rate, bootstrap SE) of a set of prompts: rate = sum accepted / sum proposed; the SE
     resamples prompts with replacement within each style (``draws`` times, ``seed``)."""
-    if not patterns:
+    return counts_level(walked_counts(patterns, k, lengths), styles, k, draws, seed)
+
+
+def counts_level(counts: np.ndarray, styles: Sequence[str], k: int, draws: int = 400,
+                 seed: int = 0) -> tuple[float, float]:
+    """`level` of prompts whose `walked_counts` at k are already known."""
+    if not len(counts):
         raise ValueError("patterns: a set needs at least one prompt")
-    counts = np.array([prompt_counts(p, k, lengths) for p in patterns], float)
     if counts[:, 1].sum() <= 0:
         raise ValueError(f"patterns: no draft token proposed at k={k} (patterns too short)")
     rate = float(counts[:, 0].sum() / counts[:, 1].sum())
@@ -116,11 +127,6 @@ def forward_chain(levels: Sequence[SetLevel], first: int = 2
         out.append((levels[i].split,
                     {name: f(earlier) / levels[i].rate - 1.0 for name, f in PREDICTORS.items()}))
     return out
-
-
-def output_lengths(lengths: Sequence[int]) -> Counter:
-    """How often each output length occurs (the walk's weights)."""
-    return Counter(int(n) for n in lengths)
 
 
 def simulated_rate(model: Any, keys: Sequence[str], lengths: Mapping[int, int], k: int,
