@@ -30,11 +30,11 @@ FLOOR = 1.15
 # ---------------------------------------------------------------- prompts
 
 def test_prompt_splits_disjoint_and_cover_styles() -> None:
-    train, held, fresh, fresh2, fresh3, fresh4, fresh5, fresh6, every = (
+    train, held, fresh, fresh2, fresh3, fresh4, fresh5, fresh6, fresh7, every = (
         load_prompts(split=s)
         for s in ("train", "heldout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6",
-                  "all"))
-    parts = (train, held, fresh, fresh2, fresh3, fresh4, fresh5, fresh6)
+                  "fresh7", "all"))
+    parts = (train, held, fresh, fresh2, fresh3, fresh4, fresh5, fresh6, fresh7)
     for i, a in enumerate(parts):
         for b in parts[i + 1:]:
             assert {p.id for p in a}.isdisjoint({p.id for p in b})
@@ -46,7 +46,7 @@ def test_prompt_splits_disjoint_and_cover_styles() -> None:
     assert {p.style for p in train} == styles
     assert {p.style: sum(q.style == p.style for q in fresh) for p in fresh} == {
         s: 24 for s in styles}
-    for split in (fresh2, fresh3, fresh4, fresh5, fresh6):
+    for split in (fresh2, fresh3, fresh4, fresh5, fresh6, fresh7):
         assert {p.style: sum(q.style == p.style for q in split) for p in split} == {
             s: 48 for s in styles}
 

@@ -19,7 +19,10 @@
    runs were not used for the fit: other prompts, other k, Poisson arrivals.  The same
    replays under the diagnostic acceptance models (``DIAGNOSTICS``: the id-keyed replay of
    the calibration match patterns, per-position rates only; and ``own_outcomes``: every
-   run's own match patterns, which leaves only the timing model's error) go beside it.
+   run's own match patterns, which leaves only the timing model's error) go beside it, and
+   the held-out replays with the new set drafting one between-set SD of the pool's splits
+   worse and better (``validation.set_level``): how much of each bound a new set's own level
+   may take.
 5. Write the report folder (``validation.report``, ``validation.report_transfer``) and
    ``results.json`` (``validation.results_file``: machine, date, commit, every judged
    figure) and return the summary lines: measured PSD/SD gain, predicted gain, error over
@@ -32,6 +35,7 @@ import json
 import os
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -240,8 +244,14 @@ def analyse(out_dir: str, measured: Sequence[Measured], plan: Plan, target_dir: 
     from psdlab.validation.candidates_heldout import candidates_held_out, candidates_md
     after = candidates_held_out(model_path, named, measured, seeds, selection, pool,
                                 validation)
+    _say("psdlab demo: the held-out runs one between-set SD worse and better", quiet)
+    from psdlab.validation.set_level import new_set_uncertainty, set_md
+    new_set = new_set_uncertainty(model_path, named, measured, validation,
+                                  (selection or {}).get("spec"), pool,
+                                  Counter(plan.output_lengths(240)), seeds[:DIAGNOSTIC_SEEDS])
     sections = (transfer_sections(validation, held, cal_cfgs, alternatives, selection)
-                + candidates_md(after) + spread_md(spread, held) + sampling_md(sides))
+                + set_md(new_set) + candidates_md(after) + spread_md(spread, held)
+                + sampling_md(sides))
     files = write_report(out_dir, validation, named, roles=roles, title="psdlab demo report",
                          intro=intro, headline=lines, summary_runs=held,
                          noise_runs=repeats, sections=sections)
@@ -258,6 +268,7 @@ def analyse(out_dir: str, measured: Sequence[Measured], plan: Plan, target_dir: 
     results["acceptance_pool"] = {"prompts": len(pool or {}), "splits": list(POOL_SPLITS),
                                   "every": dict(POOL_EVERY), "probe_s": timings.get("probe_s")}
     results["candidates_heldout"] = after
+    results["new_set"] = new_set
     results["request_spread"] = spread
     files["results"] = os.path.join(out_dir, "results.json")
     with open(files["results"], "w", encoding="utf-8") as fh:

@@ -2,13 +2,13 @@
 run takes, and the acceptance pool.
 
 The ``calibration`` side is split ``fresh3`` of ``runtime/data/prompts.jsonl`` (240 prompts,
-48 a style, the held-out side of demos O and P); the ``heldout`` side is split ``fresh6``: 240
+48 a style, the held-out side of demos O and P); the ``heldout`` side is split ``fresh7``: 240
 prompts (48 a style) written after every earlier demo had run, so that no choice in the
 acceptance model, the cost model, the plan or the judgement was made looking at them.  (Half of
 split ``heldout`` was the held-out side of demos A-H, split ``fresh`` that of demos I-K, split
 ``fresh2`` that of demos L-N, split ``fresh3`` that of demos O-P, split ``fresh4`` that of
-demos Q-R, split ``fresh5`` that of demos S-W; their misses shaped this design, so none is held
-out any more.)  Each side is
+demos Q-R, split ``fresh5`` that of demos S-W, split ``fresh6`` that of demos X-Y; their
+misses shaped this design, so none is held out any more.)  Each side is
 listed round-robin over its styles; every repeat of a workload serves the next window of a
 side's list (`prompt_windows`), its SD and PSD runs the same one (and all calibration runs of
 one repeat the same one).
@@ -16,20 +16,21 @@ one repeat the same one).
 The acceptance pool (`pool_list`, ``validation.acceptance_pool``) is calibration data whose
 greedy match patterns are measured untimed (``runtime.acceptance_probe``), for the prompts no
 timed calibration run serves: splits ``fresh`` and ``fresh3`` (the calibration side) and every
-second prompt of each style of splits ``fresh2`` and ``fresh4`` (``POOL_EVERY``; all 480
-would add about 80 s of probing to a demo at its 15 minutes).  Splits ``train`` and
-``heldout`` are left out: they were written together, and the drafter was distilled on
-``train``, so ``heldout`` drafts like the drafter's own training prompts, better than any set
-written since (the acceptance pool of demo Q, walked at k = 4 over the held-out side's output
-lengths, ``scripts/acceptance_by_style.py --by-split``: 0.294 accepted per draft token for
-split ``heldout``, 0.284 for ``fresh`` and 0.285 / 0.272 for the halves of ``fresh2`` /
-``fresh3``, and the held-out ``fresh4`` accepted 0.263 in its runs; until demo R the
-calibration side was half of ``heldout``).  The later sets were each written by writers of
-their own on topics of their own, the way the next set of traffic is.  Split ``fresh5``,
-retired after demo W, stays out of the pool: probed whole, the later sets differ by no more
-than prompt sampling (``scripts/acceptance_by_set.py``), so 120 more pool prompts would shrink
-the pool's sampling error by a tenth for about 30 s of probing on a slowed machine, a run or
-two fewer.  The pool never holds a held-out or training prompt.
+third prompt of each style of splits ``fresh2``, ``fresh4``, ``fresh5`` and ``fresh6``
+(``POOL_EVERY``: 80 of each; all of them would add over 2 minutes of probing to a demo at its
+15 minutes on a slowed machine).  Splits ``train`` and ``heldout`` are left out: they were
+written together, and the drafter was distilled on ``train``, so ``heldout`` drafts like the
+drafter's own training prompts, better than any set written since (the acceptance pool of demo
+Q, walked at k = 4 over the held-out side's output lengths, ``scripts/acceptance_by_style.py
+--by-split``: 0.294 accepted per draft token for split ``heldout``, 0.284 for ``fresh`` and
+0.285 / 0.272 for the halves of ``fresh2`` / ``fresh3``, and the held-out ``fresh4`` accepted
+0.263 in its runs; until demo R the calibration side was half of ``heldout``).  The later sets
+were each written by writers of their own on topics of their own, the way the next set of
+traffic is, and they do differ beyond prompt sampling: probed whole, ``fresh6`` accepts 14-16%
+less than every set before it (``results/acceptance/2026-12-02-36516ec-by-set.txt``).  So the
+pool spans every later set that is not held out, each a sample of its own, and the demo
+measures from them how far a new set may lie from the pool (``validation.set_level``).  The
+pool never holds a held-out or training prompt.
 """
 from __future__ import annotations
 
@@ -39,12 +40,12 @@ from psdlab.analysis.checks import check_choice
 
 PROMPT_SIDES = ("calibration", "heldout")
 #: the split of ``runtime/data/prompts.jsonl`` each side draws from
-SIDE_SPLITS = {"calibration": "fresh3", "heldout": "fresh6"}
+SIDE_SPLITS = {"calibration": "fresh3", "heldout": "fresh7"}
 #: the splits the acceptance pool draws from (never the held-out side's, never ``train`` or
 #: ``heldout``, module docstring)
-POOL_SPLITS = ("fresh", "fresh2", "fresh3", "fresh4")
+POOL_SPLITS = ("fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6")
 #: of these pool splits, every n-th prompt of each style (in file order) joins (the rest: all)
-POOL_EVERY = {"fresh2": 2, "fresh4": 2}
+POOL_EVERY = {"fresh2": 3, "fresh4": 3, "fresh5": 3, "fresh6": 3}
 
 
 def prompt_sides(items: Sequence[tuple[str, str]]) -> dict[str, list[int]]:
