@@ -103,3 +103,35 @@ def probe_patterns(target_dir: str, drafter_dir: str,
     for part in parts:
         merged.update(part)
     return {str(rid): merged[str(rid)] for rid, _ in prompts}
+
+
+@torch.no_grad()
+def prompt_agreement(target_dir: str, drafter_dir: str,
+                     prompts: Sequence[tuple[str, Sequence[int]]], skip: int = 0
+                     ) -> dict[str, dict[str, float]]:
+    """How well the drafter agrees with the target on each prompt's own tokens, from one
+    teacher-forced pass of each model over the prompt (no generation): per prompt id,
+    ``agree`` (the share of positions from ``skip`` on -- e.g. past a shared chat-template
+    prefix -- where both models' greedy next tokens are equal) and ``overlap`` (the mean of
+    sum_v min(p_target, p_drafter), the chance a sampled draft token would be accepted).  A
+    candidate covariate of a prompt's acceptance that needs the prompt only."""
+    from psdlab.runtime.drafter import preferred_dtype
+    from psdlab.runtime.weights import load_model
+    check_int("skip", skip, 0)
+    target, _ = load_model(target_dir, dtype=torch.float32)
+    drafter, _ = load_model(drafter_dir, dtype=getattr(torch, preferred_dtype(drafter_dir)
+                                                       or "float32"))
+    out: dict[str, dict[str, float]] = {}
+    for b in range(0, len(prompts), _PASS_BATCH):
+        chunk = [(str(rid), list(ids)) for rid, ids in prompts[b:b + _PASS_BATCH]]
+        width = max(len(ids) for _, ids in chunk)
+        rows = torch.tensor([ids + [0] * (width - len(ids)) for _, ids in chunk])
+        lt = target.forward_no_cache(rows).float()
+        ld = drafter.forward_no_cache(rows).float()
+        for (rid, ids), t, d in zip(chunk, lt, ld):
+            span = slice(min(skip, len(ids) - 1), len(ids))
+            t, d = t[span], d[span]
+            overlap = torch.minimum(t.softmax(-1), d.softmax(-1)).sum(-1)
+            out[rid] = {"agree": float((t.argmax(-1) == d.argmax(-1)).float().mean()),
+                        "overlap": float(overlap.mean())}
+    return out

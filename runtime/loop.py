@@ -188,6 +188,7 @@ class _Loop:
         if not ds or self.drafter is None:
             return []
         keep = [s.valid_len("drafter") for s in ds]
+        self._dcontext = sum(keep)      # one draft is in flight at a time
         self.drafter.submit("draft", [s.slot for s in ds], keep,
                             [s.tokens[kp:] for s, kp in zip(ds, keep)],
                             [s.num_draft(self.cfg.k) for s in ds])
@@ -202,7 +203,7 @@ class _Loop:
                         if self.controlled is not None else mine)
             s.draft_probs = _row(probs, i, len(mine)) if probs is not None else None
         self.tracer.phase("draft", self.drafter.label, res.start, res.end, len(ds),
-                          sum(len(s.drafts) for s in ds))
+                          sum(len(s.drafts) for s in ds), context=self._dcontext)
 
     def _verify_submit(self, seqs: Sequence[Seq]) -> None:
         keep = [s.valid_len("target") for s in seqs]
@@ -212,6 +213,7 @@ class _Loop:
             probs = _stack([s.draft_probs for s in seqs], max(len(d) for d in drafts),
                            self.engine.vocab_size)
         self._vrows = [s.tokens[kp:] for s, kp in zip(seqs, keep)]
+        self._vcontext = sum(keep)
         self._vdrafts = drafts
         self.target.submit("verify", [s.slot for s in seqs], keep, self._vrows, drafts, probs)
 
@@ -225,7 +227,8 @@ class _Loop:
             out.append(Verified(s.id, len(d), int(a), n))
             s.drafts, s.draft_probs = [], None
         self.tracer.phase("verify", self.target.label, res.start, res.end, len(seqs),
-                          sum(len(r) + len(d) for r, d in zip(self._vrows, self._vdrafts)))
+                          sum(len(r) + len(d) for r, d in zip(self._vrows, self._vdrafts)),
+                          context=self._vcontext)
         return out
 
     # ------------------------------------------------------------------ steps

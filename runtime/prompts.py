@@ -15,8 +15,11 @@ written on 2026-12-02 after demo W by two writers on disjoint topics -- the sea 
 music, theatre and film -- near-duplicates of any earlier prompt rewritten) that of demos X
 and Y; split ``fresh7`` (240 prompts, 48 a style, written after demo Y by two writers on
 disjoint topics -- law, government and civic life; deserts, polar regions and caves -- word-set
-Jaccard at most 0.45 against any earlier prompt) is the demo's held-out side now:
-prompts that no choice in psdlab's design was made on.
+Jaccard at most 0.45 against any earlier prompt) that of demos Z and AA; split ``fresh8`` (240
+prompts, 48 a style, written after demo AA by two writers on disjoint topics -- medicine and
+the human body; sport and games -- three near-duplicates rewritten, word-set Jaccard at most
+0.46 against any earlier prompt) is the demo's held-out side now: prompts that no choice in
+psdlab's design was made on.
 ``Prompt.chat_text`` wraps a prompt in the tokenizer's chat template, which is how the runtime
 and the drafter scripts feed prompts to the instruct model.
 """
@@ -32,7 +35,7 @@ from psdlab.analysis.checks import check_choice
 
 DEFAULT_PROMPTS = Path(__file__).resolve().parent / "data" / "prompts.jsonl"
 SPLITS = ("train", "heldout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6",
-          "fresh7", "all")
+          "fresh7", "fresh8", "all")
 _FIELDS = ("id", "style", "text")
 
 

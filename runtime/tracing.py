@@ -37,9 +37,12 @@ class RuntimeTracer:
         return max(0.0, t - self.t0)
 
     def phase(self, kind: str, device: str, start: float, end: float, seqs: int,
-              tokens: int, chunks: int = 0) -> Phase:
+              tokens: int, chunks: int = 0, context: int = 0) -> Phase:
+        """Record one phase; ``context``: the tokens already in its sequences' KV caches
+        when it started, summed (``Phase.context``)."""
         p = Phase(kind=kind, device=device, start=self.rel(start), end=max(self.rel(start),
-                  self.rel(end)), seqs=int(seqs), tokens=int(tokens), chunks=int(chunks))
+                  self.rel(end)), seqs=int(seqs), tokens=int(tokens), context=int(context),
+                  chunks=int(chunks))
         self._phases.append(p)
         return p
 

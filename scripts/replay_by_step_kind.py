@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"demo: no model.json in {args.demo}", file=sys.stderr)
         return 2
     from psdlab.analysis.trace import read_trace
-    from psdlab.validation.demo import own_outcomes
+    from psdlab.validation.demo_diagnostics import own_outcomes
     from psdlab.validation.model_file import read_model
     from psdlab.validation.validate import validate
     named = []

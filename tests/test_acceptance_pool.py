@@ -150,3 +150,24 @@ def test_probe_patterns_are_the_runs_match_patterns(tmp_path_factory):
             by.setdefault(prompt, []).append((n, p, a))
         for rid in by:
             assert by[rid] == ap.walk(probe[rid], tr.run.k), (rid, tr.run.k)
+
+
+def test_prompt_agreement_is_one_for_the_target_itself_and_less_for_another(tmp_path_factory):
+    """The drafter-target agreement on a prompt's own tokens: a drafter that is the target
+    agrees everywhere (overlap 1), one with other weights does not; padding in a batch never
+    changes a prompt's figures; ``skip`` leaves out the first positions."""
+    from runtime_engine_util import prompts, shared_pair
+    from psdlab.runtime.acceptance_probe import prompt_agreement
+    pair = shared_pair(tmp_path_factory)
+    items = [(f"chat-{i}", tuple(p)) for i, p in enumerate(prompts(5, seed=7, lo=4, hi=20))]
+    same = prompt_agreement(str(pair["target"]), str(pair["target"]), items)
+    assert set(same) == {rid for rid, _ in items}
+    assert all(f["agree"] == 1.0 and f["overlap"] == pytest.approx(1.0, abs=1e-5)
+               for f in same.values())
+    other = prompt_agreement(str(pair["target"]), str(pair["other"]), items)
+    assert all(0.0 <= f["agree"] <= 1.0 and 0.0 < f["overlap"] < 0.99 for f in other.values())
+    assert min(f["agree"] for f in other.values()) < 1.0
+    alone = prompt_agreement(str(pair["target"]), str(pair["other"]), items[2:3])
+    assert alone["chat-2"] == pytest.approx(other["chat-2"], abs=1e-5)
+    skipped = prompt_agreement(str(pair["target"]), str(pair["other"]), items, skip=2)
+    assert any(skipped[r] != other[r] for r in other)

@@ -154,7 +154,7 @@ def test_quick_demo_end_to_end(quick_demo):
     # the diagnostic that knows every run's own match patterns reproduces the measured
     # acceptance of every held-out run (greedy: the pattern decides it), so its remaining
     # error is the timing model's
-    from psdlab.validation.demo import OWN_LABEL
+    from psdlab.validation.demo_diagnostics import OWN_LABEL
     assert OWN_LABEL in res["diagnostics"] and f"Diagnostic: the same runs {OWN_LABEL}" in md
     own = [r for r in res["diagnostic_rows"][OWN_LABEL] if r["metric"] == "acceptance_rate"
            and r["run"] in held]

@@ -159,6 +159,31 @@ def test_psd_schedule_first_draft_alone_then_alternating_then_sd_fallback(models
     assert sum(v.proposed > 0 for v in rows_v) >= 0.5 * len(rows_v)
 
 
+@pytest.mark.parametrize("mode", ["ar", "sd-sep", "psd"])
+def test_decode_phases_record_the_kv_tokens_they_start_from(models, mode):
+    """``Phase.context`` of a verify (and draft) phase is the tokens its sequences already
+    hold in the KV cache: for one AR request exactly prompt + tokens emitted before the step
+    less the one not yet fed; with drafts, growing from the prompt's length and never past
+    prompt + output; prefills start from none."""
+    prompt = prompts(1, seed=9, lo=6, hi=10)[0]
+    cfg = EngineConfig(mode=mode, k=3, batch=2, max_new_tokens=12, backend="inline",
+                       max_len=64, ignore_eos=True)
+    drafter = None if mode == "ar" else ModelSpec(str(models["noisy"]))
+    with Engine(cfg, ModelSpec(str(models["target"])), drafter) as eng:
+        trace = eng.run([Request("r0", tuple(prompt), max_new_tokens=12)]).trace
+    phases = [p for s in trace.steps for p in s.phases]
+    assert all(p.context == 0 for p in phases if p.kind == "prefill")
+    verify = [p.context for p in phases if p.kind == "verify"]
+    if mode == "ar":
+        assert verify == [len(prompt) + i for i in range(len(verify))] and len(verify) == 11
+        return
+    draft = [p.context for p in phases if p.kind == "draft"]
+    for ctx in (verify, draft):
+        assert ctx and ctx == sorted(ctx) and len(set(ctx)) == len(ctx)
+        assert ctx[0] >= len(prompt) - 1 and ctx[-1] < len(prompt) + 12
+    assert verify[0] == len(prompt)
+
+
 # ----------------------------------------------------------------------------- drafter dtype
 
 def _bf16_drafter(src, dst):

@@ -17,7 +17,7 @@ from psdlab.runtime import pair as pair_mod  # noqa: E402
 from psdlab.runtime.distill import acceptance_walk, greedy_match, literal_greedy_sd  # noqa: E402
 from psdlab.runtime.distill import mean_acceptance_length  # noqa: E402
 from psdlab.runtime.drafter import DATA_DIR, file_sha256, load_drafter_spec  # noqa: E402
-from psdlab.runtime.prompts import load_prompts  # noqa: E402
+from psdlab.runtime.prompts import SPLITS, load_prompts  # noqa: E402
 
 pytestmark = pytest.mark.runtime
 
@@ -30,11 +30,9 @@ FLOOR = 1.15
 # ---------------------------------------------------------------- prompts
 
 def test_prompt_splits_disjoint_and_cover_styles() -> None:
-    train, held, fresh, fresh2, fresh3, fresh4, fresh5, fresh6, fresh7, every = (
-        load_prompts(split=s)
-        for s in ("train", "heldout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6",
-                  "fresh7", "all"))
-    parts = (train, held, fresh, fresh2, fresh3, fresh4, fresh5, fresh6, fresh7)
+    assert SPLITS[:3] == ("train", "heldout", "fresh") and SPLITS[-1] == "all"
+    *parts, every = (load_prompts(split=s) for s in SPLITS)
+    train, held, fresh, *later = parts
     for i, a in enumerate(parts):
         for b in parts[i + 1:]:
             assert {p.id for p in a}.isdisjoint({p.id for p in b})
@@ -46,7 +44,8 @@ def test_prompt_splits_disjoint_and_cover_styles() -> None:
     assert {p.style for p in train} == styles
     assert {p.style: sum(q.style == p.style for q in fresh) for p in fresh} == {
         s: 24 for s in styles}
-    for split in (fresh2, fresh3, fresh4, fresh5, fresh6, fresh7):
+    assert len(later) == 7                                # fresh2 .. fresh8
+    for split in later:
         assert {p.style: sum(q.style == p.style for q in split) for p in split} == {
             s: 48 for s in styles}
 

@@ -92,11 +92,15 @@ def test_forward_chain_uses_only_earlier_sets(start, step, n):
     assert set_shift.forward_chain(shifted, 2)[:-1] == chain[:-1]
 
 
-def _script():
+def _script(name: str = "acceptance_by_set"):
     import importlib.util
+    import sys
     from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "scripts" / "acceptance_by_set.py"
-    spec = importlib.util.spec_from_file_location("acceptance_by_set", path)
+    scripts = Path(__file__).resolve().parents[1] / "scripts"
+    if str(scripts) not in sys.path:
+        sys.path.insert(0, str(scripts))
+    path = scripts / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -220,3 +224,38 @@ def test_machine_speed_compares_the_timings_both_files_hold(tmp_path, capsys):
     assert mod.main([str(tmp_path / "r.json"), str(tmp_path / "missing.json")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "no timing in common" in err[0] and "missing.json" in err[1]
+
+
+def test_prompt_agreement_report_finds_a_covariate_that_explains_the_sets(tmp_path, capsys):
+    """Hand-built: each later set's prompts accept with a probability equal to their feature
+    and the sets' features differ, so the within-style correlation is high and the feature
+    term removes most of the style-mix transfer error; a feature that is noise does not."""
+    from psdlab.runtime.prompts import load_prompts
+    mod = _script("prompt_agreement")
+    rng = np.random.default_rng(1)
+    pats, feats = {}, {}
+    for split, centre in (("fresh", 0.25), ("fresh2", 0.5), ("fresh3", 0.75)):
+        counts: dict[str, int] = {}
+        for p in load_prompts(split=split):
+            counts[p.style] = counts.get(p.style, 0) + 1
+            if counts[p.style] > 12:
+                continue
+            x = float(np.clip(centre + rng.normal(0, 0.1), 0.05, 0.95))
+            pats[p.id] = "." + "".join("1" if rng.random() < x else "0" for _ in range(15))
+            feats[p.id] = {"agree": x, "overlap": float(rng.random())}
+    src, ff = tmp_path / "p.json", tmp_path / "f.json"
+    src.write_text(json.dumps({"patterns": pats}))
+    ff.write_text(json.dumps({"features": feats}))
+    out = tmp_path / "rep"
+    assert mod.main([str(src), "--features", str(ff), "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert (tmp_path / "rep.txt").read_text() == text
+    corr = {line.split()[0]: [float(x) for x in line.split()[1:]]
+            for line in text.split("(later sets pooled):")[1].split("per set")[0].splitlines()
+            if line.strip().startswith(("agree", "overlap"))}
+    assert min(corr["agree"]) > 0.5 and max(abs(c) for c in corr["overlap"]) < 0.4
+    mean = [line for line in text.splitlines() if line.strip().startswith("mean |e|")][0]
+    style_mix, agree, overlap = (float(x.rstrip("%")) for x in mean.split()[2:])
+    assert agree < 0.5 * style_mix and overlap > 0.5 * style_mix
+    assert mod.main([str(tmp_path / "missing.json"), "--features", str(ff)]) == 2
+    assert "missing.json" in capsys.readouterr().err

@@ -17,8 +17,8 @@
    prediction.
 4. Replay every run in the calibrated simulator (``validation.validate``); the ``validate``
    runs were not used for the fit: other prompts, other k, Poisson arrivals.  The same
-   replays under the diagnostic acceptance models (``DIAGNOSTICS``: the id-keyed replay of
-   the calibration match patterns, per-position rates only; and ``own_outcomes``: every
+   replays under the diagnostic acceptance models (``validation.demo_diagnostics``: the
+   id-keyed replay of the calibration match patterns, per-position rates only; and every
    run's own match patterns, which leaves only the timing model's error) go beside it, and
    the held-out replays with the new set drafting one between-set SD of the pool's splits
    worse and better (``validation.set_level``): how much of each bound a new set's own level
@@ -42,6 +42,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from psdlab.analysis.trace import read_trace
+from psdlab.validation.demo_diagnostics import diagnostic_acceptance
 from psdlab.validation.demo_prompts import POOL_EVERY, POOL_SPLITS, pool_splits_text
 from psdlab.validation.report import spread_rows
 from psdlab.validation.runs import Measured, Plan, default_plan, run_plan
@@ -49,6 +50,9 @@ from psdlab.validation.runs import Measured, Plan, default_plan, run_plan
 
 #: seconds kept for calibration, replay and report after the last run
 ANALYSIS_S = 75.0
+#: seconds for the whole demo by default: the main command's 15 minutes less the set-up
+#: before it (``scripts/setup.sh`` took 72-108 s on fresh clones: demos X and Z)
+BUDGET_S = 780.0
 #: simulator seeds the prediction averages.  One seed's replay of a 32-request run draws an
 #: acceptance rate with an SD of about 10% and a mean TPOT with an SD of about 4.5%
 #: (``scripts/prediction_noise.py``), and every run of a demo has the same seeded lengths and
@@ -155,7 +159,7 @@ def demo(out_dir: str, *, quick: bool = False, plan: Plan | None = None,
          target: str | None = None, draft: str | None = None,
          prompt_ids: Sequence[Sequence[int]] | None = None, backend: str | None = None,
          progress: bool = True, quiet: bool = False,
-         seeds: Sequence[int] = SEEDS, budget_s: float | None = 840.0) -> DemoResult:
+         seeds: Sequence[int] = SEEDS, budget_s: float | None = BUDGET_S) -> DemoResult:
     """The whole main job (module docstring); ``quiet`` silences stderr, ``progress`` the
     bars.  ``budget_s``: seconds for the whole demo (model preparation included); repeats
     that would run past it less ANALYSIS_S are skipped (``validation.runs.run_plan``)."""
@@ -244,11 +248,11 @@ def analyse(out_dir: str, measured: Sequence[Measured], plan: Plan, target_dir: 
     from psdlab.validation.candidates_heldout import candidates_held_out, candidates_md
     after = candidates_held_out(model_path, named, measured, seeds, selection, pool,
                                 validation)
-    _say("psdlab demo: the held-out runs one between-set SD worse and better", quiet)
-    from psdlab.validation.set_level import new_set_uncertainty, set_md
+    _say("psdlab demo: the held-out runs with the new set drafting worse and better", quiet)
+    from psdlab.validation.set_level import SET_SEEDS, new_set_uncertainty, set_md
     new_set = new_set_uncertainty(model_path, named, measured, validation,
                                   (selection or {}).get("spec"), pool,
-                                  Counter(plan.output_lengths(240)), seeds[:DIAGNOSTIC_SEEDS])
+                                  Counter(plan.output_lengths(240)), seeds[:SET_SEEDS])
     sections = (transfer_sections(validation, held, cal_cfgs, alternatives, selection)
                 + set_md(new_set) + candidates_md(after) + spread_md(spread, held)
                 + sampling_md(sides))
@@ -278,51 +282,6 @@ def analyse(out_dir: str, measured: Sequence[Measured], plan: Plan, target_dir: 
     with open(os.path.join(out_dir, "demo.json"), "w", encoding="utf-8") as fh:
         json.dump(result.to_dict(), fh, indent=1, default=str)
     return result
-
-
-#: the diagnostic acceptance models replayed beside the prediction (name in the model file)
-DIAGNOSTICS = (("matches", "with the id-keyed replay of the calibration runs' match patterns "
-                           "(diagnostic: exact where it knows the request id)"),
-               ("positional", "with per-position rates only (no style, spread or trend)"))
-
-
-def diagnostic_acceptance(model_path: str, named: Sequence[tuple[str, Any]],
-                          seeds: Sequence[int], measured: Sequence[Measured]
-                          ) -> list[tuple[str, Any]]:
-    """The same replays under each model of ``DIAGNOSTICS`` the model file has (other than
-    its default, the prediction)."""
-    from psdlab.validation.model_file import read_model
-    from psdlab.validation.validate import validate
-    acc = (read_model(model_path).get("meta") or {}).get("acceptance") or {}
-    groups = {m.spec.name: m.spec.config for m in measured}
-    out = []
-    for name, label in DIAGNOSTICS:
-        if name in acc and name != acc.get("default"):
-            out.append((label, validate(model_path, named, seeds=seeds,
-                                        acceptance=dict(acc[name]), groups=groups)))
-    own = own_outcomes(named, acc.get("positional"))
-    if own is not None:
-        out.append((OWN_LABEL, validate(model_path, named, seeds=seeds, acceptance=own,
-                                        groups=groups)))
-    return out
-
-
-#: the label of the replay that knows every run's own acceptance (``own_outcomes``)
-OWN_LABEL = ("with every run's own match patterns, held-out runs included (diagnostic, not a "
-             "prediction: acceptance known exactly, so what is left is the timing model)")
-
-
-def own_outcomes(named: Sequence[tuple[str, Any]], fallback: dict[str, Any] | None
-                 ) -> dict[str, Any] | None:
-    """The ``matches`` acceptance of all the runs' greedy match patterns, the held-out runs'
-    own included: with acceptance known request by request, the replay's remaining error is
-    the cost and scheduling model's, which separates it from the acceptance model's.  None
-    when the runs are not greedy or there are no per-position rates to fall back on."""
-    from psdlab.validation.match_patterns import match_patterns
-    if not fallback:
-        return None
-    patterns = match_patterns([t for _, t in named])
-    return None if patterns is None else patterns.spec(fallback)
 
 
 def reanalyse(trace_dir: str, out_dir: str, *, seeds: Sequence[int] = SEEDS,

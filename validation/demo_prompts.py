@@ -2,13 +2,14 @@
 run takes, and the acceptance pool.
 
 The ``calibration`` side is split ``fresh3`` of ``runtime/data/prompts.jsonl`` (240 prompts,
-48 a style, the held-out side of demos O and P); the ``heldout`` side is split ``fresh7``: 240
+48 a style, the held-out side of demos O and P); the ``heldout`` side is split ``fresh8``: 240
 prompts (48 a style) written after every earlier demo had run, so that no choice in the
 acceptance model, the cost model, the plan or the judgement was made looking at them.  (Half of
 split ``heldout`` was the held-out side of demos A-H, split ``fresh`` that of demos I-K, split
 ``fresh2`` that of demos L-N, split ``fresh3`` that of demos O-P, split ``fresh4`` that of
-demos Q-R, split ``fresh5`` that of demos S-W, split ``fresh6`` that of demos X-Y; their
-misses shaped this design, so none is held out any more.)  Each side is
+demos Q-R, split ``fresh5`` that of demos S-W, split ``fresh6`` that of demos X-Y, split
+``fresh7`` that of demos Z-AA; their misses shaped this design, so none is held out any
+more.)  Each side is
 listed round-robin over its styles; every repeat of a workload serves the next window of a
 side's list (`prompt_windows`), its SD and PSD runs the same one (and all calibration runs of
 one repeat the same one).
@@ -28,9 +29,11 @@ Q, walked at k = 4 over the held-out side's output lengths, ``scripts/acceptance
 were each written by writers of their own on topics of their own, the way the next set of
 traffic is, and they do differ beyond prompt sampling: probed whole, ``fresh6`` accepts 14-16%
 less than every set before it (``results/acceptance/2026-12-02-36516ec-by-set.txt``).  So the
-pool spans every later set that is not held out, each a sample of its own, and the demo
-measures from them how far a new set may lie from the pool (``validation.set_level``).  The
-pool never holds a held-out or training prompt.
+pool spans the later sets up to ``fresh6``, each a sample of its own, and the demo measures
+from them how far a new set may lie from the pool (``validation.set_level``).  ``fresh7``,
+retired after demo AA, stays out: 80 more prompts would cost about 20 s of probing on the
+slowed machine, and six sets already give the spread.  The pool never holds a held-out or
+training prompt.
 """
 from __future__ import annotations
 
@@ -40,7 +43,7 @@ from psdlab.analysis.checks import check_choice
 
 PROMPT_SIDES = ("calibration", "heldout")
 #: the split of ``runtime/data/prompts.jsonl`` each side draws from
-SIDE_SPLITS = {"calibration": "fresh3", "heldout": "fresh7"}
+SIDE_SPLITS = {"calibration": "fresh3", "heldout": "fresh8"}
 #: the splits the acceptance pool draws from (never the held-out side's, never ``train`` or
 #: ``heldout``, module docstring)
 POOL_SPLITS = ("fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6")

@@ -12,8 +12,9 @@ measures that spread inside the demo, from the pool alone, and carries it into t
 2. `logit_step`: the shift of every style level of a ``fitted`` acceptance model that moves
    its expected accepted tokens over the pool's prompts by that relative SD, up or down
    (`mean_accepted`, bisection); `shifted` applies a shift to a spec.
-3. `set_effects`: the held-out replays at +1 and -1 SD (the same seeds) give each judged
-   row's sensitivity s (error units: relative or pp) to a set one SD off.  One new set shifts
+3. `set_effects`: the held-out replays at +``SHIFT_SDS`` and -``SHIFT_SDS`` SDs (the same
+   ``SET_SEEDS`` seeds) give each judged row's sensitivity s (error units: relative or pp)
+   to a set one SD off.  One new set shifts
    every run the same way, so with z ~ N(0, 1) a row's error is z * s plus its measurement
    noise (SE from ``validation.noise``).  Per target: the largest |s|, P(the set shift alone
    breaks the bound on a run), and P(the set shift or the noise breaks it), integrated over z
@@ -35,6 +36,13 @@ from psdlab.validation.set_shift import (WRITING_ORDER, SetLevel, between_set_sd
 
 #: the draft length the pool's set levels are compared at (the calibration's largest k)
 SET_K = 4
+#: the set shift the held-out runs are replayed at, in between-set SDs each way: the
+#: sensitivity is the difference over 2 * SHIFT_SDS, so a larger shift leaves less of the
+#: replays' own noise in it (the response is close to linear over a few SDs)
+SHIFT_SDS = 2.0
+#: simulator seeds of those replays (the same for both): with 2, demo Z's sensitivities
+#: carried about 2% of TPOT of the draws' own noise
+SET_SEEDS = 16
 #: the largest level shift (logit units) `logit_step` searches
 _REACH = 5.0
 #: z grid of `either_chance` (midpoint rule over N(0, 1))
@@ -140,9 +148,11 @@ def either_chance(s: Sequence[float], ses: Sequence[float], bound: float) -> flo
     return float(np.clip(1.0 - np.sum(_ZW * np.prod(inside, axis=1)), 0.0, 1.0))
 
 
-def set_effects(base: Any, plus: Any, minus: Any, only: set[str]) -> list[dict[str, Any]]:
+def set_effects(base: Any, plus: Any, minus: Any, only: set[str], shift: float = 1.0
+                ) -> list[dict[str, Any]]:
     """Per judged simulator target (``validation.validate.TARGETS``) over the runs ``only``:
-    the rows' sensitivities to a set one SD off (from the +1 / -1 SD replays), the largest
+    the rows' sensitivities to a set one SD off (from the replays at +``shift`` and
+    -``shift`` SDs), the largest
     |s|, P(set shift alone breaks), P(noise alone breaks) (the base summary's) and P(set
     shift or noise breaks)."""
     from psdlab.validation.validate import TARGETS
@@ -153,7 +163,7 @@ def set_effects(base: Any, plus: Any, minus: Any, only: set[str]) -> list[dict[s
         keys = [key for key in rows if key[1] == metric and key in up and key in down]
         if source != "sim" or not keys:
             continue
-        s = [(up[key].error - down[key].error) / 2.0 for key in keys]
+        s = [(up[key].error - down[key].error) / (2.0 * shift) for key in keys]
         ses = [base.noise(rows[key]) or 0.0 for key in keys]
         worst = float(max(abs(x) for x in s))
         out.append({"target": label, "metric": metric, "bound": bound, "kind": kind,
@@ -183,9 +193,12 @@ def new_set_uncertainty(model_path: str, named: Sequence[tuple[str, Any]],
         return {"reason": "the acceptance pool spans fewer than three prompt splits"}
     out: dict[str, Any] = {"pool": spread.to_dict()}
     deltas = [logit_step(spec or {}, sorted(pool), r)
-              for r in (spread.relative, -spread.relative)]
+              for r in (SHIFT_SDS * spread.relative, -SHIFT_SDS * spread.relative)]
     if None in deltas:
-        out["reason"] = f"the chosen acceptance model ({(spec or {}).get('name')}) has no level"
+        out["reason"] = (f"the chosen acceptance model ({(spec or {}).get('name')}) has no "
+                         "level to move" if shifted(spec or {}, 0.0) is None else
+                         f"the chosen acceptance model cannot move its acceptance by "
+                         f"{100 * SHIFT_SDS * spread.relative:.0f}% either way")
         return out
     from psdlab.validation.validate import validate
     held = [(n, t) for (n, t), m in zip(named, measured) if m.spec.role == "validate"]
@@ -193,8 +206,8 @@ def new_set_uncertainty(model_path: str, named: Sequence[tuple[str, Any]],
     plus, minus = (validate(model_path, held, seeds=seeds, acceptance=shifted(spec, d),
                             groups=groups) for d in deltas)
     configs = {m.spec.config for m in measured if m.spec.role == "validate"}
-    out.update(deltas=deltas, seeds=list(seeds),
-               targets=set_effects(base, plus, minus, configs))
+    out.update(deltas=deltas, shift_sds=SHIFT_SDS, seeds=list(seeds),
+               targets=set_effects(base, plus, minus, configs, SHIFT_SDS))
     return out
 
 
@@ -224,11 +237,11 @@ def set_md(info: Mapping[str, Any]) -> list[str]:
                      _p(t["either_break_chance"])])
     from psdlab.validation.report import md_table
     up, down = info["deltas"]
+    n = info.get("shift_sds", 1.0)
     md += [f"Every style level of the chosen model moved by {up:+.3f} / {down:+.3f} (logit) "
-           "moves its expected accepted tokens over the pool's prompts by one between-set SD "
-           "up / down; "
-           "the held-out runs replayed one SD worse "
-           f"and one better ({len(info['seeds'])} seeds, the same for both) give each run's "
+           f"moves its expected accepted tokens over the pool's prompts by {n:g} between-set "
+           f"SDs up / down; the held-out runs replayed {n:g} SDs better and worse "
+           f"({len(info['seeds'])} seeds, the same for both) give each run's "
            "error per SD of set shift. One new set shifts every run the same way, so: "
            "the largest |error| per SD over the held-out runs, the chance that the set shift "
            "alone breaks the bound on a run, that noise alone does, and that either does "

@@ -19,13 +19,13 @@ def register(subparsers) -> None:
                     "this CPU (drafter and target on their own cores) over the shipped "
                     "prompts at several k, batch sizes and arrival patterns, calibrate the "
                     "simulator on some runs, predict the held-out others and write a report "
-                    "folder. The default plan (an untimed probe of 536 more calibration-side "
-                    "prompts' acceptance, then 40 runs: 5 calibration configurations twice "
-                    "on split fresh3, 4 held-out ones seven times on 240 "
-                    "fresh prompts (split fresh6) and 2 references once, 32 requests x up to "
+                    "folder. The default plan (an untimed probe of about 600 more "
+                    "calibration-side prompts' acceptance, then 40 runs: 5 calibration "
+                    "configurations twice on split fresh3, 4 held-out ones seven times on 240 "
+                    "fresh prompts (split fresh8) and 2 references once, 32 requests x up to "
                     "16 tokens each, in seeded random order) takes about 13 minutes on a "
                     "2-core machine "
-                    "(--time-budget, 840 s, skips late repeats past it); --prompts and "
+                    "(--time-budget, 780 s, skips late repeats past it); --prompts and "
                     "--max-new-tokens scale it, --quick runs a short plan.")
     p.add_argument("-o", "--output", default="psdlab-demo", metavar="REPORT_DIR",
                    help="report folder (default ./psdlab-demo)")
@@ -51,9 +51,10 @@ def register(subparsers) -> None:
                         "--quick)")
     p.add_argument("--seed", type=int, default=None, metavar="S",
                    help="seed of the run order (default 0)")
-    p.add_argument("--time-budget", type=float, default=840.0, metavar="S",
+    p.add_argument("--time-budget", type=float, default=None, metavar="S",
                    help="seconds for the whole demo; repeats that would not finish in time "
-                        "are skipped (default 840; 0 = no limit)")
+                        "are skipped (default validation.demo.BUDGET_S, 780: 15 minutes "
+                        "less the set-up; 0 = no limit)")
     p.add_argument("--traces", default=None, metavar="TRACE_DIR",
                    help="do not run anything: calibrate, validate and report again on the "
                         "traces an earlier demo wrote (REPORT_DIR/traces)")
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from psdlab.analysis.checks import check_int, check_range
-    from psdlab.validation.demo import demo, reanalyse
+    from psdlab.validation.demo import BUDGET_S, demo, reanalyse
     from psdlab.validation.runs import default_plan
     if args.traces is not None:
         if not os.path.isdir(args.traces):
@@ -85,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
                                                       2, 512))
     if args.controlled_alpha is not None:
         plan = replace(plan, controlled_alpha=args.controlled_alpha)
-    budget = check_range("--time-budget", args.time_budget, 0.0, 86400.0)
+    budget = (BUDGET_S if args.time_budget is None else
+              check_range("--time-budget", args.time_budget, 0.0, 86400.0))
     result = demo(args.output, plan=plan, target=args.target, draft=args.draft,
                   quiet=args.json, budget_s=budget or None)
     return _print(result, args.json)
