@@ -40,8 +40,10 @@ SET_K = 4
 #: sensitivity is the difference over 2 * SHIFT_SDS, so a larger shift leaves less of the
 #: replays' own noise in it (the response is close to linear over a few SDs)
 SHIFT_SDS = 2.0
-#: simulator seeds of those replays (the same for both): with 2, demo Z's sensitivities
-#: carried about 2% of TPOT of the draws' own noise
+#: simulator seeds of those replays (the same for both).  One seed's replay of a run has a
+#: TPOT SD of about 4.5% (``validation.demo.SEEDS``); the draws of the two shifted replays part
+#: ways within a run, so with 2 seeds at +-1 SD the difference carried about 2% of TPOT of
+#: that noise, as large as the effect (demo Z); 16 seeds at +-2 SDs leave about a sixth
 SET_SEEDS = 16
 #: the largest level shift (logit units) `logit_step` searches
 _REACH = 5.0
