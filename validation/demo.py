@@ -20,8 +20,8 @@
    replays under the diagnostic acceptance models (``validation.demo_diagnostics``: the
    id-keyed replay of the calibration match patterns, per-position rates only; and every
    run's own match patterns, which leaves only the timing model's error) go beside it, and
-   the held-out replays with the new set drafting one between-set SD of the pool's splits
-   worse and better (``validation.set_level``): how much of each bound a new set's own level
+   the held-out replays with the new set drafting two between-set SDs of the pool's splits
+   better and worse (``validation.set_level``): how much of each bound a new set's own level
    may take.
 5. Write the report folder (``validation.report``, ``validation.report_transfer``) and
    ``results.json`` (``validation.results_file``: machine, date, commit, every judged

@@ -19,7 +19,8 @@ from typing import Any, Mapping, Sequence
 from psdlab.validation.report import fmt_num, md_table
 
 
-def _pct(kind: str, v: Any) -> str:
+def error_text(kind: str, v: Any) -> str:
+    """An error or noise figure in its kind's unit: ``pp`` as points, else a percentage."""
     if v is None:
         return "n/a"
     return f"{v:.1f} pp" if kind == "pp" else f"{100 * v:.1f}%"
@@ -29,9 +30,9 @@ def _cells(s: Mapping[str, Any] | None) -> list[str]:
     if s is None:
         return ["-", "-", "-", "-"]
     chance = s.get("noise_break_chance")
-    return [f"{_pct(s['kind'], s['max_abs_error'])} ({s['n']})",
+    return [f"{error_text(s['kind'], s['max_abs_error'])} ({s['n']})",
             "n/a" if s["within"] is None else "yes" if s["within"] else "NO",
-            _pct(s["kind"], s.get("noise_se")),
+            error_text(s["kind"], s.get("noise_se")),
             "n/a" if chance is None else f"{100 * chance:.0f}%"]
 
 
@@ -102,8 +103,8 @@ def transfer_sections(validation: Any, held: set[str], cal: set[str],
         for r in cf:
             c, p = r["check_inputs"], r["prediction_inputs"] or {}
             body.append([r["pair"], x(r["measured_steady_speedup"]),
-                         f"{x(r['consistency_check'])} ({_pct('rel', r['consistency_error'])})",
-                         f"{x(r['prediction'])} ({_pct('rel', r['prediction_error'])})",
+                         f"{x(r['consistency_check'])} ({error_text('rel', r['consistency_error'])})",
+                         f"{x(r['prediction'])} ({error_text('rel', r['prediction_error'])})",
                          f"{1e3 * c['t']:.1f} / {1e3 * c['V']:.1f}",
                          "n/a" if not p else f"{1e3 * p['t']:.1f} / {1e3 * p['V']:.1f}"])
         md += ["## Closed form: consistency check and prediction", "",

@@ -153,10 +153,9 @@ def either_chance(s: Sequence[float], ses: Sequence[float], bound: float) -> flo
 def set_effects(base: Any, plus: Any, minus: Any, only: set[str], shift: float = 1.0
                 ) -> list[dict[str, Any]]:
     """Per judged simulator target (``validation.validate.TARGETS``) over the runs ``only``:
-    the rows' sensitivities to a set one SD off (from the replays at +``shift`` and
-    -``shift`` SDs), the largest
-    |s|, P(set shift alone breaks), P(noise alone breaks) (the base summary's) and P(set
-    shift or noise breaks)."""
+    the rows' sensitivities to a set one SD off (from the replays at +``shift`` and -``shift``
+    SDs), the largest |s|, P(set shift alone breaks), P(noise alone breaks) (the base
+    summary's) and P(set shift or noise breaks)."""
     from psdlab.validation.validate import TARGETS
     rows, up, down = _keyed(base, only), _keyed(plus, only), _keyed(minus, only)
     noise = {s["target"]: s.get("noise_break_chance") for s in base.summary(only)}
@@ -183,9 +182,10 @@ def new_set_uncertainty(model_path: str, named: Sequence[tuple[str, Any]],
                         seeds: Sequence[int],
                         split_style: Mapping[str, tuple[str, str]] | None = None
                         ) -> dict[str, Any]:
-    """The demo's step: the pool's spread, the chosen spec replayed on the held-out runs one
-    between-set SD worse and better (``seeds``), and `set_effects`; ``{"reason": ...}`` when
-    it cannot be measured (too few pool splits, a spec with no level to move).
+    """The demo's step: the pool's spread, the chosen spec replayed on the held-out runs
+    ``SHIFT_SDS`` between-set SDs better and worse (``seeds``), and `set_effects`;
+    ``{"reason": ...}`` when it cannot be measured (too few pool splits, a spec with no level
+    to move, a shift out of its reach).
     ``split_style``: prompt id -> (split, style), by default the shipped prompts'."""
     if split_style is None:
         from psdlab.runtime.prompts import load_prompts
@@ -231,13 +231,12 @@ def set_md(info: Mapping[str, Any]) -> list[str]:
                "more draw from that spread, which no pool can know.", ""]
     if "targets" not in info:
         return md + [f"Not carried into the prediction: {info.get('reason')}.", ""]
-    body = []
-    for t in info["targets"]:
-        unit = (lambda v: f"{v:.1f} pp") if t["kind"] == "pp" else (lambda v: f"{100 * v:.1f}%")
-        body.append([t["target"], unit(t["bound"]), unit(t["set_sd"]) + f" ({t['n']})",
-                     _p(t["set_break_chance"]), _p(t["noise_break_chance"]),
-                     _p(t["either_break_chance"])])
     from psdlab.validation.report import md_table
+    from psdlab.validation.report_transfer import error_text
+    body = [[t["target"], error_text(t["kind"], t["bound"]),
+             f"{error_text(t['kind'], t['set_sd'])} ({t['n']})", _p(t["set_break_chance"]),
+             _p(t["noise_break_chance"]), _p(t["either_break_chance"])]
+            for t in info["targets"]]
     up, down = info["deltas"]
     n = info.get("shift_sds", 1.0)
     md += [f"Every style level of the chosen model moved by {up:+.3f} / {down:+.3f} (logit) "
