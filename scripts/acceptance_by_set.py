@@ -40,7 +40,7 @@ from collections import Counter, defaultdict
 
 import numpy as np
 
-from psdlab.validation.set_shift import LATER
+from psdlab.validation.set_shift import LATER, walk_lengths
 
 KS = (3, 4)
 #: prompts a demo run serves (``validation.runs.Plan.num_prompts``)
@@ -76,10 +76,9 @@ def machine() -> dict:
 
 
 def _lengths() -> Counter:
-    """How often each output length occurs among 240 requests drawn as the demo's plan draws
-    them (the walk's weights)."""
+    """The walk's weights: output lengths as the demo's plan draws them."""
     from psdlab.validation.runs import default_plan
-    return Counter(default_plan().output_lengths(240))
+    return walk_lengths(default_plan())
 
 
 #: (k, prompt id) -> (accepted, proposed) of its pattern walked at k (`walked_counts`)

@@ -28,11 +28,10 @@ import json
 import os
 import sys
 import time
-from collections import Counter
 
 import numpy as np
 
-from psdlab.validation.set_shift import LATER, prompt_counts
+from psdlab.validation.set_shift import LATER, prompt_counts, walk_lengths
 
 K = 4
 FEATURES = ("agree", "overlap")
@@ -54,7 +53,7 @@ def measure(prompts: list) -> tuple[dict, int]:
 def rates(patterns: dict[str, str]) -> dict[str, float]:
     """Each prompt's acceptance rate at K over the demo's output lengths."""
     from psdlab.validation.runs import default_plan
-    lengths = Counter(default_plan().output_lengths(240))
+    lengths = walk_lengths(default_plan())
     out = {}
     for pid, pat in patterns.items():
         acc, prop = prompt_counts(pat, K, lengths)

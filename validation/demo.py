@@ -35,7 +35,6 @@ import json
 import os
 import sys
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -250,9 +249,10 @@ def analyse(out_dir: str, measured: Sequence[Measured], plan: Plan, target_dir: 
                                 validation)
     _say("psdlab demo: the held-out runs with the new set drafting worse and better", quiet)
     from psdlab.validation.set_level import SET_SEEDS, new_set_uncertainty, set_md
+    from psdlab.validation.set_shift import walk_lengths
     new_set = new_set_uncertainty(model_path, named, measured, validation,
-                                  (selection or {}).get("spec"), pool,
-                                  Counter(plan.output_lengths(240)), seeds[:SET_SEEDS])
+                                  (selection or {}).get("spec"), pool, walk_lengths(plan),
+                                  seeds[:SET_SEEDS])
     sections = (transfer_sections(validation, held, cal_cfgs, alternatives, selection)
                 + set_md(new_set) + candidates_md(after) + spread_md(spread, held)
                 + sampling_md(sides))

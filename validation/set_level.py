@@ -31,8 +31,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from scipy.stats import norm
 
-from psdlab.validation.set_shift import (WRITING_ORDER, SetLevel, between_set_sd,
-                                         counts_level, walked_counts)
+from psdlab.validation.set_shift import WRITING_ORDER, SetLevel, between_set_sd, level
 
 #: the draft length the pool's set levels are compared at (the calibration's largest k)
 SET_K = 4
@@ -81,7 +80,7 @@ def pool_spread(pool: Mapping[str, str], split_style: Mapping[str, tuple[str, st
     levels = []
     for split in order:
         patterns, styles = zip(*by_split[split])
-        rate, se = counts_level(walked_counts(patterns, k, lengths), styles, k)
+        rate, se = level(patterns, styles, k, lengths)
         levels.append(SetLevel(split, len(patterns), rate, se))
     if len(levels) < 3:
         return None

@@ -18,6 +18,7 @@ Pure numpy: no torch, no models; ``scripts/acceptance_by_set.py`` probes and pri
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -40,6 +41,12 @@ class SetLevel:
     prompts: int
     rate: float
     se: float
+
+
+def walk_lengths(plan: Any, n: int = 240) -> Counter:
+    """How often each output length occurs among ``n`` requests drawn as ``plan`` (a
+    ``validation.runs.Plan``) draws them: the weights patterns are walked with."""
+    return Counter(plan.output_lengths(n))
 
 
 def prompt_counts(pattern: str, k: int, lengths: Mapping[int, int]) -> tuple[float, float]:
