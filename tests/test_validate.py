@@ -515,13 +515,13 @@ def test_overlap_share_of_overlapped_and_serial_steps():
 
 
 def test_verify_table_overrides_the_fit_for_measured_shapes(tmp_path):
-    """A shape seen often enough in calibration keeps its measured median in the replay (the
+    """A shape seen often enough in calibration keeps its measured mean in the replay (the
     CPU's GEMM time is not monotonic in rows); smaller shapes use the affine fit, larger ones
     the largest shape's time plus the fit's increment."""
     from psdlab.validation.calibrate import MIN_TABLE
     serial = _hand_trace("sd-sep", 0.1, 0.2, 0.0, n=MIN_TABLE + 3)
     cal = calibrate([serial], holdout=0.0)
-    assert [(sq, tk, n) for sq, tk, _, n in cal.verify_table] == [(2, 10, MIN_TABLE + 3)]
+    assert [(sq, tk, n) for sq, tk, _, n, _ in cal.verify_table] == [(2, 10, MIN_TABLE + 3)]
     assert cal.verify_table[0][2] == pytest.approx(0.2)
     path = str(tmp_path / "m.json")
     write_model(path, cal)
@@ -583,7 +583,7 @@ def test_verify_table_keys_capped_rows_at_their_padded_width():
                                 (Verified("a", 4, 0, 1), Verified("b", 1, 0, 1))))
         t += 0.3
     table = calibrate([Trace(run, steps, [])], holdout=0.0).verify_table
-    assert [(sq, tk) for sq, tk, _, _ in table] == [(2, 10)]
+    assert [(sq, tk) for sq, tk, *_ in table] == [(2, 10)]
 
 
 def test_capped_rows_are_fitted_at_their_padded_width():

@@ -24,6 +24,15 @@ Every phase of every step is one observation of a forward-pass cost model
   (``run.extra["prefill_chunking"]``) goes to the model file, so a prompt longer than any
   calibration prompt is costed as the engine runs it.
 
+**Context.**  A decode fit's ``per_context`` is read off the variation of context inside its
+repeated shapes (``context_slope``: same sequences, tokens and forwards; only the context
+varies there) and fixed in the fit of the other terms.  Across shapes the context grows with
+the sequences, so a joint fit trades the context term against the per-sequence and per-token
+ones, and a run with longer prompts than the calibration's (a new prompt set) would then be
+predicted with the wrong slope.  The tables of measured shapes (``validation.cost_tables``) record
+each shape's mean context, and the replay moves a shape's measured time by the fit's context
+slope to the context it asks for.
+
 Each is fitted by :func:`validation.fit.fit_nonneg` (relative-error NNLS for the shape, then
 rescaled so the predicted total time equals the measured total: ``match_total``, so a model
 file is unbiased for the mean on its own; 95% CIs, held-out error); a warning is raised when a
@@ -47,7 +56,8 @@ import numpy as np
 from psdlab.analysis.chunking import chunkings_from
 from psdlab.analysis.trace import Phase, Trace
 from psdlab.validation.acceptance_fit import AcceptanceFit, fit_acceptance
-from psdlab.validation.fit import LinearFit, fit_nonneg
+from psdlab.validation.cost_tables import MIN_TABLE, draft_table, verify_table  # noqa: F401
+from psdlab.validation.fit import LinearFit, fit_nonneg, within_group_slope
 
 TERMS = ("base", "per_seq", "per_token", "per_context")
 #: fits, the role whose forward they describe, and the column order tried for identifiability
@@ -72,7 +82,9 @@ class Calibration:
     notes: tuple[str, ...] = field(default=())
     warnings: tuple[str, ...] = field(default=())
     replay: Any = None      # validation.replay_model.ReplayParams (None: not measured)
-    verify_table: tuple[tuple[int, int, float, int], ...] = ()   # (seqs, tokens, median s, n)
+    #: (seqs, tokens, mean s, phases, mean context): ``validation.cost_tables``
+    verify_table: tuple[tuple[int, int, float, int, float], ...] = ()
+    draft_table: tuple[tuple[int, int, float, int, float], ...] = ()   # one drafting pass
     prefill_chunking: dict[str, list[int]] = field(default_factory=dict)   # role: [chunk, leave]
 
 
@@ -190,6 +202,35 @@ def design(fit: str, phases: Sequence[Phase]) -> np.ndarray:
                                                                                 len(order))
 
 
+#: decode fits whose context slope is read off the variation within shapes
+WITHIN_SHAPE = ("verify", "draft")
+#: fewest phases in repeated shapes for that slope; with fewer, the joint fit gives it
+MIN_WITHIN = 20
+
+
+def shape_of(phase: Phase) -> tuple[int, int, int]:
+    """A decode phase's shape apart from its context: (sequences, tokens, forwards)."""
+    return int(phase.seqs), int(phase.tokens), int(getattr(phase, "forwards", 0) or 0)
+
+
+def context_slope(name: str, rows: Sequence[tuple[Phase, float]], X: np.ndarray,
+                  y: np.ndarray) -> tuple[float, float, float, int] | None:
+    """``per_context`` of a decode fit from the context variation inside its shapes
+    (``fit.within_group_slope``): (value, 95% low, 95% high, phases used), or None when the
+    shapes repeat too little (fewer than MIN_WITHIN phases) or the fit is not a decode fit.
+    Across shapes the context grows with the sequences, so a joint fit is free to trade the
+    per-context term against the per-sequence and per-token ones; the calibration runs
+    then predict runs whose prompts are longer (a new prompt set) with the wrong slope."""
+    if name not in WITHIN_SHAPE:
+        return None
+    col = X[:, FITS[name][1].index("per_context")]
+    slope, se, used = within_group_slope(col, y, [shape_of(ph) for ph, _ in rows])
+    if used < MIN_WITHIN or not np.isfinite(slope) or not np.isfinite(se):
+        return None
+    value = max(slope, 0.0)
+    return value, max(slope - 1.96 * se, 0.0), max(slope + 1.96 * se, 0.0), used
+
+
 def fit_costs(groups: dict[str, list[tuple[Phase, float]]], *, holdout: float,
               seed: int, match_total: bool = True) -> dict[str, LinearFit]:
     fits = {}
@@ -198,12 +239,17 @@ def fit_costs(groups: dict[str, list[tuple[Phase, float]]], *, holdout: float,
             continue
         X = design(name, [ph for ph, _ in rows])
         y = np.array([d for _, d in rows])
+        fixed = None
         if not any(phase_context(ph) for ph, _ in rows):
             # no context recorded: the draft column's k(k-1)/2 growth term alone would give
             # per_context a value that really belongs to the per-token terms; fix it at 0
             X[:, FITS[name][1].index("per_context")] = 0.0
+        else:
+            within = context_slope(name, rows, X, y)
+            if within is not None:
+                fixed = {"per_context": within[:3]}
         fits[name] = fit_nonneg(X, y, FITS[name][1], holdout=holdout, seed=seed,
-                                match_total=match_total)
+                                match_total=match_total, fixed=fixed)
     return fits
 
 
@@ -230,6 +276,14 @@ def _messages(fits: dict[str, LinearFit], groups) -> tuple[list[str], list[str]]
                          f"(fixed at 0)")
         if no_context:
             notes.append(f"{name}: the traces record no phase context (per_context fixed at 0)")
+        elif name in WITHIN_SHAPE:
+            rows = groups[name]
+            X, y = design(name, [ph for ph, _ in rows]), np.array([d for _, d in rows])
+            within = context_slope(name, rows, X, y)
+            notes.append(f"{name}: per_context from the context variation inside repeated "
+                         f"shapes ({within[3]} phases)" if within is not None else
+                         f"{name}: too few phases in repeated shapes for a within-shape "
+                         f"context slope; per_context from the joint fit")
     if "draft" in fits:
         notes.append("draft: per_seq and per_token are one term in one-token drafting "
                      "forwards; their sum is reported as per_token")
@@ -287,6 +341,8 @@ def calibrate(traces: Sequence[Trace], *, holdout: float = 0.2, seed: int = 0) -
     replay = replay_params_of(cal, traces)
     chunking, chunk_notes = prefill_chunking(traces)
     return replace(cal, replay=replay, verify_table=verify_table(traces, replay.overlap_target),
+                   draft_table=draft_table(traces, phase_overhead(fits["draft"])
+                                           if "draft" in fits else 0.0),
                    prefill_chunking=chunking, notes=cal.notes + chunk_notes)
 
 
@@ -301,34 +357,6 @@ def prefill_chunking(traces: Sequence[Trace]) -> tuple[dict[str, list[int]], tup
         return {}, ("prefill: the traces record different prefill chunkings; none is used "
                     "(a prefill is costed as one pass per sequence)",)
     return {role: rule.to_list() for role, rule in found[0].items()}, ()
-
-
-#: fewest phases of one (sequences, tokens) shape for a verify-table entry
-MIN_TABLE = 5
-
-
-def verify_table(traces: Sequence[Trace], overlap: float = 1.0
-                 ) -> tuple[tuple[int, int, float, int], ...]:
-    """Median solo time of the target's decode passes by (sequences, padded tokens) over the
-    calibration traces (overlapped phases divided by the overlap factor), for the shapes seen
-    at least MIN_TABLE times.  A CPU's GEMM time is not monotonic in the rows it multiplies
-    (kernel blocking: 4 x 5 rows can run faster than 2 x 5 or 3 x 5), which no affine model
-    says; the replay uses this table for the shapes it has and the affine fit elsewhere.
-    Tokens are counted at the padded width the target computes (``with_draft_forwards``: a
-    row of 5 and a row of 1 cost 2 x 5), which is what the simulator asks for."""
-    from collections import defaultdict
-    times: dict[tuple[int, int], list[float]] = defaultdict(list)
-    for tr in traces:
-        tr = with_draft_forwards(tr)            # verify tokens at their padded width
-        for st in tr.steps:
-            if any(p.kind == "prefill" for p in st.phases):
-                continue
-            for p in st.phases:
-                if p.kind == "verify" and p.seqs > 0 and p.end > p.start:
-                    d = (p.end - p.start) / (overlap if st.overlapped else 1.0)
-                    times[(int(p.seqs), int(p.tokens))].append(d)
-    return tuple((sq, tk, float(np.median(v)), len(v)) for (sq, tk), v in sorted(times.items())
-                 if len(v) >= MIN_TABLE)
 
 
 def predict_phases(cal: Calibration, traces: Sequence[Trace]) -> dict[str, tuple[np.ndarray,

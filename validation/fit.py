@@ -23,10 +23,16 @@ prediction is the relative error.
   intervals) are rescaled so that the predicted total equals the measured total over the rows
   fitted: the relative-error fit gives the shape across phase sizes, the total gives the level.
   The held-out error uses the same procedure on the training rows only.
+- ``fixed``: coefficients known from elsewhere (``within_group_slope``: a context slope read
+  off the variation at fixed shape, where it is not confounded with the shape's own terms).
+  Their columns' contribution is taken off the times, the other columns are fitted to the rest
+  (rows still weighted by 1/y, the whole phase time), and the fixed value and its interval are
+  reported as identified.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Hashable, Mapping, Sequence
 
 import numpy as np
 from scipy import optimize, stats
@@ -93,25 +99,33 @@ def identifiable_columns(X: np.ndarray) -> np.ndarray:
     return keep
 
 
-def _nnls(X: np.ndarray, y: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    """Relative-error NNLS on the kept columns; zeros elsewhere."""
+def _nnls(X: np.ndarray, y: np.ndarray, keep: np.ndarray,
+          offset: np.ndarray | None = None) -> np.ndarray:
+    """Relative-error NNLS of y - offset on the kept columns (rows weighted by 1/y); zeros
+    elsewhere."""
     w = 1.0 / y
     Xk = X[:, keep] * w[:, None]
     scale = np.linalg.norm(Xk, axis=0)
-    sol, _ = optimize.nnls(Xk / scale, np.ones_like(y))
+    rhs = np.ones_like(y) if offset is None else (y - offset) * w
+    if not keep.any():
+        return np.zeros(X.shape[1])
+    sol, _ = optimize.nnls(Xk / scale, rhs)
     coef = np.zeros(X.shape[1])
     coef[keep] = sol / scale
     return coef
 
 
-def total_scale(X: np.ndarray, y: np.ndarray, coef: np.ndarray) -> float:
-    """(measured total) / (predicted total) over the rows; 1 when nothing is predicted."""
+def total_scale(X: np.ndarray, y: np.ndarray, coef: np.ndarray,
+                offset: np.ndarray | None = None) -> float:
+    """(measured total) / (predicted total) over the rows, of the part of y the columns
+    explain (y - offset); 1 when nothing is predicted."""
     pred = float(np.sum(X @ coef))
-    return float(np.sum(y)) / pred if pred > 0 else 1.0
+    rest = float(np.sum(y if offset is None else y - offset))
+    return rest / pred if pred > 0 and rest > 0 else 1.0
 
 
-def _intervals(X: np.ndarray, y: np.ndarray, keep: np.ndarray,
-               coef: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _intervals(X: np.ndarray, y: np.ndarray, keep: np.ndarray, coef: np.ndarray,
+               offset: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     lo, hi = coef.copy(), coef.copy()
     p = int(keep.sum())
     dof = len(y) - p
@@ -122,7 +136,7 @@ def _intervals(X: np.ndarray, y: np.ndarray, keep: np.ndarray,
         return lo, hi
     w = 1.0 / y
     Xw = X[:, keep] * w[:, None]
-    resid = Xw @ coef[keep] - 1.0
+    resid = Xw @ coef[keep] - (1.0 if offset is None else (y - offset) * w)
     s2 = float(resid @ resid) / dof
     cov = s2 * np.linalg.pinv(Xw.T @ Xw)
     se = np.sqrt(np.clip(np.diag(cov), 0.0, None))
@@ -140,9 +154,11 @@ def _rel_errors(X: np.ndarray, y: np.ndarray, coef: np.ndarray) -> tuple[float, 
 
 
 def fit_nonneg(X, y, names: tuple[str, ...] | list[str], *, holdout: float = 0.2,
-               seed: int = 0, match_total: bool = False) -> LinearFit:
-    """Fit y ~ X @ coef with coef >= 0 (see the module docstring).  Rows with y <= 0 must have
-    been removed by the caller."""
+               seed: int = 0, match_total: bool = False,
+               fixed: Mapping[str, tuple[float, float, float]] | None = None) -> LinearFit:
+    """Fit y ~ X @ coef with coef >= 0 (see the module docstring); ``fixed`` maps column names
+    to (value, ci low, ci high) given from elsewhere.  Rows with y <= 0 must have been removed
+    by the caller."""
     X = np.asarray(X, dtype=float)
     y = np.asarray(y, dtype=float)
     holdout = check_range("holdout", holdout, 0.0, 0.9)
@@ -153,17 +169,28 @@ def fit_nonneg(X, y, names: tuple[str, ...] | list[str], *, holdout: float = 0.2
         raise ValueError("no data to fit")
     if np.any(y <= 0) or not np.all(np.isfinite(y)):
         raise ValueError("phase times must be finite and > 0")
-    keep = identifiable_columns(X)
-    coef = _nnls(X, y, keep)
-    lo, hi = _intervals(X, y, keep, coef)
+    given = np.zeros(len(names))
+    is_fixed = np.zeros(len(names), dtype=bool)
+    for name, (value, _, _) in (fixed or {}).items():
+        j = list(names).index(name)
+        given[j] = check_range(f"fixed[{name}]", value, 0.0, np.inf)
+        is_fixed[j] = True
+    offset = X[:, is_fixed] @ given[is_fixed] if is_fixed.any() else None
+    free = np.where(is_fixed[None, :], 0.0, X)
+    keep = identifiable_columns(free)
+    coef = _nnls(free, y, keep, offset)
+    lo, hi = _intervals(free, y, keep, coef, offset)
     if match_total:
-        level = total_scale(X, y, coef)
+        level = total_scale(free, y, coef, offset)
         coef, lo, hi = coef * level, lo * level, hi * level
+    for name, (value, low, high) in (fixed or {}).items():
+        j = list(names).index(name)
+        coef[j], lo[j], hi[j], keep[j] = value, max(low, 0.0), high, True
     fit_err, _ = _rel_errors(X, y, coef)
     pred = X @ coef
     ratio = y[pred > 0] / pred[pred > 0]
     cv = float(np.std(ratio) / np.mean(ratio)) if len(ratio) > 1 else float("nan")
-    held_err, held_total, n_test = _heldout(X, y, holdout, seed, match_total)
+    held_err, held_total, n_test = _heldout(free, y, holdout, seed, match_total, offset)
     return LinearFit(names=tuple(names), coef=tuple(map(float, coef)),
                      ci_low=tuple(map(float, lo)), ci_high=tuple(map(float, hi)),
                      identified=tuple(map(bool, keep)), n=len(y), heldout_error=held_err,
@@ -172,15 +199,52 @@ def fit_nonneg(X, y, names: tuple[str, ...] | list[str], *, holdout: float = 0.2
 
 
 def _heldout(X: np.ndarray, y: np.ndarray, holdout: float, seed: int,
-             match_total: bool = False) -> tuple[float, float, int]:
+             match_total: bool = False, offset: np.ndarray | None = None
+             ) -> tuple[float, float, int]:
     n_test = int(round(holdout * len(y)))
     if n_test < 1 or len(y) - n_test < 2:
         return float("nan"), float("nan"), 0
+    off = np.zeros(len(y)) if offset is None else offset
     order = np.random.default_rng(seed).permutation(len(y))
     test, train = order[:n_test], order[n_test:]
     keep = identifiable_columns(X[train])
-    coef = _nnls(X[train], y[train], keep)
+    coef = _nnls(X[train], y[train], keep, off[train])
     if match_total:
-        coef = coef * total_scale(X[train], y[train], coef)
-    err, total = _rel_errors(X[test], y[test], coef)
-    return err, total, n_test
+        coef = coef * total_scale(X[train], y[train], coef, off[train])
+    pred, meas = X[test] @ coef + off[test], y[test]
+    return (float(np.mean(np.abs(pred - meas) / meas)),
+            float(abs(pred.sum() - meas.sum()) / meas.sum()), n_test)
+
+
+def within_group_slope(x, y, groups: Sequence[Hashable], *, min_rows: int = 3
+                       ) -> tuple[float, float, int]:
+    """The slope of y on x from the variation inside groups only (each group's means taken
+    off, rows weighted by 1/y^2 as in the relative-error fit): (slope, standard error, rows
+    used).  Groups with fewer than ``min_rows`` rows or one value of x add nothing; (nan, nan,
+    0) when none is left.  Groups are the shapes of a cost fit (sequences, tokens): inside
+    one, only the context varies, so its slope is not mixed up with the shape's own terms --
+    across shapes context grows with the sequences, and a joint fit splits that growth
+    between the two as the noise falls."""
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    by: dict[Hashable, list[int]] = {}
+    for i, g in enumerate(groups):
+        by.setdefault(g, []).append(i)
+    dx, dy, wts = [], [], []
+    for idx in by.values():
+        if len(idx) < min_rows or np.ptp(x[idx]) == 0:
+            continue
+        w = 1.0 / y[idx] ** 2
+        dx.append(x[idx] - np.sum(w * x[idx]) / np.sum(w))
+        dy.append(y[idx] - np.sum(w * y[idx]) / np.sum(w))
+        wts.append(w)
+    if not dx:
+        return float("nan"), float("nan"), 0
+    ex, ey, ew = np.concatenate(dx), np.concatenate(dy), np.concatenate(wts)
+    sxx = float(np.sum(ew * ex * ex))
+    slope = float(np.sum(ew * ex * ey)) / sxx
+    dof = len(ex) - len(dx) - 1
+    if dof <= 0:
+        return slope, float("inf"), len(ex)
+    s2 = float(np.sum(ew * (ey - slope * ex) ** 2)) / dof
+    return slope, float(np.sqrt(s2 / sxx)), len(ex)

@@ -24,7 +24,10 @@ written with its ``write_fit``, which checks every role builds), times in second
                 n, n_heldout, heldout_error, heldout_total_error, fit_error, residual_cv}},
        "replay": {overlap contention and factors, controller overhead per step, step-time
                   spread: validation.replay_model.ReplayParams},
-       "tables": {"target": [[seqs, padded tokens, median solo seconds, phases], ...]},
+       "tables": {"target": [[seqs, padded tokens, mean solo seconds, phases,
+                              mean context], ...],
+                  "drafter": [[seqs, seqs, mean seconds of one pass, phases,
+                               mean pass context], ...]},   (validation.cost_tables)
        "prefill_chunking": {"target": [chunk, leave], "drafter": [chunk, leave]},
                   (how the engine fed prompts, analysis.chunking; the prefill fits' per_seq
                    is then per pass, and sim.costs' calibrated model charges it so)
@@ -86,8 +89,9 @@ def meta_doc(cal: Calibration, *, traces: Sequence[str] = (), holdout: float = 0
         "acceptance_fit": None if cal.acceptance is None else cal.acceptance.to_dict(),
         "fits": {name: fit.to_dict() for name, fit in cal.costs.items()},
         **({"replay": cal.replay.to_dict()} if cal.replay is not None else {}),
-        **({"tables": {"target": [list(r) for r in cal.verify_table]}}
-           if cal.verify_table else {}),
+        **({"tables": {role: [list(r) for r in rows] for role, rows in
+                       (("target", cal.verify_table), ("drafter", cal.draft_table)) if rows}}
+           if cal.verify_table or cal.draft_table else {}),
         **({"prefill_chunking": dict(cal.prefill_chunking)} if cal.prefill_chunking else {}),
         "calibration": {"traces": list(traces), "sources": list(cal.sources),
                         "k": list(cal.ks), "m": list(cal.ms), "holdout": holdout, "seed": seed,

@@ -16,7 +16,8 @@ a step that no phase records).  Decode passes are multiplied by ``scale``, prefi
 On a CPU the time of a small pass is a step function of its shape (kernel blocking, the
 padding of ``runtime.runner``), which an affine fit through all shapes
 smooths over, so a decode pass whose (sequences, tokens) shape the calibration measured often
-enough takes the measured median from the model file's ``meta.tables`` (``table``); a token
+enough takes the measured mean from the model file's ``meta.tables`` (``table``), moved by
+the fit's context slope from the shape's mean calibration context to the pass's; a token
 count between two measured ones at the same sequence count, the straight line between them;
 a token count past the largest measured at its sequence count, or a pass larger than any
 measured, the (largest) measured shape's time plus the fit's increment from there (the fit has
@@ -57,7 +58,8 @@ class CalibratedCost(CostModel):
     scale: float = 1.0
     prefill_scale: float = 1.0
     prefill_overhead: float = 0.0
-    table: tuple[tuple[int, int, float], ...] = ()   # measured decode passes by shape
+    #: measured decode passes by shape: (seqs, tokens, seconds, their mean context or nan)
+    table: tuple[tuple[int, int, float, float], ...] = ()
     chunking: Chunking | None = None                 # the engine's prefill rule (meta)
     kind = NAME
 
@@ -67,23 +69,32 @@ class CalibratedCost(CostModel):
         return self.scale * float(getattr(self.decode, "phase_overhead", 0.0))
 
     @cached_property
-    def _look(self) -> dict[tuple[int, int], float]:
-        return {(sq, tk): v for sq, tk, v in self.table}
+    def _look(self) -> dict[tuple[int, int], tuple[float, float]]:
+        return {(sq, tk): (v, cx) for sq, tk, v, cx in self.table}
 
     @cached_property
-    def _rows(self) -> dict[int, tuple[tuple[int, float], ...]]:
-        """The table's (tokens, time) points per sequence count, by tokens."""
-        rows: dict[int, list[tuple[int, float]]] = {}
-        for sq, tk, v in self.table:
-            rows.setdefault(sq, []).append((tk, v))
+    def _rows(self) -> dict[int, tuple[tuple[int, float, float], ...]]:
+        """The table's (tokens, time, context) points per sequence count, by tokens."""
+        rows: dict[int, list[tuple[int, float, float]]] = {}
+        for sq, tk, v, cx in self.table:
+            rows.setdefault(sq, []).append((tk, v, cx))
         return {sq: tuple(sorted(pts)) for sq, pts in rows.items()}
 
     @cached_property
-    def _edge(self) -> tuple[float, float, float]:
-        """(sequences, tokens, time) of the table's largest shape (fewest sequences on ties)."""
-        edge_t = max(tk for _, tk, _ in self.table)
-        edge_s, edge_v = min((sq, v) for sq, tk, v in self.table if tk == edge_t)
-        return float(edge_s), float(edge_t), edge_v
+    def _edge(self) -> tuple[float, float, float, float]:
+        """(sequences, tokens, time, context) of the table's largest shape (fewest sequences
+        on ties)."""
+        edge_t = max(row[1] for row in self.table)
+        edge_s, edge_v, edge_c = min((sq, v, cx) for sq, tk, v, cx in self.table
+                                     if tk == edge_t)
+        return float(edge_s), float(edge_t), edge_v, edge_c
+
+    def _at(self, v: float, cx: float, s: float, t: float, c: float) -> float:
+        """A measured time ``v`` of shape (s, t) at mean context ``cx``, moved to context
+        ``c`` by the fit's context increment (unmoved when the table has no context)."""
+        if cx != cx or c == cx:                          # nan: an older model file
+            return v
+        return v + float(self.decode.forward_time(s, t, c) - self.decode.forward_time(s, t, cx))
 
     def _decode(self, s, t, c):
         fit = self.decode.forward_time(s, t, c)
@@ -105,22 +116,26 @@ class CalibratedCost(CostModel):
         increment; anything else ``_beyond``."""
         hit = self._look.get((si, ti))
         if hit is not None:
-            return hit
+            return self._at(hit[0], hit[1], s, t, c)
         pts = self._rows.get(si, ())
         lo = next((p for p in reversed(pts) if p[0] < t), None)
         hi = next((p for p in pts if p[0] > t), None)
         if lo is not None and hi is not None:
-            return lo[1] + (hi[1] - lo[1]) * (t - lo[0]) / (hi[0] - lo[0])
+            v_lo = self._at(lo[1], lo[2], s, float(lo[0]), c)
+            v_hi = self._at(hi[1], hi[2], s, float(hi[0]), c)
+            return v_lo + (v_hi - v_lo) * (t - lo[0]) / (hi[0] - lo[0])
         if lo is not None:
             # past this sequence count's largest measured shape: its time plus the fit's
             # increment from there
-            return lo[1] + fit - float(self.decode.forward_time(s, float(lo[0]), c))
+            return (self._at(lo[1], lo[2], s, float(lo[0]), c) + fit
+                    - float(self.decode.forward_time(s, float(lo[0]), c)))
         return float(self._beyond(s, t, c, fit))
 
     def _beyond(self, s, t, c, fit):
         """A shape the table lacks: past the table's largest token count, the time of its
         largest shape plus the fit's increment from that shape; otherwise the fit."""
-        edge_s, edge_t, edge_v = self._edge
+        edge_s, edge_t, edge_v, edge_c = self._edge
+        edge_v = self._at(edge_v, edge_c, edge_s, edge_t, float(c))
         step = fit - self.decode.forward_time(edge_s, edge_t, c)
         return np.where(np.asarray(t, dtype=float) > edge_t, edge_v + step, fit)
 
@@ -151,8 +166,9 @@ def calibrated_cost(path: str, role: str, overhead: float = 0.0, scale: float = 
     prefill = (cost_from_role(roles[pre_name], f"{where}[{path}:{pre_name}]")
                if pre_name in roles else decode)
     rows = ((doc.get("meta") or {}).get("tables") or {}).get(role) or [] if table else []
-    shapes = tuple((int(r[0]), int(r[1]), float(r[2])) for r in rows
-                   if isinstance(r, list) and len(r) >= 3 and float(r[2]) > 0)
+    shapes = tuple((int(r[0]), int(r[1]), float(r[2]),
+                    float(r[4]) if len(r) >= 5 and r[4] is not None else float("nan"))
+                   for r in rows if isinstance(r, list) and len(r) >= 3 and float(r[2]) > 0)
     rules = chunkings_from((doc.get("meta") or {}).get("prefill_chunking"),
                            f"{where}[{path}].meta.prefill_chunking")
     return CalibratedCost(decode=decode, prefill=prefill, table=shapes, chunking=rules.get(role),

@@ -1,0 +1,127 @@
+"""Where a replay's request latencies go wrong: a demo's runs replayed with every run's own
+match patterns (acceptance known exactly), each request's latency split into its parts and
+each step kind's time, measured against replayed.
+
+    .venv/bin/python scripts/replay_latency_parts.py psdlab-demo [CONFIG ...] [--recalibrate]
+
+Per configuration (default: every one; means over its repeats, each replayed with the first
+seed): the mean queueing time (arrival to admission), prefill wait (admission to first token),
+TPOT, end-to-end latency and its p99, measured and replayed; then per batch size the mean
+decode step, draft phase and verify phase, measured and replayed, with their counts.
+``--recalibrate`` fits the cost model again with this checkout's calibration, from the
+demo's own calibration traces (those its model file names), and replays with that instead of
+the demo's model file (the acceptance model stays the demo's): how a change to the
+calibration moves the same runs' replay.  A diagnostic of the reasons for a miss, not a fit:
+nothing is written but a temporary model file.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+import tempfile
+from collections import defaultdict
+
+import numpy as np
+
+
+def request_parts(trace) -> np.ndarray:
+    """Mean queue, prefill wait, TPOT, end-to-end; p99 end-to-end."""
+    rs = trace.requests
+    e2e = [r.finish - r.arrival for r in rs]
+    tpot = [(r.finish - r.first_token) / (r.output_len - 1) for r in rs if r.output_len > 1]
+    return np.array([np.mean([r.admitted - r.arrival for r in rs]),
+                     np.mean([r.first_token - r.admitted for r in rs]), np.mean(tpot),
+                     np.mean(e2e), np.percentile(e2e, 99)])
+
+
+def step_parts(traces) -> dict[tuple[str, int], list[float]]:
+    """Durations of decode steps and of their draft and verify phases, by batch size."""
+    out: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for tr in traces:
+        for s in tr.steps:
+            if not s.verified:
+                continue
+            out[("decode step", len(s.verified))].append(s.end - s.start)
+            for p in s.phases:
+                if p.kind in ("draft", "verify"):
+                    out[(p.kind, p.seqs)].append(p.end - p.start)
+    return out
+
+
+def recalibrated(demo: str, model: str) -> str:
+    """A model file fitted with this checkout's calibration on the demo's calibration traces,
+    the demo model's acceptance meta kept."""
+    from psdlab.analysis.trace import read_trace
+    from psdlab.validation.calibrate import calibrate
+    from psdlab.validation.model_file import write_model
+    old = json.load(open(model))
+    names = old["meta"]["calibration"]["traces"]
+    cal = calibrate([read_trace(os.path.join(demo, "traces", n)) for n in names])
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    new = write_model(path, cal, traces=names)
+    for key in ("fits", "replay", "tables", "calibration", "prefill_chunking"):
+        if key in new["meta"]:
+            old["meta"][key] = new["meta"][key]
+    old["roles"] = new["roles"]
+    with open(path, "w") as f:
+        json.dump(old, f)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("demo", help="a demo folder (holds model.json and traces/)")
+    ap.add_argument("configs", nargs="*", help="configurations (default: all)")
+    ap.add_argument("--recalibrate", action="store_true",
+                    help="refit the cost model with this checkout's calibration")
+    args = ap.parse_args(argv)
+    model = os.path.join(args.demo, "model.json")
+    if not os.path.isfile(model):
+        print(f"demo: no model.json in {args.demo}", file=sys.stderr)
+        return 2
+    from psdlab.analysis.trace import read_trace
+    from psdlab.validation.demo_diagnostics import own_outcomes
+    from psdlab.validation.model_file import read_model
+    from psdlab.validation.validate import validate
+    named = []
+    for path in sorted(glob.glob(os.path.join(args.demo, "traces", "*.jsonl"))):
+        tr = read_trace(path)
+        named.append((str((tr.run.extra or {}).get("demo_run", path)), tr))
+    groups = {n: str((t.run.extra or {}).get("demo_config", n)) for n, t in named}
+    wanted = set(args.configs) or set(groups.values())
+    missing = sorted(wanted - set(groups.values()))
+    if missing:
+        print(f"configs: no traces of {', '.join(missing)} in {args.demo}", file=sys.stderr)
+        return 2
+    acc = (read_model(model).get("meta") or {}).get("acceptance") or {}
+    own = own_outcomes(named, acc.get("positional"))
+    if own is None:
+        print("demo: the runs are not greedy, so they have no match patterns", file=sys.stderr)
+        return 2
+    used = recalibrated(args.demo, model) if args.recalibrate else model
+    chosen = [(n, t) for n, t in named if groups[n] in wanted]
+    v = validate(used, chosen, seeds=(0,), acceptance=own, groups=groups)
+    labels = ("queue", "prefill wait", "TPOT", "end-to-end", "p99 end-to-end")
+    for c in sorted(v.comparisons, key=lambda c: c.name):
+        meas_tr, sim_tr = c.repeats or [c.trace], c.sim_repeats or [c.sim_trace]
+        meas = np.mean([request_parts(t) for t in meas_tr], axis=0)
+        sim = np.mean([request_parts(t) for t in sim_tr], axis=0)
+        print(f"{c.name}: " + "; ".join(
+            f"{lab} {m:.3f} s vs {s:.3f} s ({100 * (s / m - 1):+.1f}%)"
+            for lab, m, s in zip(labels, meas, sim) if m > 0))
+        dm, ds = step_parts(meas_tr), step_parts(sim_tr)
+        for key in sorted(set(dm) & set(ds)):
+            a, b = np.mean(dm[key]), np.mean(ds[key])
+            print(f"    {key[0]:>11} of {key[1]}: {a:.4f} s vs {b:.4f} s "
+                  f"({100 * (b / a - 1):+.1f}%; {len(dm[key])} / {len(ds[key])})")
+    if args.recalibrate:
+        os.unlink(used)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
