@@ -3,11 +3,14 @@ match patterns (acceptance known exactly), each request's latency split into its
 each step kind's time, measured against replayed.
 
     .venv/bin/python scripts/replay_latency_parts.py psdlab-demo [CONFIG ...] [--recalibrate]
+                                                     [--by-repeat]
 
 Per configuration (default: every one; means over its repeats, each replayed with the first
 seed): the mean queueing time (arrival to admission), prefill wait (admission to first token),
 TPOT, end-to-end latency and its p99, measured and replayed; then per batch size the mean
-decode step, draft phase and verify phase, measured and replayed, with their counts.
+decode step, draft phase and verify phase, measured and replayed, with their counts;
+``--by-repeat`` adds each repeat's TPOT and p99 errors (one slow repeat among few moves a
+configuration's median).
 ``--recalibrate`` fits the cost model again with this checkout's calibration, from the
 demo's own calibration traces (those its model file names), and replays with that instead of
 the demo's model file (the acceptance model stays the demo's): how a change to the
@@ -78,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("configs", nargs="*", help="configurations (default: all)")
     ap.add_argument("--recalibrate", action="store_true",
                     help="refit the cost model with this checkout's calibration")
+    ap.add_argument("--by-repeat", action="store_true", help="each repeat's TPOT and p99 error")
     args = ap.parse_args(argv)
     model = os.path.join(args.demo, "model.json")
     if not os.path.isfile(model):
@@ -113,6 +117,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{c.name}: " + "; ".join(
             f"{lab} {m:.3f} s vs {s:.3f} s ({100 * (s / m - 1):+.1f}%)"
             for lab, m, s in zip(labels, meas, sim) if m > 0))
+        if args.by_repeat:
+            for m, s in zip(meas_tr, sim_tr):
+                a, b = request_parts(m), request_parts(s)
+                name = (m.run.extra or {}).get("demo_run", "")
+                print(f"    repeat {name}: TPOT {100 * (b[2] / a[2] - 1):+.1f}%, "
+                      f"p99 end-to-end {100 * (b[4] / a[4] - 1):+.1f}%")
         dm, ds = step_parts(meas_tr), step_parts(sim_tr)
         for key in sorted(set(dm) & set(ds)):
             a, b = np.mean(dm[key]), np.mean(ds[key])

@@ -1,5 +1,6 @@
-"""The diagnostic scripts of ``scripts/`` (overlap, prefill by length, replay by step kind,
-acceptance by style, probe against runs) on the quick demo's folder and on hand-built inputs."""
+"""The diagnostic scripts of ``scripts/`` (overlap, prefill by length, replay by step kind and
+latency parts, speed by run, acceptance by style, probe against runs) on the quick demo's
+folder and on hand-built inputs."""
 from __future__ import annotations
 
 import pytest
@@ -279,3 +280,43 @@ def test_prediction_noise_replays_one_run_seed_by_seed(quick_demo, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and "--seeds" in err[0] and "nope_r1" in err[1]
     assert "--demo-seeds" in err[2]
+
+
+def test_replay_latency_parts_splits_latency_and_steps(quick_demo, capsys):
+    """`scripts/replay_latency_parts.py`: one block per configuration asked for, its request
+    parts measured against replayed, then its decode steps and phases by batch size with
+    counts matching the traces'; ``--recalibrate`` refits and still replays every block;
+    ``--by-repeat`` adds a line per repeat; an unknown configuration is a one-line error."""
+    from psdlab.analysis.trace import read_trace
+    mod = _script("replay_latency_parts")
+    result, out = quick_demo
+    assert mod.main([str(out), "sd_k3_m2_ho", "--by-repeat"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("sd_k3_m2_ho: queue ") and "TPOT" in lines[0]
+    repeats = [line for line in lines if line.strip().startswith("repeat ")]
+    runs = [m for m in result.measured if m.spec.config == "sd_k3_m2_ho"]
+    assert len(repeats) == len(runs) >= 1
+    steps = mod.step_parts([read_trace(m.path) for m in runs])
+    for key, durations in steps.items():
+        want = f"{key[0]:>11} of {key[1]}: "
+        line = next(x for x in lines if x.startswith("    " + want))
+        assert f"; {len(durations)} / " in line
+    assert mod.main([str(out), "sd_k3_m2_ho", "--recalibrate"]) == 0
+    assert capsys.readouterr().out.startswith("sd_k3_m2_ho: queue ")
+    assert mod.main([str(out), "nope"]) == 2
+    assert "nope" in capsys.readouterr().err
+
+
+def test_speed_by_run_lists_every_run_in_the_order_it_ran(quick_demo, capsys):
+    """`scripts/speed_by_run.py`: one line per trace, by start time; a folder without a model
+    is a one-line error."""
+    import re
+    mod = _script("speed_by_run")
+    result, out = quick_demo
+    assert mod.main([str(out)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == len(list((out / "traces").glob("*.jsonl")))
+    starts = [float(re.match(r"\s*(\d+) s", line).group(1)) for line in lines]
+    assert starts == sorted(starts) and starts[0] == 0
+    assert mod.main([str(out / "missing")]) == 2
+    assert "model.json" in capsys.readouterr().err
