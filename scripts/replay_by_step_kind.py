@@ -12,8 +12,6 @@ written.
 from __future__ import annotations
 
 import argparse
-import glob
-import os
 import sys
 
 import numpy as np
@@ -37,31 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("demo", help="a demo folder (holds model.json and traces/)")
     ap.add_argument("configs", nargs="*", help="configurations (default: all)")
     args = ap.parse_args(argv)
-    model = os.path.join(args.demo, "model.json")
-    if not os.path.isfile(model):
-        print(f"demo: no model.json in {args.demo}", file=sys.stderr)
+    from psdlab.validation.demo_diagnostics import replay_demo_folder
+    v, error = replay_demo_folder(args.demo, args.configs)
+    if error:
+        print(error, file=sys.stderr)
         return 2
-    from psdlab.analysis.trace import read_trace
-    from psdlab.validation.demo_diagnostics import own_outcomes
-    from psdlab.validation.model_file import read_model
-    from psdlab.validation.validate import validate
-    named = []
-    for path in sorted(glob.glob(os.path.join(args.demo, "traces", "*.jsonl"))):
-        tr = read_trace(path)
-        named.append((str((tr.run.extra or {}).get("demo_run", path)), tr))
-    groups = {n: str((t.run.extra or {}).get("demo_config", n)) for n, t in named}
-    wanted = set(args.configs) or set(groups.values())
-    missing = sorted(wanted - set(groups.values()))
-    if missing:
-        print(f"configs: no traces of {', '.join(missing)} in {args.demo}", file=sys.stderr)
-        return 2
-    acc = (read_model(model).get("meta") or {}).get("acceptance") or {}
-    own = own_outcomes(named, acc.get("positional"))
-    if own is None:
-        print("demo: the runs are not greedy, so they have no match patterns", file=sys.stderr)
-        return 2
-    chosen = [(n, t) for n, t in named if groups[n] in wanted]
-    v = validate(model, chosen, seeds=(0,), acceptance=own, groups=groups)
     for c in sorted(v.comparisons, key=lambda c: c.name):
         meas = np.mean([split(t) for t in (c.repeats or [c.trace])], axis=0)
         sim = np.mean([split(t) for t in (c.sim_repeats or [c.sim_trace])], axis=0)

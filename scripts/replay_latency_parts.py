@@ -20,7 +20,6 @@ nothing is written but a temporary model file.
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import sys
@@ -83,32 +82,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="refit the cost model with this checkout's calibration")
     ap.add_argument("--by-repeat", action="store_true", help="each repeat's TPOT and p99 error")
     args = ap.parse_args(argv)
+    from psdlab.validation.demo_diagnostics import replay_demo_folder
     model = os.path.join(args.demo, "model.json")
-    if not os.path.isfile(model):
-        print(f"demo: no model.json in {args.demo}", file=sys.stderr)
+    used = recalibrated(args.demo, model) if args.recalibrate and os.path.isfile(model) else None
+    try:
+        v, error = replay_demo_folder(args.demo, args.configs, used)
+    finally:
+        if used:
+            os.unlink(used)
+    if error:
+        print(error, file=sys.stderr)
         return 2
-    from psdlab.analysis.trace import read_trace
-    from psdlab.validation.demo_diagnostics import own_outcomes
-    from psdlab.validation.model_file import read_model
-    from psdlab.validation.validate import validate
-    named = []
-    for path in sorted(glob.glob(os.path.join(args.demo, "traces", "*.jsonl"))):
-        tr = read_trace(path)
-        named.append((str((tr.run.extra or {}).get("demo_run", path)), tr))
-    groups = {n: str((t.run.extra or {}).get("demo_config", n)) for n, t in named}
-    wanted = set(args.configs) or set(groups.values())
-    missing = sorted(wanted - set(groups.values()))
-    if missing:
-        print(f"configs: no traces of {', '.join(missing)} in {args.demo}", file=sys.stderr)
-        return 2
-    acc = (read_model(model).get("meta") or {}).get("acceptance") or {}
-    own = own_outcomes(named, acc.get("positional"))
-    if own is None:
-        print("demo: the runs are not greedy, so they have no match patterns", file=sys.stderr)
-        return 2
-    used = recalibrated(args.demo, model) if args.recalibrate else model
-    chosen = [(n, t) for n, t in named if groups[n] in wanted]
-    v = validate(used, chosen, seeds=(0,), acceptance=own, groups=groups)
     labels = ("queue", "prefill wait", "TPOT", "end-to-end", "p99 end-to-end")
     for c in sorted(v.comparisons, key=lambda c: c.name):
         meas_tr, sim_tr = c.repeats or [c.trace], c.sim_repeats or [c.sim_trace]
@@ -128,8 +112,6 @@ def main(argv: list[str] | None = None) -> int:
             a, b = np.mean(dm[key]), np.mean(ds[key])
             print(f"    {key[0]:>11} of {key[1]}: {a:.4f} s vs {b:.4f} s "
                   f"({100 * (b / a - 1):+.1f}%; {len(dm[key])} / {len(ds[key])})")
-    if args.recalibrate:
-        os.unlink(used)
     return 0
 
 

@@ -1,7 +1,8 @@
 """The demo's diagnostic replays beside the prediction: the same runs under acceptance models
 that are not predictions (``DIAGNOSTICS`` from the model file: the id-keyed replay of the
 calibration match patterns, per-position rates only; and `own_outcomes`: every run's own match
-patterns, which leaves only the timing model's error).
+patterns, which leaves only the timing model's error; `replay_demo_folder`: a demo folder's
+runs replayed that way, what the diagnostic scripts of ``scripts/`` read).
 """
 from __future__ import annotations
 
@@ -51,3 +52,33 @@ def own_outcomes(named: Sequence[tuple[str, Any]], fallback: dict[str, Any] | No
         return None
     patterns = match_patterns([t for _, t in named])
     return None if patterns is None else patterns.spec(fallback)
+
+
+def replay_demo_folder(demo: str, configs: Sequence[str] = (), model: str | None = None
+                       ) -> tuple[Any, str | None]:
+    """A demo folder's runs of ``configs`` (default: every one) replayed with every run's own
+    match patterns (first simulator seed), with ``model`` (default: the folder's model.json):
+    (the ``validate`` result, None), or (None, a one-line error naming what is missing)."""
+    import glob
+    import os
+    from psdlab.analysis.trace import read_trace
+    from psdlab.validation.model_file import read_model
+    from psdlab.validation.validate import validate
+    own_model = os.path.join(demo, "model.json")
+    if not os.path.isfile(own_model):
+        return None, f"demo: no model.json in {demo}"
+    named = []
+    for path in sorted(glob.glob(os.path.join(demo, "traces", "*.jsonl"))):
+        tr = read_trace(path)
+        named.append((str((tr.run.extra or {}).get("demo_run", path)), tr))
+    groups = {n: str((t.run.extra or {}).get("demo_config", n)) for n, t in named}
+    wanted = set(configs) or set(groups.values())
+    missing = sorted(wanted - set(groups.values()))
+    if missing:
+        return None, f"configs: no traces of {', '.join(missing)} in {demo}"
+    acc = (read_model(own_model).get("meta") or {}).get("acceptance") or {}
+    own = own_outcomes(named, acc.get("positional"))
+    if own is None:
+        return None, "demo: the runs are not greedy, so they have no match patterns"
+    chosen = [(n, t) for n, t in named if groups[n] in wanted]
+    return validate(model or own_model, chosen, seeds=(0,), acceptance=own, groups=groups), None
