@@ -56,7 +56,8 @@ import numpy as np
 from psdlab.analysis.chunking import chunkings_from
 from psdlab.analysis.trace import Phase, Trace
 from psdlab.validation.acceptance_fit import AcceptanceFit, fit_acceptance
-from psdlab.validation.cost_tables import MIN_TABLE, draft_table, verify_table  # noqa: F401
+from psdlab.validation.cost_tables import (MIN_TABLE, draft_table, phase_context,  # noqa: F401
+                                           verify_table)
 from psdlab.validation.fit import LinearFit, fit_nonneg, within_group_slope
 
 TERMS = ("base", "per_seq", "per_token", "per_context")
@@ -86,10 +87,6 @@ class Calibration:
     verify_table: tuple[tuple[int, int, float, int, float], ...] = ()
     draft_table: tuple[tuple[int, int, float, int, float], ...] = ()   # one drafting pass
     prefill_chunking: dict[str, list[int]] = field(default_factory=dict)   # role: [chunk, leave]
-
-
-def phase_context(phase: Phase) -> float:
-    return float(getattr(phase, "context", 0) or 0)
 
 
 @dataclass(frozen=True)
@@ -232,8 +229,11 @@ def context_slope(name: str, rows: Sequence[tuple[Phase, float]], X: np.ndarray,
 
 
 def fit_costs(groups: dict[str, list[tuple[Phase, float]]], *, holdout: float,
-              seed: int, match_total: bool = True) -> dict[str, LinearFit]:
-    fits = {}
+              seed: int, match_total: bool = True
+              ) -> tuple[dict[str, LinearFit], dict[str, int | None]]:
+    """The fits by name, and per decode fit with context the phases its within-shape context
+    slope came from (None: too few, the joint fit's slope)."""
+    fits, within_rows = {}, {}
     for name, rows in groups.items():
         if not rows:
             continue
@@ -248,12 +248,15 @@ def fit_costs(groups: dict[str, list[tuple[Phase, float]]], *, holdout: float,
             within = context_slope(name, rows, X, y)
             if within is not None:
                 fixed = {"per_context": within[:3]}
+            if name in WITHIN_SHAPE:
+                within_rows[name] = None if within is None else within[3]
         fits[name] = fit_nonneg(X, y, FITS[name][1], holdout=holdout, seed=seed,
                                 match_total=match_total, fixed=fixed)
-    return fits
+    return fits, within_rows
 
 
-def _messages(fits: dict[str, LinearFit], groups) -> tuple[list[str], list[str]]:
+def _messages(fits: dict[str, LinearFit], groups, within_rows: dict[str, int | None]
+              ) -> tuple[list[str], list[str]]:
     notes, warnings = [], []
     for name, fit in fits.items():
         err = fit.heldout_error
@@ -276,12 +279,10 @@ def _messages(fits: dict[str, LinearFit], groups) -> tuple[list[str], list[str]]
                          f"(fixed at 0)")
         if no_context:
             notes.append(f"{name}: the traces record no phase context (per_context fixed at 0)")
-        elif name in WITHIN_SHAPE:
-            rows = groups[name]
-            X, y = design(name, [ph for ph, _ in rows]), np.array([d for _, d in rows])
-            within = context_slope(name, rows, X, y)
+        elif name in within_rows:
+            used = within_rows[name]
             notes.append(f"{name}: per_context from the context variation inside repeated "
-                         f"shapes ({within[3]} phases)" if within is not None else
+                         f"shapes ({used} phases)" if used is not None else
                          f"{name}: too few phases in repeated shapes for a within-shape "
                          f"context slope; per_context from the joint fit")
     if "draft" in fits:
@@ -322,8 +323,8 @@ def calibrate(traces: Sequence[Trace], *, holdout: float = 0.2, seed: int = 0) -
     groups, skipped, group_notes = serial_groups(traces)
     if not any(groups.values()):
         raise ValueError("traces: no timed phases with sequences and tokens to fit")
-    fits = fit_costs(groups, holdout=holdout, seed=seed)
-    notes, warnings = _messages(fits, groups)
+    fits, within_rows = fit_costs(groups, holdout=holdout, seed=seed)
+    notes, warnings = _messages(fits, groups, within_rows)
     notes = group_notes + notes
     if skipped:
         notes.append(f"{skipped} phases with no sequences, tokens or duration were skipped")

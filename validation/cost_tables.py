@@ -42,7 +42,8 @@ def _rows(times: dict[tuple[int, int], list[float]],
                  for (sq, tk), v in sorted(times.items()) if len(v) >= MIN_TABLE)
 
 
-def _context(phase) -> float:
+def phase_context(phase) -> float:
+    """A phase's context tokens (0 in traces that record none)."""
     return float(getattr(phase, "context", 0) or 0)
 
 
@@ -60,7 +61,7 @@ def verify_table(traces: Sequence[Trace], overlap: float = 1.0) -> tuple[Row, ..
                 if p.kind == "verify" and p.seqs > 0 and p.end > p.start:
                     d = (p.end - p.start) / (overlap if st.overlapped else 1.0)
                     times[(int(p.seqs), int(p.tokens))].append(d)
-                    contexts[(int(p.seqs), int(p.tokens))].append(_context(p))
+                    contexts[(int(p.seqs), int(p.tokens))].append(phase_context(p))
     return _rows(times, contexts)
 
 
@@ -81,5 +82,5 @@ def draft_table(traces: Sequence[Trace], per_phase: float = 0.0) -> tuple[Row, .
                     continue
                 n = int(p.seqs)
                 times[(n, n)].append(max(p.end - p.start - per_phase, 0.0) / k)
-                contexts[(n, n)].append(_context(p) + n * (k - 1) / 2)
+                contexts[(n, n)].append(phase_context(p) + n * (k - 1) / 2)
     return _rows(times, contexts)

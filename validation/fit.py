@@ -103,12 +103,12 @@ def _nnls(X: np.ndarray, y: np.ndarray, keep: np.ndarray,
           offset: np.ndarray | None = None) -> np.ndarray:
     """Relative-error NNLS of y - offset on the kept columns (rows weighted by 1/y); zeros
     elsewhere."""
+    if not keep.any():
+        return np.zeros(X.shape[1])
     w = 1.0 / y
     Xk = X[:, keep] * w[:, None]
     scale = np.linalg.norm(Xk, axis=0)
     rhs = np.ones_like(y) if offset is None else (y - offset) * w
-    if not keep.any():
-        return np.zeros(X.shape[1])
     sol, _ = optimize.nnls(Xk / scale, rhs)
     coef = np.zeros(X.shape[1])
     coef[keep] = sol / scale
@@ -146,10 +146,11 @@ def _intervals(X: np.ndarray, y: np.ndarray, keep: np.ndarray, coef: np.ndarray,
     return lo, hi
 
 
-def _rel_errors(X: np.ndarray, y: np.ndarray, coef: np.ndarray) -> tuple[float, float]:
+def _rel_errors(X: np.ndarray, y: np.ndarray, coef: np.ndarray,
+                offset: np.ndarray | None = None) -> tuple[float, float]:
     if len(y) == 0:
         return float("nan"), float("nan")
-    pred = X @ coef
+    pred = X @ coef if offset is None else X @ coef + offset
     return float(np.mean(np.abs(pred - y) / y)), float(abs(pred.sum() - y.sum()) / y.sum())
 
 
@@ -171,10 +172,10 @@ def fit_nonneg(X, y, names: tuple[str, ...] | list[str], *, holdout: float = 0.2
         raise ValueError("phase times must be finite and > 0")
     given = np.zeros(len(names))
     is_fixed = np.zeros(len(names), dtype=bool)
+    at = {name: list(names).index(name) for name in (fixed or {})}
     for name, (value, _, _) in (fixed or {}).items():
-        j = list(names).index(name)
-        given[j] = check_range(f"fixed[{name}]", value, 0.0, np.inf)
-        is_fixed[j] = True
+        given[at[name]] = check_range(f"fixed[{name}]", value, 0.0, np.inf)
+        is_fixed[at[name]] = True
     offset = X[:, is_fixed] @ given[is_fixed] if is_fixed.any() else None
     free = np.where(is_fixed[None, :], 0.0, X)
     keep = identifiable_columns(free)
@@ -184,7 +185,7 @@ def fit_nonneg(X, y, names: tuple[str, ...] | list[str], *, holdout: float = 0.2
         level = total_scale(free, y, coef, offset)
         coef, lo, hi = coef * level, lo * level, hi * level
     for name, (value, low, high) in (fixed or {}).items():
-        j = list(names).index(name)
+        j = at[name]
         coef[j], lo[j], hi[j], keep[j] = value, max(low, 0.0), high, True
     fit_err, _ = _rel_errors(X, y, coef)
     pred = X @ coef
@@ -211,9 +212,8 @@ def _heldout(X: np.ndarray, y: np.ndarray, holdout: float, seed: int,
     coef = _nnls(X[train], y[train], keep, off[train])
     if match_total:
         coef = coef * total_scale(X[train], y[train], coef, off[train])
-    pred, meas = X[test] @ coef + off[test], y[test]
-    return (float(np.mean(np.abs(pred - meas) / meas)),
-            float(abs(pred.sum() - meas.sum()) / meas.sum()), n_test)
+    err, total = _rel_errors(X[test], y[test], coef, off[test])
+    return err, total, n_test
 
 
 def within_group_slope(x, y, groups: Sequence[Hashable], *, min_rows: int = 3
