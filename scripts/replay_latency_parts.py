@@ -84,7 +84,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from psdlab.validation.demo_diagnostics import replay_demo_folder
     model = os.path.join(args.demo, "model.json")
-    used = recalibrated(args.demo, model) if args.recalibrate and os.path.isfile(model) else None
+    used = None
+    if args.recalibrate and os.path.isfile(model):
+        try:
+            used = recalibrated(args.demo, model)
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"--recalibrate: cannot refit from the traces {model} names: {exc}",
+                  file=sys.stderr)
+            return 2
     try:
         v, error = replay_demo_folder(args.demo, args.configs, used)
     finally:

@@ -60,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
         d, v = ratios(tr, drafter, target)
         rows.append((float(extra.get("run_started", 0.0)), str(extra.get("demo_run", path)),
                      extra.get("load_1min"), d, v))
+    if not rows:
+        print(f"demo: no traces in {os.path.join(args.demo, 'traces')}", file=sys.stderr)
+        return 2
     t0 = min(r[0] for r in rows)
     for start, name, load, d, v in sorted(rows):
         cells = [f"{label} {np.mean(x):.3f} ({len(x)})" if x else f"{label} -"

@@ -320,3 +320,20 @@ def test_speed_by_run_lists_every_run_in_the_order_it_ran(quick_demo, capsys):
     assert starts == sorted(starts) and starts[0] == 0
     assert mod.main([str(out / "missing")]) == 2
     assert "model.json" in capsys.readouterr().err
+
+
+def test_diagnostic_scripts_give_one_line_errors_on_folders_they_cannot_read(quick_demo,
+                                                                             tmp_path, capsys):
+    """A demo folder with a model but no traces (speed by run), or whose model names
+    calibration traces that are gone (latency parts --recalibrate): exit 2, one line."""
+    import shutil
+    _, out = quick_demo
+    bare = tmp_path / "bare"
+    (bare / "traces").mkdir(parents=True)
+    shutil.copy(out / "model.json", bare / "model.json")
+    assert _script("speed_by_run").main([str(bare)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no traces" in err[0]
+    assert _script("replay_latency_parts").main([str(bare), "--recalibrate"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("--recalibrate:")
