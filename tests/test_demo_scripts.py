@@ -337,3 +337,30 @@ def test_diagnostic_scripts_give_one_line_errors_on_folders_they_cannot_read(qui
     assert _script("replay_latency_parts").main([str(bare), "--recalibrate"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("--recalibrate:")
+
+
+def test_overlap_by_run_pairs_every_psd_run_with_a_serial_run_of_its_workload(quick_demo,
+                                                                              tmp_path, capsys):
+    """`scripts/overlap_by_run.py`: one line per PSD trace, in the order they ran, each against
+    a serial run of its own workload; a folder without traces is a one-line error."""
+    import re
+    from psdlab.analysis.trace import read_trace
+    mod = _script("overlap_by_run")
+    _, out = quick_demo
+    traces = [read_trace(str(p)) for p in (out / "traces").glob("*.jsonl")]
+    psd = [t for t in traces if any(s.overlapped for s in t.steps)]
+    assert mod.main([str(out)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()[1:]
+    assert len(lines) == len(psd) > 0
+    starts = [float(re.match(r"\s*(-?\d+) s", line).group(1)) for line in lines]
+    assert starts == sorted(starts)
+    keys = {t.run.extra["demo_run"]: t.run.extra["workload_key"] for t in traces}
+    pairs = [re.search(r"(\S+)\s+vs (\S+)", line) for line in lines]
+    assert any(pairs)
+    for m, line in zip(pairs, lines):
+        if m:
+            assert keys[m.group(1)] == keys[m.group(2)] and m.group(2).startswith("sd_")
+            assert "own contention target" in line
+    (tmp_path / "traces").mkdir()
+    assert mod.main([str(tmp_path)]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1

@@ -10,10 +10,10 @@ overhead).  The cost fits themselves are already unbiased for the mean (``match_
 - **Overlap contention**: when the drafter and the target run at the same time each runs
   slower than alone if they share anything -- on a CPU, two cores share the memory bandwidth
   and the last-level cache (and the controller process).  The solo time ``w`` of an
-  overlapped phase is the median of the serial phases of the same shape
-  (``serial_reference``; only shapes that serial steps had are compared when there are enough
-  of them: the affine fit's own error at a shape must not read as contention); the trace's
-  start/end times give ``o``, how long the other device was busy during it.  The contention
+  overlapped phase is the median of the serial phases of the same shape in the serial run of
+  its workload that ran nearest in time, else in all runs (``validation.solo_times``: drift
+  between runs must not read as contention, nor the affine fit's own error at a shape); the
+  trace's start/end times give ``o``, how long the other device was busy during it.  The contention
   model: while both run, a role progresses at rate ``1 - c`` of its solo speed, so a phase of
   solo time ``w`` that overlapped for ``o`` lasts ``w + c * o``; ``c`` per role is the
   least-squares fit of (measured - solo time) on ``o`` over the overlapped phases.  For a
@@ -49,6 +49,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from psdlab.analysis.trace import Trace
+from psdlab.validation.solo_times import (is_decode as _is_decode, overlapped_solo,
+                                            serial_reference, solo as _solo,
+                                            strict as _strict)
 
 @dataclass(frozen=True)
 class ReplayParams:
@@ -109,6 +112,8 @@ class ReplayParams:
         return asdict(self)
 
 
+#: fewest overlapped phases of a role for a run's own contention estimate (``fit_contention``)
+MIN_PHASES = 5
 #: contention coefficients are clipped to this range (c < 0: faster while overlapped)
 C_RANGE = (-0.5, 0.9)
 
@@ -122,101 +127,33 @@ def contention_scales(draft: float, verify: float, c_d: float,
     return 1.0 + c_t * o / verify, 1.0 + c_d * o / draft
 
 
-def _overlap(a: Any, b: Any) -> float:
-    return max(0.0, min(a.end, b.end) - max(a.start, b.start))
-
-
-#: fewest serial phases of one shape for a same-shape solo reference
-MIN_REFERENCE = 5
-
-
-def _shape(ph: Any) -> tuple[str, int, int]:
-    return (ph.kind, int(ph.seqs), int(ph.tokens))
-
-
-def serial_reference(traces: Sequence[Trace]) -> dict[tuple[str, int, int], float]:
-    """Median time of the serial (not overlapped) draft and verify phases of decode steps by
-    (kind, sequences, tokens), for shapes seen at least MIN_REFERENCE times (traces as
-    ``validation.calibrate.with_draft_forwards`` gives them: verify tokens at their padded
-    width).  The solo time an overlapped phase of the same shape is compared with: on a CPU a
-    pass's time is a step function of its shape, which the affine fit smooths over, so the
-    fit's residuals at the shapes PSD runs would read as contention that is not there."""
-    from collections import defaultdict
-    times: dict[tuple[str, int, int], list[float]] = defaultdict(list)
-    for tr in traces:
-        for s in tr.steps:
-            if s.overlapped or not _is_decode(s):
-                continue
-            for ph in s.phases:
-                if ph.kind in ("draft", "verify") and ph.seqs > 0 and ph.end > ph.start:
-                    times[_shape(ph)].append(ph.end - ph.start)
-    return {k: float(np.median(v)) for k, v in times.items() if len(v) >= MIN_REFERENCE}
-
-
-def _solo(cal: Any, ref: Mapping[tuple[str, int, int], float], ph: Any,
-          strict: bool = False) -> float | None:
-    """Solo time of a decode phase: the same-shape serial median, else (unless ``strict``)
-    the affine fit."""
-    hit = ref.get(_shape(ph))
-    if hit is not None or strict:
-        return hit
-    from psdlab.validation.calibrate import design
-    name = ph.kind
-    if name not in cal.costs or ph.seqs <= 0 or ph.tokens <= 0:
-        return None
-    return float(cal.costs[name].predict(design(name, [ph]))[0])
-
-
-def _strict(ref: Mapping[tuple[str, int, int], float], phases: Sequence[Any]) -> bool:
-    """Whether enough of ``phases`` have a same-shape reference (MIN_REFERENCE) to use those
-    alone: a shape no serial step had would be compared with the affine fit, whose error at
-    a shape (a step function of it on a CPU) then reads as contention or jitter."""
-    return sum(_shape(ph) in ref for ph in phases) >= MIN_REFERENCE
-
-
-def _overlapped_pairs(traces: Sequence[Trace]):
-    """(draft phase, verify phase) of each overlapped decode step with one of each."""
-    for tr in traces:
-        for s in tr.steps:
-            if not s.overlapped or not _is_decode(s):
-                continue
-            d = [p for p in s.phases if p.kind == "draft"]
-            v = [p for p in s.phases if p.kind == "verify"]
-            if len(d) == 1 and len(v) == 1:
-                yield d[0], v[0]
-
-
-def _overlapped_solo(cal: Any, traces: Sequence[Trace],
-                     ref: Mapping[tuple[str, int, int], float] | None = None):
-    """(phase, time the other device was busy during it, solo time) of the draft and verify
-    phases of overlapped steps: solo times from ``ref`` (``serial_reference``), over the
-    phases whose shape it has when there are enough of them (``_strict``), else with the
-    affine fit for the other shapes."""
-    ref = serial_reference(traces) if ref is None else ref
-    pairs = list(_overlapped_pairs(traces))
-    strict = {k: _strict(ref, [p[i] for p in pairs]) for i, k in enumerate(("draft", "verify"))}
-    for d, v in pairs:
-        o = _overlap(d, v)
-        for ph in (d, v):
-            w = _solo(cal, ref, ph, strict[ph.kind])
-            if w is not None:
-                yield ph, o, w
+def _least_squares(rows: Sequence[tuple[float, float]]) -> float | None:
+    o = np.array([r[0] for r in rows])
+    excess = np.array([r[1] for r in rows])
+    return float(o @ excess / (o @ o)) if o.size and o @ o > 0 else None
 
 
 def fit_contention(cal: Any, traces: Sequence[Trace],
                    ref: Mapping[tuple[str, int, int], float] | None = None
                    ) -> tuple[float, float]:
-    """(c_target, c_drafter): least squares of (measured - solo time) on the time the other
-    device was busy, over the overlapped steps with one draft and one verify phase (solo
-    times: ``_overlapped_solo``)."""
-    rows: dict[str, list[tuple[float, float]]] = {"verify": [], "draft": []}
-    for ph, o, w in _overlapped_solo(cal, traces, ref):
-        rows[ph.kind].append((o, (ph.end - ph.start) - w))
+    """(c_target, c_drafter): per role, the median over the overlapped runs of each run's
+    least squares of (measured - solo time) on the time the other device was busy, over its
+    overlapped steps with one draft and one verify phase (solo times:
+    ``validation.solo_times.overlapped_solo``); runs with fewer than MIN_PHASES such phases
+    of a role are left out of that role's median (all phases pooled when no run has enough).
+    A median over runs, not one fit over all phases: on a shared machine a run's overlapped
+    phases as a whole can run 10-20% slower or faster than its back-to-back serial run's
+    (demos AD-AF, ``results/demo/2026-12-02-overlap-by-run.txt``), and one such run among the
+    three or four a demo calibrates on would move a pooled fit by a third of that."""
+    rows: dict[str, dict[int, list[tuple[float, float]]]] = {"verify": {}, "draft": {}}
+    for i, ph, o, w in overlapped_solo(cal, traces, ref):
+        rows[ph.kind].setdefault(i, []).append((o, (ph.end - ph.start) - w))
     out = []
     for name in ("verify", "draft"):
-        o = np.array([r[0] for r in rows[name]])
-        excess = np.array([r[1] for r in rows[name]])
-        c = float(o @ excess / (o @ o)) if o.size and o @ o > 0 else 0.0
+        per_run = [_least_squares(r) for r in rows[name].values() if len(r) >= MIN_PHASES]
+        per_run = [c for c in per_run if c is not None]
+        pooled = _least_squares([x for r in rows[name].values() for x in r])
+        c = float(np.median(per_run)) if per_run else (pooled or 0.0)
         out.append(float(np.clip(c, *C_RANGE)))
     return out[0], out[1]
 
@@ -225,10 +162,10 @@ def overlap_factors(cal: Any, traces: Sequence[Trace],
                     ref: Mapping[tuple[str, int, int], float] | None = None
                     ) -> dict[str, float]:
     """Total measured / total solo time of the overlapped verify and draft phases (solo
-    times: ``_overlapped_solo``)."""
+    times: ``validation.solo_times.overlapped_solo``)."""
     meas = {"verify": 0.0, "draft": 0.0}
     solo = {"verify": 0.0, "draft": 0.0}
-    for ph, _, w in _overlapped_solo(cal, traces, ref):
+    for _, ph, _, w in overlapped_solo(cal, traces, ref):
         meas[ph.kind] += ph.end - ph.start
         solo[ph.kind] += w
     return {k: meas[k] / solo[k] for k in meas if solo[k] > 0}
@@ -239,11 +176,6 @@ def caps_proposals(traces: Sequence[Trace]) -> bool:
     output budget: ``server.cap_proposals``)."""
     return any(0 <= v.proposed < tr.run.k for tr in traces if tr.run.k > 0
                for s in tr.steps for v in s.verified)
-
-
-def _is_decode(step) -> bool:
-    kinds = {p.kind for p in step.phases}
-    return "prefill" not in kinds and "verify" in kinds
 
 
 #: a pause between steps longer than this is a wait for an arrival, not controller work
