@@ -22,8 +22,10 @@ the human body; sport and games -- three near-duplicates rewritten, word-set Jac
 traces the cost model's context and table changes were worked out on); split ``fresh9`` (240
 prompts, 48 a style, written after demo AD by two writers on disjoint topics -- architecture,
 cities and infrastructure; crafts made by hand -- word-set Jaccard at most 0.41 against any
-earlier prompt) is the demo's held-out side now: prompts that no choice in psdlab's design
-was made on.
+earlier prompt) that of demos AE and AF; split ``fresh10`` (240 prompts, 48 a style, written
+after demo AF by two writers on disjoint topics -- geology, volcanoes and earthquakes; insects,
+spiders and other small creatures -- word-set Jaccard at most 0.45 against any earlier prompt)
+is the demo's held-out side now: prompts that no choice in psdlab's design was made on.
 ``Prompt.chat_text`` wraps a prompt in the tokenizer's chat template, which is how the runtime
 and the drafter scripts feed prompts to the instruct model.
 """
@@ -39,7 +41,7 @@ from psdlab.analysis.checks import check_choice
 
 DEFAULT_PROMPTS = Path(__file__).resolve().parent / "data" / "prompts.jsonl"
 SPLITS = ("train", "heldout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6",
-          "fresh7", "fresh8", "fresh9", "all")
+          "fresh7", "fresh8", "fresh9", "fresh10", "all")
 _FIELDS = ("id", "style", "text")
 
 

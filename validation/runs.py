@@ -8,7 +8,7 @@ comparison) or ``reference`` (for the report only).  Each run serves one of two 
 prompt sets (``PROMPT_SIDES``, ``validation.demo_prompts``): calibration runs the
 ``calibration`` side (split ``fresh3`` of ``runtime/data/prompts.jsonl``, written by writers of
 their own after the drafter was distilled), held-out runs the ``heldout`` side (split
-``fresh9``, written after every earlier demo), every style on both, so no held-out request was
+``fresh10``, written after every earlier demo), every style on both, so no held-out request was
 seen by the calibration (greedy, EOS ignored,
 each request with its own seeded output length, ``Plan.output_lengths``).  Each repeat of a
 workload serves the next window of ``num_prompts`` prompts of its side's list
