@@ -13,10 +13,11 @@ overhead).  The cost fits themselves are already unbiased for the mean (``match_
   overlapped phase is the median of the serial phases of the same shape in the serial run of
   its workload that ran nearest in time, else in all runs (``validation.solo_times``: drift
   between runs must not read as contention, nor the affine fit's own error at a shape); the
-  trace's start/end times give ``o``, how long the other device was busy during it.  The contention
-  model: while both run, a role progresses at rate ``1 - c`` of its solo speed, so a phase of
-  solo time ``w`` that overlapped for ``o`` lasts ``w + c * o``; ``c`` per role is the
-  least-squares fit of (measured - solo time) on ``o`` over the overlapped phases.  For a
+  trace's start/end times give ``o``, how long the other device was busy during it.  The
+  contention model: while both run, a role progresses at rate ``1 - c`` of its solo speed, so
+  a phase of solo time ``w`` that overlapped for ``o`` lasts ``w + c * o``; ``c`` per role is
+  the median over the PSD runs of each run's least-squares fit of (measured - solo time) on
+  ``o`` over its overlapped phases (``fit_contention``).  For a
   replay, with solo times ``a`` (draft) and ``b`` (verify) of a full step at the run's k and
   m, both start together, ``o = min(a / (1 - c_d), b / (1 - c_t))`` and the scales are
   ``1 + c * o / w`` per role (``contention_scales``): a phase overlapped for only part of its
