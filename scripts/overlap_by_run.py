@@ -29,12 +29,17 @@ def _lines(folder: str) -> list[str]:
     paths = sorted(glob.glob(os.path.join(folder, "traces", "*.jsonl")))
     traces = [with_draft_forwards(read_trace(p)) for p in paths]
     cal = calibration_view(read_model(os.path.join(folder, "model.json")))
-    t0 = min(float(t.run.extra.get("run_started", 0.0)) for t in traces)
+    pooled = serial_reference(traces)
+
+    def started(t) -> float:
+        return float(t.run.extra.get("run_started", 0.0))
+
+    t0 = min(map(started, traces))
     out = []
-    for tr in sorted(traces, key=lambda t: float(t.run.extra.get("run_started", 0.0))):
+    for tr in sorted(traces, key=started):
         if not any(s.overlapped for s in tr.steps):
             continue
-        name, start = tr.run.extra.get("demo_run", "?"), float(tr.run.extra["run_started"])
+        name, start = tr.run.extra.get("demo_run", "?"), started(tr)
         near = neighbour(tr, traces)
         if near is None:
             out.append(f"{start - t0:6.0f} s  {name:26s} no serial run of its workload")
@@ -45,11 +50,11 @@ def _lines(folder: str) -> list[str]:
             for ph in (d, v):
                 if ph.seqs == 4 and shape(ph) in ref:
                     ratios[ph.kind].append((ph.end - ph.start) / ref[shape(ph)])
-        c_t, c_d = fit_contention(cal, [near, tr], serial_reference(traces))
+        c_t, c_d = fit_contention(cal, [near, tr], pooled)
         parts = " ".join(f"{k} {np.mean(r):.3f} ({len(r)})" if r else f"{k} -"
                          for k, r in ratios.items())
         out.append(f"{start - t0:6.0f} s  {name:26s} vs {near.run.extra.get('demo_run', '?'):24s}"
-                   f" {float(near.run.extra['run_started']) - start:+4.0f} s  {parts}"
+                   f" {started(near) - start:+4.0f} s  {parts}"
                    f"  own contention target {c_t:+.3f}, drafter {c_d:+.3f}")
     return out
 

@@ -45,7 +45,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -146,8 +146,13 @@ def fit_contention(cal: Any, traces: Sequence[Trace],
     phases as a whole can run 10-20% slower or faster than its back-to-back serial run's
     (demos AD-AF, ``results/demo/2026-12-02-overlap-by-run.txt``), and one such run among the
     three or four a demo calibrates on would move a pooled fit by a third of that."""
+    return _contention(overlapped_solo(cal, traces, ref))
+
+
+def _contention(solo_rows: Iterable[tuple[int, Any, float, float]]) -> tuple[float, float]:
+    """``fit_contention`` on the rows of ``validation.solo_times.overlapped_solo``."""
     rows: dict[str, dict[int, list[tuple[float, float]]]] = {"verify": {}, "draft": {}}
-    for i, ph, o, w in overlapped_solo(cal, traces, ref):
+    for i, ph, o, w in solo_rows:
         rows[ph.kind].setdefault(i, []).append((o, (ph.end - ph.start) - w))
     out = []
     for name in ("verify", "draft"):
@@ -164,9 +169,14 @@ def overlap_factors(cal: Any, traces: Sequence[Trace],
                     ) -> dict[str, float]:
     """Total measured / total solo time of the overlapped verify and draft phases (solo
     times: ``validation.solo_times.overlapped_solo``)."""
+    return _factors(overlapped_solo(cal, traces, ref))
+
+
+def _factors(solo_rows: Iterable[tuple[int, Any, float, float]]) -> dict[str, float]:
+    """``overlap_factors`` on the rows of ``validation.solo_times.overlapped_solo``."""
     meas = {"verify": 0.0, "draft": 0.0}
     solo = {"verify": 0.0, "draft": 0.0}
-    for _, ph, _, w in overlapped_solo(cal, traces, ref):
+    for _, ph, _, w in solo_rows:
         meas[ph.kind] += ph.end - ph.start
         solo[ph.kind] += w
     return {k: meas[k] / solo[k] for k in meas if solo[k] > 0}
@@ -297,10 +307,11 @@ def replay_params_of(cal: Any, traces: Sequence[Trace]) -> ReplayParams:
     serial_tr = [serial_only(t) for t in traces]
     serial = _scales(cal, serial_tr)
     ref = serial_reference(traces)
-    over = overlap_factors(cal, traces, ref)
+    solo_rows = list(overlapped_solo(cal, traces, ref))      # each PSD run's neighbour, once
+    over = _factors(solo_rows)
     ser_t, ser_d = serial.get("verify", 1.0), serial.get("draft", 1.0)
     o_serial, o_over, o_ar = step_overheads(traces)
-    c_t, c_d = fit_contention(cal, traces, ref)
+    c_t, c_d = _contention(solo_rows)
     pre_drafting, pre_ar = prefill_overheads(traces)
     return ReplayParams(overhead_serial=o_serial, overhead_overlapped=o_over,
                         overhead_ar=o_ar,

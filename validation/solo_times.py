@@ -23,7 +23,7 @@ contention, overlap factors and step-time spread against.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -107,10 +107,16 @@ def solo(cal: Any, ref: Reference, ph: Any, strict: bool = False) -> float | Non
     return float(cal.costs[name].predict(design(name, [ph]))[0])
 
 
+def _enough(pairs: Iterable[tuple[Reference, Any]]) -> bool:
+    """Whether enough (MIN_REFERENCE) of the phases have a same-shape entry in their
+    reference to compare with those alone."""
+    return sum(shape(ph) in ref for ref, ph in pairs) >= MIN_REFERENCE
+
+
 def strict(ref: Reference, phases: Sequence[Any]) -> bool:
     """Whether enough of ``phases`` have a same-shape reference (MIN_REFERENCE) to use those
     alone."""
-    return sum(shape(ph) in ref for ph in phases) >= MIN_REFERENCE
+    return _enough((ref, ph) for ph in phases)
 
 
 def overlapped_pairs(trace: Trace) -> Iterator[tuple[Any, Any]]:
@@ -137,7 +143,7 @@ def overlapped_solo(cal: Any, traces: Sequence[Trace], pooled: Reference | None 
     the other shapes."""
     refs = references(traces, pooled)
     pairs = [(i, refs[i], d, v) for i, tr in enumerate(traces) for d, v in overlapped_pairs(tr)]
-    use_ref = {k: sum(shape(p[j]) in p[1] for p in pairs) >= MIN_REFERENCE
+    use_ref = {k: _enough((p[1], p[j]) for p in pairs)
                for j, k in ((2, "draft"), (3, "verify"))}
     for i, ref, d, v in pairs:
         o = _overlap(d, v)
