@@ -10,7 +10,8 @@ from hypothesis import given, settings, strategies as st
 from psdlab.validation.compare import Row
 from psdlab.validation.noise import (NoiseModel, break_chance, class_cvs, inside_both,
                                     median_correlation, median_se, metric_cvs,
-                                    pair_correlations, pooled_cv, ratio_cvs, row_noise)
+                                    pair_correlations, pooled_cv, ratio_cvs, row_noise,
+                                    calibration_se)
 
 
 def test_median_se_of_small_samples():
@@ -201,3 +202,52 @@ def test_noise_model_links_the_sd_and_psd_rows_of_a_pair():
     assert rho > 0.9
     gain = Row("psd vs sd", "gain.throughput_tok_s", "gain", "", 0.5, 0.5, 0.0, "pp")
     assert model.links([gain]) == []
+
+
+@settings(deadline=None, max_examples=15)
+@given(st.lists(st.floats(0.005, 0.06), min_size=1, max_size=6), st.floats(0.002, 0.05),
+       st.floats(0.01, 0.1))
+def test_break_chance_with_a_common_shift_is_the_simulated_frequency(ses, common, bound):
+    """With one shift N(0, common^2) added to every row the chance is how often
+    max |N(0, se_i) + s| > b, and never below the chance without the shift."""
+    rng = np.random.default_rng(2)
+    shift = rng.standard_normal((30000, 1)) * common
+    draws = np.abs(rng.standard_normal((30000, len(ses))) * np.array(ses) + shift)
+    freq = float((draws.max(axis=1) > bound).mean())
+    assert break_chance(ses, bound, common=common) == pytest.approx(freq, abs=0.015)
+    assert break_chance(ses, bound, common=common) >= break_chance(ses, bound) - 1e-9
+
+
+def test_break_chance_with_a_common_shift_and_links():
+    """A linked pair under a common shift, against correlated draws plus the shift; a common
+    shift of 0 is the unshifted chance; a negative one is refused by name."""
+    se, b, c = 0.03, 0.05, 0.02
+    rng = np.random.default_rng(4)
+    z = rng.multivariate_normal([0, 0], [[1, 0.6], [0.6, 1]], size=60000) * se
+    z = z + rng.standard_normal((60000, 1)) * c
+    freq = float((np.abs(z).max(axis=1) > b).mean())
+    assert break_chance([se, se], b, [(0, 1, 0.6)], common=c) == pytest.approx(freq, abs=0.01)
+    assert break_chance([se, se], b, [(0, 1, 0.6)], common=0.0) == pytest.approx(
+        break_chance([se, se], b, [(0, 1, 0.6)]))
+    with pytest.raises(ValueError, match="common"):
+        break_chance([se], b, common=-0.01)
+
+
+def test_calibration_se_is_the_calibration_cv_over_the_root_of_its_runs():
+    """Only the named calibration configurations count; a ratio metric gets no shift; the
+    noise model hands a row its metric's shift (0 for a gain row)."""
+    values = {"cal_a": [{"tpot.mean": 1.1, "throughput_tok_s": 10.0},
+                        {"tpot.mean": 0.9, "throughput_tok_s": 10.0}],
+              "cal_b": [{"tpot.mean": 2.2}, {"tpot.mean": 1.8}],
+              "held": [{"tpot.mean": 1.5}, {"tpot.mean": 0.5}]}
+    common = calibration_se(values, ["cal_a", "cal_b"])
+    assert common["tpot.mean"] == pytest.approx(math.sqrt(0.02) / 2.0)
+    assert common["throughput_tok_s"] == pytest.approx(0.0)
+    assert calibration_se(values, []) == {}
+    assert calibration_se(values, ["missing"]) == {}
+    classes = {n: "offline" for n in values}
+    model = NoiseModel(values, metric_cvs(values), class_cvs(values, classes), {}, {}, {},
+                       classes, common)
+    assert model.common_se(Row("held", "tpot.mean.det", "", "", 1.0, 1.0, 0.0)) == \
+        pytest.approx(common["tpot.mean"])
+    assert model.common_se(Row("x", "gain.throughput_tok_s", "", "", 1.0, 1.0, 0.0)) == 0.0

@@ -28,7 +28,7 @@ from psdlab.validation.replay_model import (ReplayParams, contention_scales, loa
                                      replay_params, serial_only, step_overheads,
                                      store_replay_params)
 from psdlab.sim.costs.calibrated import calibrated_cost
-from psdlab.validation.validate import validate
+from psdlab.validation.validate import calibration_configs, validate
 
 TARGET = {"name": "affine", "base": 0.02, "per_seq": 1e-3, "per_token": 5e-4,
           "per_context": 1e-6}
@@ -624,3 +624,35 @@ def test_closed_form_prediction_uses_the_calibrated_costs_not_the_pair(loop):
     assert v2.gains[0].predicted_cf.speedup == pytest.approx(g.predicted_cf.speedup)
     assert v2.gains[0].closed_form.t != pytest.approx(g.closed_form.t)
     assert "closed-form prediction (steady state)" in {s["target"] for s in v.summary()}
+
+
+def test_calibration_noise_enters_the_break_chance(loop, tmp_path):
+    """The configurations a model file names as its calibration traces are found by their
+    file stems; their repeats' noise, as one shift common to every run, raises the chance
+    that noise alone breaks an absolute bound and leaves a gain row's chance alone."""
+    path, held, _ = loop
+    base, other = held["sd-sep_k3"], held["psd_k3"]
+
+    def slowed(tr, f):
+        steps = [replace(s, start=f * s.start, end=f * s.end) for s in tr.steps]
+        reqs = [replace(r, first_token=f * r.first_token, finish=f * r.finish)
+                for r in tr.requests]
+        return Trace(tr.run, steps, reqs)
+    reps = [(f"{n}_r{i}", slowed(tr, f)) for n, tr in (("sd", base), ("psd", other))
+            for i, f in ((1, 1.0), (2, 1.1), (3, 0.93))]
+    doc = json.loads(open(path).read())
+    doc.setdefault("meta", {}).setdefault("calibration", {})["traces"] = ["sd_r1.jsonl",
+                                                                          "sd_r2.jsonl"]
+    named = tmp_path / "named.json"
+    named.write_text(json.dumps(doc))
+    assert calibration_configs(str(named), reps) == {"sd"}
+    assert calibration_configs(path, reps) == set()
+    plain = validate(path, reps, seeds=(0,))
+    with_cal = validate(str(named), reps, seeds=(0,))
+    assert plain.calibration == frozenset() and with_cal.calibration == {"sd"}
+
+    def chance(v, metric):
+        return next(s for s in v.summary() if s["metric"] == metric)["noise_break_chance"]
+    assert chance(with_cal, "throughput_tok_s") > chance(plain, "throughput_tok_s") + 1e-3
+    assert chance(with_cal, "gain.throughput_tok_s") == pytest.approx(
+        chance(plain, "gain.throughput_tok_s"))

@@ -29,19 +29,31 @@ run judges.  This module puts a number on it:
   rows counts with the bivariate normal's probability of both inside the bound
   (``inside_both``), so correlated rows are not counted as two independent chances.
 
-The calibration runs are noisy too, which shifts every prediction by one common error; that
-is not counted, so the chance is a lower bound for a simulator calibrated from the same
-machine.
+- ``calibration_se``: the calibration runs are noisy too, and their noise moves every
+  prediction of one metric by one common error (the cost model's level is set by the
+  calibration runs' total time, ``validation.fit``'s ``match_total``).  Run speed does not
+  carry from one run to the next on the demo's machine (the speed autocorrelation of demos AG
+  and AH), so that level's standard error is the calibration configurations' pooled CV of the
+  metric over the square root of the calibration runs.  ``break_chance`` integrates over that
+  common shift (``common``) for the metrics of one configuration (throughput, TPOT, p99); a
+  PSD/SD ratio (gain, speedup) is taken to cancel it, as both runs of a pair are predicted
+  from one level.
+
+What the chance still leaves out, so it stays a lower bound: the acceptance model's own
+sampling error on a new prompt set (``validation.set_level`` reports it separately), the
+contention coefficient's sampling error (PSD rows only), and the amplification of a cost-level
+shift by queueing under Poisson arrivals (its p99 moves more than the level).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from psdlab.analysis.checks import check_range
 from psdlab.analysis.metrics import summarize
 
 #: var(median of 3) / var(one) for normal noise
@@ -225,18 +237,23 @@ def base_metric(metric: str) -> str:
     return metric
 
 
-def _inside(se: float, bound: float) -> float:
-    return math.erf(bound / (se * math.sqrt(2.0))) if se > 0 else 1.0
+def _inside(se: float, bound: float, shift: float = 0.0) -> float:
+    """P(|N(0, se^2) + shift| <= bound)."""
+    if se <= 0:
+        return float(abs(shift) <= bound)
+    from scipy.special import ndtr
+    return float(ndtr((bound - shift) / se) - ndtr((-bound - shift) / se))
 
 
-def inside_both(se1: float, se2: float, rho: float, bound: float) -> float:
-    """P(|X| <= b and |Y| <= b) for zero-mean normals with SDs se1, se2 and correlation rho
-    (integrated over X on a fixed grid; exact limits at zero SD and |rho| = 1)."""
+def inside_both(se1: float, se2: float, rho: float, bound: float, shift: float = 0.0) -> float:
+    """P(|X + s| <= b and |Y + s| <= b) for zero-mean normals with SDs se1, se2 and
+    correlation rho and a fixed shift s (integrated over X on a fixed grid; exact limits at
+    zero SD and |rho| = 1)."""
     if se1 <= 0 or se2 <= 0:
-        return _inside(se1, bound) * _inside(se2, bound)
-    x = np.linspace(-bound, bound, 2001)
+        return _inside(se1, bound, shift) * _inside(se2, bound, shift)
+    x = np.linspace(-bound - shift, bound - shift, 2001)
     pdf = np.exp(-0.5 * (x / se1) ** 2) / (se1 * math.sqrt(2.0 * math.pi))
-    mean = rho * se2 / se1 * x
+    mean = rho * se2 / se1 * x + shift
     spread = se2 * math.sqrt(max(0.0, 1.0 - rho * rho))
     if spread < 1e-12 * se2:
         inner = (np.abs(mean) <= bound).astype(float)
@@ -247,23 +264,54 @@ def inside_both(se1: float, se2: float, rho: float, bound: float) -> float:
     return float(min(1.0, np.sum((y[1:] + y[:-1]) * np.diff(x)) / 2.0))
 
 
-def break_chance(ses: Sequence[float], bound: float,
-                 links: Sequence[tuple[int, int, float]] = ()) -> float | None:
-    """P(at least one |N(0, se_i^2)| > bound): how often noise alone breaks the bound.  Rows
-    are independent except the pairs in ``links`` (i, j, correlation; each row in one pair at
-    most)."""
-    if not ses:
-        return None
+def _all_inside(ses: Sequence[float], bound: float, links: Sequence[tuple[int, int, float]],
+                shift: float) -> float:
+    """P(every |N(0, se_i^2) + shift| <= bound), rows independent except ``links``."""
     inside, linked = 1.0, set()
     for i, j, rho in links:
         if i in linked or j in linked or i == j:
             raise ValueError(f"links: row {i} or {j} linked twice")
         linked |= {i, j}
-        inside *= inside_both(ses[i], ses[j], rho, bound)
+        inside *= inside_both(ses[i], ses[j], rho, bound, shift)
     for i, se in enumerate(ses):
         if i not in linked:
-            inside *= _inside(se, bound)
-    return max(0.0, 1.0 - inside)
+            inside *= _inside(se, bound, shift)
+    return inside
+
+
+#: Gauss-Hermite nodes for the integral over the calibration's common shift
+_HERMITE = np.polynomial.hermite_e.hermegauss(40)
+
+
+def break_chance(ses: Sequence[float], bound: float,
+                 links: Sequence[tuple[int, int, float]] = (),
+                 common: float = 0.0) -> float | None:
+    """P(at least one |N(0, se_i^2) + s| > bound): how often noise alone breaks the bound.
+    Rows are independent except the pairs in ``links`` (i, j, correlation; each row in one pair
+    at most); ``s`` is one shift common to every row, N(0, common^2) (the calibration runs'
+    noise, ``calibration_se``; 0: none), integrated by Gauss-Hermite quadrature."""
+    if not ses:
+        return None
+    common = check_range("common", common, 0.0, math.inf)
+    if common == 0.0:
+        return max(0.0, 1.0 - _all_inside(ses, bound, links, 0.0))
+    nodes, weights = _HERMITE
+    inside = sum(w * _all_inside(ses, bound, links, common * x)
+                 for x, w in zip(nodes, weights)) / math.sqrt(2.0 * math.pi)
+    return min(1.0, max(0.0, 1.0 - inside))
+
+
+def calibration_se(values: Mapping[str, Sequence[Mapping[str, float | None]]],
+                   calibration: Iterable[str]) -> dict[str, float]:
+    """Per metric of one configuration, the standard error of the common shift the
+    calibration runs' noise puts on every prediction: their pooled run-to-run CV over the
+    square root of their number (module docstring); empty without calibration repeats."""
+    cal = {n: values[n] for n in calibration if n in values}
+    runs = sum(len(v) for v in cal.values())
+    if runs == 0:
+        return {}
+    return {k: cv / math.sqrt(runs) for k, cv in metric_cvs(cal).items()
+            if cv is not None and k not in _RATIO_OF}
 
 
 @dataclass(frozen=True)
@@ -277,6 +325,12 @@ class NoiseModel:
     ratio_cv: Mapping[str, Mapping[str, float | None]]       # class -> ratio metric -> cv
     correlations: Mapping[str, Mapping[str, float | None]]   # class -> metric -> rho
     classes: Mapping[str, str]
+    common: Mapping[str, float] = field(default_factory=dict)  # metric -> calibration_se
+
+    def common_se(self, row: Any) -> float:
+        """SE of the calibration's common shift on a row's metric (0 for a PSD/SD ratio and
+        a metric without one)."""
+        return float(self.common.get(base_metric(row.metric), 0.0))
 
     def se(self, row: Any) -> float | None:
         sd = self.pairs.get(row.run, (row.run,))[0]
@@ -301,7 +355,8 @@ class NoiseModel:
 def noise_of(validation: Any) -> NoiseModel:
     """The noise model of one validation: CVs pooled within each configuration's class
     (``noise_class``), per-round ratio CVs and pair correlations within each class (a ratio
-    CV a class has no pairs for: the pool of all pairs, under class ``""``)."""
+    CV a class has no pairs for: the pool of all pairs, under class ``""``), and the
+    calibration's common shift per metric from its ``calibration`` configurations."""
     values = repeat_values(validation)
     classes = {c.name: noise_class(c.trace) for c in validation.comparisons}
     pairs = {g.name: (g.sd, g.psd) for g in validation.gains}
@@ -312,4 +367,4 @@ def noise_of(validation: Any) -> NoiseModel:
     rcv[""] = overall
     return NoiseModel(values, metric_cvs(values), class_cvs(values, classes), pairs, rcv,
                       {c: pair_correlations(values, ps) for c, ps in by_class.items()},
-                      classes)
+                      classes, calibration_se(values, getattr(validation, "calibration", ())))

@@ -139,8 +139,11 @@ NOISE_NOTE = ("*noise SE*: typical standard error of a measured median from the 
               "breaks bound)*: the chance that a perfect prediction still shows an error "
               "beyond the bound on at least one of the n runs, from the measurement noise "
               "alone, the SD and PSD runs of one workload counted with the correlation of "
-              "their rounds (they serve the same prompts), other runs as independent (the "
-              "calibration runs' noise comes on top).")
+              "their rounds (they serve the same prompts), other runs as independent, and the "
+              "calibration runs' noise as one shift common to every run of a target "
+              "(`validation.noise.calibration_se`; not for PSD/SD ratios, which cancel it). "
+              "Still left out: the acceptance model's and the contention estimate's own "
+              "sampling error, so the chance is a lower bound.")
 
 
 def format_summary(summary: Sequence[Mapping[str, Any]]) -> str:

@@ -59,6 +59,8 @@ class Validation:
     params: ReplayParams
     seeds: tuple[int, ...]
     notes: list[str] = field(default_factory=list)
+    #: the configurations the model was calibrated on (their noise: ``noise.calibration_se``)
+    calibration: frozenset[str] = frozenset()
 
     @property
     def rows(self) -> list[Row]:
@@ -98,7 +100,9 @@ class Validation:
                         "noise_se": float(np.median(ses)) if ses else None,
                         "error_over_noise": z,
                         "noise_break_chance": (None if bound is None or len(ses) < len(errs)
-                                               else break_chance(ses, bound, links))})
+                                               else break_chance(
+                                                   ses, bound, links,
+                                                   self._noise.common_se(rows[0])))})
         return out
 
     @cached_property
@@ -182,10 +186,12 @@ def group_repeats(traces: Sequence[tuple[str, Trace]], groups: dict[str, str] | 
 def validate(model_path: str, traces: Sequence[tuple[str, Trace]], *,
              seeds: Sequence[int] = DEFAULT_SEEDS, params: ReplayParams | None = None,
              acceptance: dict[str, Any] | None = None, jitter: dict[str, Any] | None = None,
-             progress: Any = None, groups: dict[str, str] | None = None) -> Validation:
+             progress: Any = None, groups: dict[str, str] | None = None,
+             calibration: Sequence[str] = ()) -> Validation:
     """Replay each named trace, or each configuration's repeats as one (``group_repeats``:
     measured = median over them); pair SD and PSD configurations of one workload for the
-    gain."""
+    gain.  ``calibration``: the configurations the model file was fitted on (their noise
+    enters the chance that noise alone breaks a bound, ``validation.noise``)."""
     if not traces:
         raise ValueError("traces: need at least one trace")
     params = model_params(model_path) if params is None else params
@@ -215,7 +221,19 @@ def validate(model_path: str, traces: Sequence[tuple[str, Trace]], *,
             if pcf is not None:
                 rows += predicted_rows(label, a.measured, b.measured, pcf)
         gains.append(GainResult(label, sd, psd, rows, cf, pcf))
-    return Validation(comps, gains, model_path, params, tuple(seeds), notes)
+    return Validation(comps, gains, model_path, params, tuple(seeds), notes,
+                      frozenset(calibration or calibration_configs(model_path, traces, groups)))
+
+
+def calibration_configs(model_path: str, traces: Sequence[tuple[str, Trace]],
+                        groups: dict[str, str] | None = None) -> set[str]:
+    """The configurations of the named traces that the model file says it was fitted on
+    (``meta.calibration.traces``: file names, matched on their stem)."""
+    from psdlab.validation.model_file import read_model
+    meta = (read_model(model_path).get("meta") or {}).get("calibration") or {}
+    stems = {os.path.splitext(os.path.basename(str(t)))[0] for t in meta.get("traces") or ()}
+    return {(groups or {}).get(name) or config_name(name) for name, _ in traces
+            if os.path.splitext(os.path.basename(name))[0] in stems}
 
 
 def _default_acceptance(model_path: str) -> dict[str, Any] | None:
