@@ -25,6 +25,10 @@ cities and infrastructure; crafts made by hand -- word-set Jaccard at most 0.41 
 earlier prompt) that of demos AE and AF; split ``fresh10`` (240 prompts, 48 a style, written
 after demo AF by two writers on disjoint topics -- geology, volcanoes and earthquakes; insects,
 spiders and other small creatures -- word-set Jaccard at most 0.45 against any earlier prompt)
+that of demos AG and AH (and of diagnostic demo AI, whose traces the verify phases' padded
+context was measured on); split ``fresh11`` (240 prompts, 48 a style, written on 2026-12-03
+after demo AI by two writers on disjoint topics -- railways, aviation and long-distance travel;
+birds, migration and birdwatching -- word-set Jaccard at most 0.45 against any earlier prompt)
 is the demo's held-out side now: prompts that no choice in psdlab's design was made on.
 ``Prompt.chat_text`` wraps a prompt in the tokenizer's chat template, which is how the runtime
 and the drafter scripts feed prompts to the instruct model.
@@ -41,7 +45,7 @@ from psdlab.analysis.checks import check_choice
 
 DEFAULT_PROMPTS = Path(__file__).resolve().parent / "data" / "prompts.jsonl"
 SPLITS = ("train", "heldout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6",
-          "fresh7", "fresh8", "fresh9", "fresh10", "all")
+          "fresh7", "fresh8", "fresh9", "fresh10", "fresh11", "all")
 _FIELDS = ("id", "style", "text")
 
 

@@ -61,11 +61,13 @@ def recalibrated(demo: str, model: str) -> str:
     from psdlab.validation.model_file import write_model
     old = json.load(open(model))
     names = old["meta"]["calibration"]["traces"]
-    cal = calibrate([read_trace(os.path.join(demo, "traces", n)) for n in names])
+    from psdlab.validation.context_probe import read_probe
+    cal = calibrate([read_trace(os.path.join(demo, "traces", n)) for n in names],
+                    context_probe=read_probe(os.path.join(demo, "traces")))
     fd, path = tempfile.mkstemp(suffix=".json")
     os.close(fd)
     new = write_model(path, cal, traces=names)
-    for key in ("fits", "replay", "tables", "calibration", "prefill_chunking"):
+    for key in ("fits", "replay", "tables", "calibration", "prefill_chunking", "context_probe"):
         if key in new["meta"]:
             old["meta"][key] = new["meta"][key]
     old["roles"] = new["roles"]

@@ -120,29 +120,29 @@ def test_prompt_sides_are_disjoint_and_cover_every_style():
         assert of & cal and of & held, style
 
 
-def test_demo_sides_are_split_fresh3_and_the_new_split_fresh10():
+def test_demo_sides_are_split_fresh3_and_the_new_split_fresh11():
     """The demo's calibration side is split ``fresh3`` and its held-out side split
-    ``fresh10``, never a split an earlier demo held out (half of ``heldout``, ``fresh``,
-    ``fresh2``, ``fresh4`` to ``fresh9``); the two sides share no prompt id or text
+    ``fresh11``, never a split an earlier demo held out (half of ``heldout``, ``fresh``,
+    ``fresh2``, ``fresh4`` to ``fresh10``); the two sides share no prompt id or text
     and every style has at least 20 prompts on each; each side's first 5 prompts are one of
     each style.  The acceptance pool holds the calibration side, split ``fresh`` and of
     ``fresh2``, ``fresh4``, ``fresh5`` and ``fresh6`` every third prompt of each style (the
     first included); never a held-out prompt, and never one of splits ``train`` and
-    ``heldout`` (the drafter's writer), nor of ``fresh7`` to ``fresh9``."""
+    ``heldout`` (the drafter's writer), nor of ``fresh7`` to ``fresh11``."""
     from psdlab.runtime.prompts import load_prompts
     from psdlab.validation.demo_prompts import pool_list, side_list
     cal, held = side_list("calibration"), side_list("heldout")
     ids = {s: {p.id for p in load_prompts(split=s)}
            for s in ("train", "heldout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5",
-                     "fresh6", "fresh7", "fresh8", "fresh9", "fresh10")}
-    assert {p.id for p in cal} == ids["fresh3"] and {p.id for p in held} == ids["fresh10"]
+                     "fresh6", "fresh7", "fresh8", "fresh9", "fresh10", "fresh11")}
+    assert {p.id for p in cal} == ids["fresh3"] and {p.id for p in held} == ids["fresh11"]
     pool = {p.id for p in pool_list()}
     assert ids["fresh3"] <= pool and ids["fresh"] <= pool
     for split in ("fresh2", "fresh4", "fresh5", "fresh6"):
         thirds = {i for i in ids[split] if int(i.rsplit("-", 1)[1][1:]) % 3 == 1}
         assert pool & ids[split] == thirds and len(thirds) == 80, split
     assert not pool & (ids["train"] | ids["heldout"] | ids["fresh7"] | ids["fresh8"]
-                       | ids["fresh9"] | ids["fresh10"])
+                       | ids["fresh9"] | ids["fresh10"] | ids["fresh11"])
     assert not {p.text for p in pool_list()} & {p.text for p in held}
     assert not {p.id for p in cal} & {p.id for p in held}
     assert not {p.text for p in cal} & {p.text for p in held}

@@ -194,3 +194,73 @@ def test_drafter_table_reaches_the_replays_drafter(tmp_path):
     assert c.forward_time(n, n, ctx) == pytest.approx(per_pass)
     fit = calibrated_cost(path, "drafter", table=False)
     assert abs(fit.forward_time(n, n, ctx) / per_pass - 1) > 0.05
+
+
+def test_a_context_probe_fixes_the_decode_fits_context_slopes(tmp_path):
+    """With a probe's result the verify and draft fits take its slopes (95% interval from its
+    standard error, a negative slope as 0), say so in the notes and keep the probe in the
+    model file; without one, the within-shape slope as before."""
+    from psdlab.validation.context_probe import probe_slopes
+    tr = _serial_trace(3, 4e-5)
+    probe = {"verify": {"slope": 1.5e-5, "se": 1e-6}, "draft": {"slope": -2e-6, "se": 2e-6}}
+    cal = calibrate([tr], holdout=0.0, context_probe=probe)
+    verify, draft = cal.costs["verify"], cal.costs["draft"]
+    assert verify.coefficients()["per_context"] == 1.5e-5
+    assert (verify.ci_low[3], verify.ci_high[3]) == pytest.approx((1.5e-5 - 1.96e-6,
+                                                                   1.5e-5 + 1.96e-6))
+    assert draft.coefficients()["per_context"] == 0.0
+    assert probe_slopes(probe)["draft"] == (0.0, 0.0, pytest.approx(-2e-6 + 3.92e-6))
+    assert sum("per_context fixed at the controlled context probe" in n for n in cal.notes) == 2
+    doc = write_model(tmp_path / "m.json", cal)
+    assert doc["meta"]["context_probe"] == probe
+    plain = calibrate([tr], holdout=0.0)
+    assert plain.costs["verify"].coefficients()["per_context"] == pytest.approx(4e-5, rel=0.2)
+    assert "context_probe" not in write_model(tmp_path / "p.json", plain)["meta"]
+
+
+def test_context_probe_file_roundtrip_and_bad_files(tmp_path):
+    from psdlab.validation.context_probe import (PROBE_FILE, probe_slopes, read_probe,
+                                                 read_probe_file, write_probe)
+    probe = {"seqs": 4, "k": 4, "verify": {"slope": 2e-5, "se": 1e-6}}
+    assert read_probe(tmp_path) is None
+    path = write_probe(tmp_path, probe)
+    assert path.endswith(PROBE_FILE) and read_probe(tmp_path) == probe
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ValueError, match="bad.json"):
+        read_probe_file(tmp_path / "bad.json")
+    for bad, field in (({"verify": {"slope": "x", "se": 1}}, "context_probe.verify"),
+                       ({"draft": {"slope": 1e-5, "se": -1.0}}, "context_probe.draft"),
+                       ({"verify": {"slope": float("nan"), "se": 0.0}}, "context_probe.verify")):
+        with pytest.raises(ValueError, match=field):
+            probe_slopes(bad)
+
+
+def test_calibrate_cli_takes_the_probe_beside_the_traces_or_named(tmp_path, capsys):
+    """``psdlab calibrate`` uses the context_probe.json in the first trace's folder, or the
+    file ``--context-probe`` names; a bad probe file is a one-line error."""
+    from psdlab.analysis.trace import write_trace
+    from psdlab.cli import main
+    from psdlab.validation.context_probe import write_probe
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    path = folder / "sd.jsonl"
+    write_trace(path, _serial_trace(5, 4e-5))
+    assert main(["calibrate", str(path), "-o", str(tmp_path / "plain.json")]) == 0
+    plain = json.loads((tmp_path / "plain.json").read_text())
+    assert "context_probe" not in plain["meta"]
+    write_probe(folder, {"verify": {"slope": 1e-5, "se": 0.0}})
+    assert main(["calibrate", str(path), "-o", str(tmp_path / "beside.json")]) == 0
+    beside = json.loads((tmp_path / "beside.json").read_text())
+    assert beside["roles"]["target"]["coef"]["per_context"] == 1e-5
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"verify": {"slope": 3e-5, "se": 0.0}}))
+    assert main(["calibrate", str(path), "-o", str(tmp_path / "named.json"),
+                 "--context-probe", str(other)]) == 0
+    named = json.loads((tmp_path / "named.json").read_text())
+    assert named["roles"]["target"]["coef"]["per_context"] == 3e-5
+    capsys.readouterr()
+    other.write_text("[1, 2]")
+    assert main(["calibrate", str(path), "-o", str(tmp_path / "x.json"),
+                 "--context-probe", str(other)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "other.json" in err

@@ -128,6 +128,11 @@ def test_quick_demo_end_to_end(quick_demo):
     model = json.loads((out / "model.json").read_text())
     assert set(model["meta"]["calibration"]["k"]) == {2, 4}          # fitted on k 2, 4 only
     assert "replay" in model["meta"]
+    # the context probe ran before the runs, beside their traces, and fixed both slopes
+    probe = json.loads((out / "traces" / "context_probe.json").read_text())
+    assert model["meta"]["context_probe"] == probe and probe["seqs"] == plan.max_batch
+    assert model["roles"]["target"]["coef"]["per_context"] == max(probe["verify"]["slope"], 0)
+    assert model["roles"]["drafter"]["coef"]["per_context"] == max(probe["draft"]["slope"], 0)
     held = set(result.held_out)
     assert held == {r.name for r in plan.runs if r.role == "validate"}
     summary = json.loads((out / "demo.json").read_text())["summary"]

@@ -44,7 +44,7 @@ def test_prompt_splits_disjoint_and_cover_styles() -> None:
     assert {p.style for p in train} == styles
     assert {p.style: sum(q.style == p.style for q in fresh) for p in fresh} == {
         s: 24 for s in styles}
-    assert len(later) == 9                                # fresh2 .. fresh10
+    assert len(later) == 10                               # fresh2 .. fresh11
     for split in later:
         assert {p.style: sum(q.style == p.style for q in split) for p in split} == {
             s: 48 for s in styles}

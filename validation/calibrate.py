@@ -24,7 +24,10 @@ Every phase of every step is one observation of a forward-pass cost model
   (``run.extra["prefill_chunking"]``) goes to the model file, so a prompt longer than any
   calibration prompt is costed as the engine runs it.
 
-**Context.**  A decode fit's ``per_context`` is read off the variation of context inside its
+**Context.**  With a controlled context probe (``runtime.context_probe``: the same pass timed
+at two contexts far apart, on the machine's own workers before the runs) a decode fit's
+``per_context`` is fixed at the probe's slope and the other terms are fitted to the rest.
+Without one, it is read off the variation of context inside its
 repeated shapes (``context_slope``: same sequences, tokens and forwards; only the context
 varies there) and fixed in the fit of the other terms.  Across shapes the context grows with
 the sequences, so a joint fit trades the context term against the per-sequence and per-token
@@ -49,7 +52,7 @@ spread), stored as ``Calibration.replay`` and in the model file's ``meta.replay`
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -58,6 +61,7 @@ from psdlab.analysis.trace import Phase, Trace
 from psdlab.validation.acceptance_fit import AcceptanceFit, fit_acceptance
 from psdlab.validation.cost_tables import (MIN_TABLE, draft_table, phase_context,  # noqa: F401
                                            verify_table)
+from psdlab.validation.context_probe import probe_slopes
 from psdlab.validation.fit import LinearFit, fit_nonneg, within_group_slope
 
 TERMS = ("base", "per_seq", "per_token", "per_context")
@@ -87,6 +91,7 @@ class Calibration:
     verify_table: tuple[tuple[int, int, float, int, float], ...] = ()
     draft_table: tuple[tuple[int, int, float, int, float], ...] = ()   # one drafting pass
     prefill_chunking: dict[str, list[int]] = field(default_factory=dict)   # role: [chunk, leave]
+    context_probe: dict[str, Any] | None = None     # runtime.context_probe's result, if used
 
 
 @dataclass(frozen=True)
@@ -229,10 +234,13 @@ def context_slope(name: str, rows: Sequence[tuple[Phase, float]], X: np.ndarray,
 
 
 def fit_costs(groups: dict[str, list[tuple[Phase, float]]], *, holdout: float,
-              seed: int, match_total: bool = True
-              ) -> tuple[dict[str, LinearFit], dict[str, int | None]]:
-    """The fits by name, and per decode fit with context the phases its within-shape context
-    slope came from (None: too few, the joint fit's slope)."""
+              seed: int, match_total: bool = True,
+              probe: Mapping[str, Any] | None = None
+              ) -> tuple[dict[str, LinearFit], dict[str, int | str | None]]:
+    """The fits by name, and per decode fit with context where its context slope came from:
+    ``"probe"`` (``probe``, a ``runtime.context_probe`` result), the number of phases of its
+    within-shape slope, or None (too few: the joint fit's slope)."""
+    probed = probe_slopes(probe)
     fits, within_rows = {}, {}
     for name, rows in groups.items():
         if not rows:
@@ -244,6 +252,9 @@ def fit_costs(groups: dict[str, list[tuple[Phase, float]]], *, holdout: float,
             # no context recorded: the draft column's k(k-1)/2 growth term alone would give
             # per_context a value that really belongs to the per-token terms; fix it at 0
             X[:, FITS[name][1].index("per_context")] = 0.0
+        elif name in probed:
+            fixed = {"per_context": probed[name]}
+            within_rows[name] = "probe"
         else:
             within = context_slope(name, rows, X, y)
             if within is not None:
@@ -255,7 +266,7 @@ def fit_costs(groups: dict[str, list[tuple[Phase, float]]], *, holdout: float,
     return fits, within_rows
 
 
-def _messages(fits: dict[str, LinearFit], groups, within_rows: dict[str, int | None]
+def _messages(fits: dict[str, LinearFit], groups, within_rows: dict[str, int | str | None]
               ) -> tuple[list[str], list[str]]:
     notes, warnings = [], []
     for name, fit in fits.items():
@@ -279,6 +290,10 @@ def _messages(fits: dict[str, LinearFit], groups, within_rows: dict[str, int | N
                          f"(fixed at 0)")
         if no_context:
             notes.append(f"{name}: the traces record no phase context (per_context fixed at 0)")
+        elif within_rows.get(name) == "probe":
+            notes.append(f"{name}: per_context fixed at the controlled context probe's slope, "
+                         f"{1e6 * fit.coefficients()['per_context']:.1f} us per context token "
+                         f"(runtime.context_probe)")
         elif name in within_rows:
             used = within_rows[name]
             notes.append(f"{name}: per_context from the context variation inside repeated "
@@ -314,8 +329,10 @@ def serial_groups(traces: Sequence[Trace]) -> tuple[dict[str, list[tuple[Phase, 
     return serial, skipped, notes
 
 
-def calibrate(traces: Sequence[Trace], *, holdout: float = 0.2, seed: int = 0) -> Calibration:
-    """Fit cost and acceptance models to traces (module docstring)."""
+def calibrate(traces: Sequence[Trace], *, holdout: float = 0.2, seed: int = 0,
+              context_probe: Mapping[str, Any] | None = None) -> Calibration:
+    """Fit cost and acceptance models to traces (module docstring); ``context_probe``: a
+    ``runtime.context_probe`` result, which fixes the decode fits' context slopes."""
     from psdlab.validation.replay_model import replay_params_of
     if not traces:
         raise ValueError("traces: need at least one trace")
@@ -323,7 +340,7 @@ def calibrate(traces: Sequence[Trace], *, holdout: float = 0.2, seed: int = 0) -
     groups, skipped, group_notes = serial_groups(traces)
     if not any(groups.values()):
         raise ValueError("traces: no timed phases with sequences and tokens to fit")
-    fits, within_rows = fit_costs(groups, holdout=holdout, seed=seed)
+    fits, within_rows = fit_costs(groups, holdout=holdout, seed=seed, probe=context_probe)
     notes, warnings = _messages(fits, groups, within_rows)
     notes = group_notes + notes
     if skipped:
@@ -344,7 +361,8 @@ def calibrate(traces: Sequence[Trace], *, holdout: float = 0.2, seed: int = 0) -
     return replace(cal, replay=replay, verify_table=verify_table(traces, replay.overlap_target),
                    draft_table=draft_table(traces, phase_overhead(fits["draft"])
                                            if "draft" in fits else 0.0),
-                   prefill_chunking=chunking, notes=cal.notes + chunk_notes)
+                   prefill_chunking=chunking, notes=cal.notes + chunk_notes,
+                   context_probe=dict(context_probe) if context_probe else None)
 
 
 def prefill_chunking(traces: Sequence[Trace]) -> tuple[dict[str, list[int]], tuple[str, ...]]:

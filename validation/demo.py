@@ -111,9 +111,11 @@ def resolve_pair(target: str | None, draft: str | None, quiet: bool) -> tuple[st
 
 def calibrate_runs(measured: Sequence[Measured], out_dir: str,
                    pool: dict[str, str] | None = None) -> str:
-    """Fit on the calibration runs (acceptance: and the pool); write model.json with the
-    replay parameters."""
+    """Fit on the calibration runs (acceptance: and the pool; context slopes: the context
+    probe beside their traces, when there is one); write model.json with the replay
+    parameters."""
     from psdlab.validation.calibrate import calibrate
+    from psdlab.validation.context_probe import read_probe
     from psdlab.validation.model_file import write_model
     os.makedirs(out_dir, exist_ok=True)
     cal = [m for m in measured if m.spec.role == "calibrate"]
@@ -121,7 +123,8 @@ def calibrate_runs(measured: Sequence[Measured], out_dir: str,
         raise ValueError("plan: no calibration runs")
     traces = [read_trace(m.path) for m in cal]
     path = os.path.join(out_dir, "model.json")
-    calibration = calibrate(traces, holdout=0.2, seed=0)
+    probe = read_probe(os.path.dirname(os.path.abspath(cal[0].path)))
+    calibration = calibrate(traces, holdout=0.2, seed=0, context_probe=probe)
     write_model(path, calibration, traces=[os.path.basename(m.path) for m in cal])
     from psdlab.validation.acceptance_cv import add_to_model, select
     add_to_model(path, select(traces, pool=pool))

@@ -2,14 +2,15 @@
 run takes, and the acceptance pool.
 
 The ``calibration`` side is split ``fresh3`` of ``runtime/data/prompts.jsonl`` (240 prompts,
-48 a style, the held-out side of demos O and P); the ``heldout`` side is split ``fresh10``: 240
+48 a style, the held-out side of demos O and P); the ``heldout`` side is split ``fresh11``: 240
 prompts (48 a style) written after every earlier demo had run, so that no choice in the
 acceptance model, the cost model, the plan or the judgement was made looking at them.  (Half of
 split ``heldout`` was the held-out side of demos A-H, split ``fresh`` that of demos I-K, split
 ``fresh2`` that of demos L-N, split ``fresh3`` that of demos O-P, split ``fresh4`` that of
 demos Q-R, split ``fresh5`` that of demos S-W, split ``fresh6`` that of demos X-Y, split
 ``fresh7`` that of demos Z-AA, split ``fresh8`` that of demos AB-AC and diagnostic demo AD,
-split ``fresh9`` that of demos AE-AF;
+split ``fresh9`` that of demos AE-AF, split ``fresh10`` that of demos AG-AH and diagnostic demo
+AI;
 their misses shaped this design, so none is held out any
 more.)  Each side is
 listed round-robin over its styles; every repeat of a workload serves the next window of a
@@ -45,7 +46,7 @@ from psdlab.analysis.checks import check_choice
 
 PROMPT_SIDES = ("calibration", "heldout")
 #: the split of ``runtime/data/prompts.jsonl`` each side draws from
-SIDE_SPLITS = {"calibration": "fresh3", "heldout": "fresh10"}
+SIDE_SPLITS = {"calibration": "fresh3", "heldout": "fresh11"}
 #: the splits the acceptance pool draws from (never the held-out side's, never ``train`` or
 #: ``heldout``, module docstring)
 POOL_SPLITS = ("fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6")

@@ -8,7 +8,7 @@ comparison) or ``reference`` (for the report only).  Each run serves one of two 
 prompt sets (``PROMPT_SIDES``, ``validation.demo_prompts``): calibration runs the
 ``calibration`` side (split ``fresh3`` of ``runtime/data/prompts.jsonl``, written by writers of
 their own after the drafter was distilled), held-out runs the ``heldout`` side (split
-``fresh10``, written after every earlier demo), every style on both, so no held-out request was
+``fresh11``, written after every earlier demo), every style on both, so no held-out request was
 seen by the calibration (greedy, EOS ignored,
 each request with its own seeded output length, ``Plan.output_lengths``).  Each repeat of a
 workload serves the next window of ``num_prompts`` prompts of its side's list
@@ -30,7 +30,10 @@ between repeats is reported as the noise floor.  A warm-up run (not traced) prec
 
 ``Plan.probe``: before the runs, the demo measures the acceptance pool untimed
 (``validation.demo_pool``: the greedy match patterns of calibration-side prompts no timed run
-serves), which the acceptance fit takes beside the calibration runs.
+serves), which the acceptance fit takes beside the calibration runs.  ``Plan.context_probe``:
+after the warm-up, the workers time one verification and one drafting phase at two contexts
+far apart (``runtime.context_probe``; ``context_probe.json`` beside the traces), which fixes
+the cost model's context slope (``validation.calibrate``).
 
 Poisson runs take their rate from a measured offline run (``Plan.poisson_from``): ``load`` times
 the requests per second that run served, so the arrival pattern fits this machine's speed.
@@ -52,6 +55,7 @@ from pathlib import Path
 from typing import Any, Callable, Collection, Sequence
 
 from psdlab.analysis.checks import check_choice, check_int, check_range
+from psdlab.validation.context_probe import write_probe
 from psdlab.validation.demo_prompts import PROMPT_SIDES, prompt_windows, side_prompts, window
 
 ROLES = ("calibrate", "validate", "repeat", "reference")
@@ -102,6 +106,7 @@ class Plan:
     controlled_alpha: float | None = None   # controlled acceptance (runtime.controlled)
     output_spread: float = 0.5          # output lengths uniform in [(1 - s) max, max]
     probe: bool = False                 # measure the acceptance pool first (validation.demo_pool)
+    context_probe: bool = False         # time passes at two contexts first (runtime.context_probe)
 
     def __post_init__(self) -> None:
         check_int("num_prompts", self.num_prompts, 1)
@@ -254,7 +259,8 @@ def default_plan(quick: bool = False, repeats: int | None = None, seed: int = 0)
         blocks = [_pair(2, 2, "calibrate"), _pair(4, 2, "calibrate"),
                   _ho(_pair(3, 2, "validate"))]
         return Plan(runs=repeated_order(blocks, repeats or 1, seed), num_prompts=4,
-                    max_new_tokens=12, poisson_from="sd_k4_m2", seed=seed, probe=True)
+                    max_new_tokens=12, poisson_from="sd_k4_m2", seed=seed, probe=True,
+                    context_probe=True)
     blocks = [[RunSpec("ar_m4", "ar", 0, 4, role="calibrate")], _pair(4, 4, "calibrate"),
               _pair(2, 4, "calibrate"), _ho(_pair(3, 4, "validate")),
               _ho(_pair(4, 4, "validate", "poisson")),
@@ -264,7 +270,7 @@ def default_plan(quick: bool = False, repeats: int | None = None, seed: int = 0)
               [REPEATS["poisson" if b[0].arrivals == "poisson" else b[0].role]
                for b in blocks])
     return Plan(runs=repeated_order(blocks, counts, seed, first="sd_k4_m4"),
-                max_new_tokens=DEMO_MAX_NEW_TOKENS, seed=seed, probe=True)
+                max_new_tokens=DEMO_MAX_NEW_TOKENS, seed=seed, probe=True, context_probe=True)
 
 
 # ---------------------------------------------------------------------------- requests
@@ -291,6 +297,14 @@ def engine_config(plan: Plan, spec: RunSpec, base: Any) -> Any:
                    controlled_alpha=alpha)
 
 
+def probe_contexts(plan: Plan, eng: Any, slots: int) -> dict[str, Any]:
+    """``runtime.context_probe`` on the engine's workers, at the plan's largest batch and its
+    calibration runs' largest k (its result is calibration data: ``validation.context_probe``)."""
+    from psdlab.runtime.context_probe import context_probe
+    ks = [r.k for r in plan.runs if r.role == "calibrate" and r.mode != "ar"] or [1]
+    return context_probe(eng.target, eng.drafter, seqs=plan.max_batch, k=max(ks), slots=slots)
+
+
 def run_plan(plan: Plan, target_dir: str, drafter_dir: str, out_dir: str | os.PathLike, *,
              tokenizer: Any = None, prompt_ids: Sequence[Sequence[int]] | None = None,
              backend: str | None = None, on_run: Callable[[RunSpec, int, int], None] | None = None,
@@ -304,7 +318,8 @@ def run_plan(plan: Plan, target_dir: str, drafter_dir: str, out_dir: str | os.Pa
     is not calibration, with the calibration repeats after it: `repeat_fits`), judged once
     per block at its first run by the first repeats' wall times, is skipped with its block
     (``on_skip(spec)``), so the plan keeps its time budget on a slower machine and never
-    splits a pair; first repeats always run."""
+    splits a pair; first repeats always run.  With ``plan.context_probe`` the workers first time
+    passes at two contexts (``probe_contexts``), written as ``out_dir/context_probe.json``."""
     from psdlab.runtime.engine import Engine, EngineConfig
     from psdlab.runtime.requests import Request
     from psdlab.runtime.runner import ModelSpec
@@ -336,6 +351,8 @@ def run_plan(plan: Plan, target_dir: str, drafter_dir: str, out_dir: str | os.Pa
                     for (i, ids), n in zip(side, lengths)]
             ref = eng.run(both, None, config=replace(base, mode="ar", max_num_seqs=None))
             reference = {o.id: o.token_ids for o in ref.outputs}
+        if plan.context_probe:
+            write_probe(out, probe_contexts(plan, eng, base.slots))
         walls: dict[str, float] = {}
         skip: set[str] = set()
         admitted: set[str] = set()           # blocks already judged to fit run whole

@@ -29,7 +29,7 @@ from psdlab.validation.acceptance_pool import walk
 #: the splits in the order they were written; ``train`` and ``heldout`` were written together
 #: (the drafter was distilled on ``train``)
 WRITING_ORDER = ("train", "heldout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6",
-                 "fresh7", "fresh8", "fresh9", "fresh10")
+                 "fresh7", "fresh8", "fresh9", "fresh10", "fresh11")
 #: the sets written after ``train`` and ``heldout`` (the demo's pool draws on these only)
 LATER = WRITING_ORDER[2:]
 

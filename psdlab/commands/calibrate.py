@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 
@@ -25,6 +26,11 @@ def register(subparsers) -> None:
                         "content")
     p.add_argument("-o", "--output", required=True, metavar="MODEL.json",
                    help="where to write the calibrated model")
+    p.add_argument("--context-probe", metavar="FILE", default=None,
+                   help="a context probe's result (context_probe.json, written beside the "
+                        "traces by psdlab demo: the same passes timed at two contexts); fixes "
+                        "the decode fits' context slopes (default: the context_probe.json in "
+                        "the first trace's folder, when there is one)")
     p.add_argument("--holdout", type=float, default=0.2, metavar="F",
                    help="fraction of phases held out to measure the fit error, in [0, 0.9] "
                         "(default 0.2; 0 = no held-out error)")
@@ -101,12 +107,15 @@ def _replay_lines(rp: dict | None) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from psdlab.analysis.checks import check_range
     from psdlab.validation.calibrate import calibrate
+    from psdlab.validation.context_probe import read_probe, read_probe_file
     from psdlab.validation.importers import load_traces
     from psdlab.validation.model_file import write_model
 
     holdout = check_range("--holdout", args.holdout, 0.0, 0.9)
     traces = [t for path in args.traces for t in load_traces(path)]
-    cal = calibrate(traces, holdout=holdout, seed=args.seed)
+    probe = (read_probe_file(args.context_probe) if args.context_probe else
+             read_probe(os.path.dirname(os.path.abspath(args.traces[0]))))
+    cal = calibrate(traces, holdout=holdout, seed=args.seed, context_probe=probe)
     model = write_model(args.output, cal, traces=list(args.traces), holdout=holdout,
                         seed=args.seed)
     if args.json:

@@ -22,7 +22,7 @@ def register(subparsers) -> None:
                     "folder. The default plan (an untimed probe of about 600 more "
                     "calibration-side prompts' acceptance, then 40 runs: 5 calibration "
                     "configurations twice on split fresh3, 4 held-out ones seven times on 240 "
-                    "fresh prompts (split fresh10) and 2 references once, 32 requests x up to "
+                    "fresh prompts (split fresh11) and 2 references once, 32 requests x up to "
                     "16 tokens each, in seeded random order) takes about 13 minutes on a "
                     "2-core machine "
                     "(--time-budget, 780 s, skips late repeats past it); --prompts and "
