@@ -449,17 +449,19 @@ def test_contention_scales_bounds(a, b, c_d, c_t):
         assert t == pytest.approx(1.0 / (1.0 - c_t))
 
 
+def slowed(tr: Trace, f: float) -> Trace:
+    """The trace with every time stretched by ``f`` (a run on a machine ``f`` times slower)."""
+    steps = [replace(s, start=f * s.start, end=f * s.end) for s in tr.steps]
+    reqs = [replace(r, first_token=f * r.first_token, finish=f * r.finish) for r in tr.requests]
+    return Trace(tr.run, steps, reqs)
+
+
 def test_repeats_compared_as_their_median(loop):
     """Runs named CONFIG_rN of one workload are one comparison whose measured value is the
     median over the repeats; the prediction is the same as for one of them."""
     path, held, _ = loop
     base = held["sd-sep_k3"]
 
-    def slowed(tr, f):
-        steps = [replace(s, start=f * s.start, end=f * s.end) for s in tr.steps]
-        reqs = [replace(r, first_token=f * r.first_token, finish=f * r.finish)
-                for r in tr.requests]
-        return Trace(tr.run, steps, reqs)
     reps = [("x_r1", slowed(base, 1.0)), ("x_r2", slowed(base, 1.3)), ("x_r3", slowed(base, 0.9))]
     v = validate(path, reps, seeds=(0,))
     assert [c.name for c in v.comparisons] == ["x"] and len(v.comparisons[0].repeats) == 3
@@ -633,11 +635,6 @@ def test_calibration_noise_enters_the_break_chance(loop, tmp_path):
     path, held, _ = loop
     base, other = held["sd-sep_k3"], held["psd_k3"]
 
-    def slowed(tr, f):
-        steps = [replace(s, start=f * s.start, end=f * s.end) for s in tr.steps]
-        reqs = [replace(r, first_token=f * r.first_token, finish=f * r.finish)
-                for r in tr.requests]
-        return Trace(tr.run, steps, reqs)
     reps = [(f"{n}_r{i}", slowed(tr, f)) for n, tr in (("sd", base), ("psd", other))
             for i, f in ((1, 1.0), (2, 1.1), (3, 0.93))]
     doc = json.loads(open(path).read())
