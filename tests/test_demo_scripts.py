@@ -364,3 +364,24 @@ def test_overlap_by_run_pairs_every_psd_run_with_a_serial_run_of_its_workload(qu
     (tmp_path / "traces").mkdir()
     assert mod.main([str(tmp_path)]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_noise_budget_rebuilds_the_demo_results_budget(quick_demo, capsys):
+    """`scripts/noise_budget.py` rebuilds a demo's validation from its folder: the same
+    held-out targets, chances and repeats as the demo's results.json (the noise does not
+    depend on the replay's seeds); a folder without runs.csv is a one-line error (exit 2)."""
+    import json
+    mod = _script("noise_budget")
+    _, out = quick_demo
+    written = json.loads((out / "results.json").read_text())["noise_budget"]
+    assert written, "the demo writes its noise budget"
+    rebuilt = mod.budget_of(str(out), 1)
+    keys = ("target", "repeats_now", "repeats_needed")
+    assert [[r[k] for k in keys] for r in rebuilt] == [[r[k] for k in keys] for r in written]
+    for a, b in zip(rebuilt, written):
+        assert a["chance_now"] == pytest.approx(b["chance_now"], abs=1e-9)
+    assert mod.main([str(out)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == f"## {out}" and len(lines) == 2 + len(written)
+    assert mod.main([str(out / "missing")]) == 2
+    assert "runs.csv" in capsys.readouterr().err

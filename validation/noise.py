@@ -47,13 +47,13 @@ shift by queueing under Poisson arrivals (its p99 moves more than the level).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from psdlab.analysis.checks import check_range
+from psdlab.analysis.checks import check_int, check_range
 from psdlab.analysis.metrics import summarize
 
 #: var(median of 3) / var(one) for normal noise
@@ -197,11 +197,13 @@ def median_correlation(rho: float, n: int, draws: int = 40000) -> float:
 def row_noise(row: Any, values: Mapping[str, Sequence[Mapping[str, Any]]],
               cvs: Mapping[str, float | None], pairs: Mapping[str, tuple[str, str]],
               ratio_cv: Mapping[str, float | None] | None = None,
-              config_cvs: Mapping[str, Mapping[str, float | None]] | None = None
-              ) -> float | None:
+              config_cvs: Mapping[str, Mapping[str, float | None]] | None = None,
+              repeats: int | None = None) -> float | None:
     """Standard error of ``row.measured`` from run-to-run noise, in the row's error units
     (relative, or percentage points for a gain); None when it cannot be told.  ``cvs``: the
-    pooled CVs; ``config_cvs``: per configuration, the CVs to use instead (``class_cvs``)."""
+    pooled CVs; ``config_cvs``: per configuration, the CVs to use instead (``class_cvs``);
+    ``repeats``: the number of runs every configuration is taken to have (None: its own)."""
+    count = (lambda name: len(values[name]) if repeats is None else repeats)
     metric = base_metric(row.metric)
     of = (lambda name: (config_cvs or {}).get(name, cvs))
     if metric in _RATIO_OF:
@@ -212,7 +214,7 @@ def row_noise(row: Any, values: Mapping[str, Sequence[Mapping[str, Any]]],
         if sd not in values or psd not in values:
             return None
         paired = (ratio_cv or {}).get(base)
-        n_sd, n_psd = len(values[sd]), len(values[psd])
+        n_sd, n_psd = count(sd), count(psd)
         if paired is not None and n_sd == n_psd and n_sd >= 2:
             rel = median_se(paired, n_sd)
         elif of(sd).get(base) is not None and of(psd).get(base) is not None:
@@ -226,7 +228,7 @@ def row_noise(row: Any, values: Mapping[str, Sequence[Mapping[str, Any]]],
     cv = of(row.run).get(metric)
     if cv is None or row.run not in values:
         return None
-    return median_se(cv, len(values[row.run]))
+    return median_se(cv, count(row.run))
 
 
 def base_metric(metric: str) -> str:
@@ -326,6 +328,19 @@ class NoiseModel:
     correlations: Mapping[str, Mapping[str, float | None]]   # class -> metric -> rho
     classes: Mapping[str, str]
     common: Mapping[str, float] = field(default_factory=dict)  # metric -> calibration_se
+    #: runs behind ``common`` and the configurations they are repeats of
+    calibration_runs: int = 0
+    calibration_configs: int = 0
+    #: the number of runs every configuration is taken to have (None: its own; `at_repeats`)
+    repeats: int | None = None
+
+    def at_repeats(self, n: int) -> "NoiseModel":
+        """The same noise with ``n`` runs of every configuration (the calibration's too): what
+        each row's SE and the common shift would be with that many repeats."""
+        n = check_int("repeats", n, 1)
+        runs = self.calibration_configs * n
+        scale = math.sqrt(self.calibration_runs / runs) if runs else 0.0
+        return replace(self, repeats=n, common={k: v * scale for k, v in self.common.items()})
 
     def common_se(self, row: Any) -> float:
         """SE of the calibration's common shift on a row's metric (0 for a PSD/SD ratio and
@@ -336,7 +351,15 @@ class NoiseModel:
         sd = self.pairs.get(row.run, (row.run,))[0]
         return row_noise(row, self.values, self.cvs, self.pairs,
                          self.ratio_cv.get(self.classes.get(sd, ""), self.ratio_cv.get("", {})),
-                         self.config_cvs)
+                         self.config_cvs, self.repeats)
+
+    def chance(self, rows: Sequence[Any], bound: float) -> float | None:
+        """P(noise alone breaks ``bound`` on at least one of ``rows``) (`break_chance` with
+        the rows' SEs, their links and the common shift); None when a row's SE is unknown."""
+        ses = [self.se(r) for r in rows]
+        if not ses or any(se is None or se <= 0 for se in ses):
+            return None
+        return break_chance(ses, bound, self.links(rows), self.common_se(rows[0]))
 
     def links(self, rows: Sequence[Any]) -> list[tuple[int, int, float]]:
         """(i, j, correlation of their medians) for rows i, j of one metric that are the SD
@@ -348,7 +371,8 @@ class NoiseModel:
             j = at.get((psd_of.get(run), metric))
             rho = self.correlations.get(self.classes.get(run, ""), {}).get(metric)
             if j is not None and rho is not None:
-                out.append((i, j, median_correlation(rho, len(self.values.get(run, ())))))
+                n = len(self.values.get(run, ())) if self.repeats is None else self.repeats
+                out.append((i, j, median_correlation(rho, n)))
         return out
 
 
@@ -365,6 +389,8 @@ def noise_of(validation: Any) -> NoiseModel:
     overall = ratio_cvs(values, pairs)
     rcv = {c: _or(ratio_cvs(values, ps), overall) for c, ps in by_class.items()}
     rcv[""] = overall
+    cal = [n for n in getattr(validation, "calibration", ()) if n in values]
     return NoiseModel(values, metric_cvs(values), class_cvs(values, classes), pairs, rcv,
                       {c: pair_correlations(values, ps) for c, ps in by_class.items()},
-                      classes, calibration_se(values, getattr(validation, "calibration", ())))
+                      classes, calibration_se(values, cal),
+                      sum(len(values[n]) for n in cal), len(cal))

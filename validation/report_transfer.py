@@ -52,6 +52,37 @@ SIDE_HEADER = ["target", "bound", "held-out: max |error| (n)", "within", "noise 
                "P(noise breaks)"]
 
 
+def budget_section(validation: Any, held: set[str]) -> list[str]:
+    """What P(noise breaks) <= 10% would take on the held-out runs (``validation.noise_budget``)."""
+    from psdlab.validation.noise_budget import CHANCE, MOST, budget
+    rows = budget(validation, held)
+    if not rows:
+        return []
+
+    def need(r: Mapping[str, Any]) -> str:
+        return f"over {MOST}" if r["repeats_needed"] is None else str(r["repeats_needed"])
+
+    def secs(r: Mapping[str, Any]) -> str:
+        return "n/a" if r["run_s_needed"] is None else f"{r['run_s_needed']:.0f} s"
+
+    one = rows[0]
+    return ["### What P(noise breaks) <= 10% would take", "",
+            f"Per held-out target: the repeats its configurations had, the chance now, and the "
+            f"fewest runs of every configuration (calibration too) at which the noise these "
+            f"runs measured breaks the bound with chance at most {100 * CHANCE:.0f}% "
+            f"(`validation.noise_budget`), with the run time that many rounds take: "
+            f"{one['round_s']:.0f} s a round (the runs' own durations, start-up between runs "
+            f"left out); these runs took {one['run_s_now']:.0f} s. Assumes the machine stays "
+            f"as noisy as these runs measured.", "",
+            md_table(["target", "bound", "repeats now", "P(noise breaks) now",
+                      f"repeats for <= {100 * CHANCE:.0f}%", "run time of those rounds"],
+                     [[r["target"], error_text(r["kind"], r["bound"]) if r["kind"] == "pp"
+                       else f"{100 * r['bound']:g}%",
+                       fmt_num(r["repeats_now"], "g"),
+                       "n/a" if r["chance_now"] is None else f"{100 * r['chance_now']:.0f}%",
+                       need(r), secs(r)] for r in rows]), ""]
+
+
 def _chosen_text(selection: Mapping[str, Any]) -> str:
     """The chosen spec, a drawn-pattern pool summarised (its patterns are in model.json)."""
     spec = dict(selection.get("spec") or {})
@@ -71,6 +102,7 @@ def transfer_sections(validation: Any, held: set[str], cal: set[str],
           "own match pattern.", "",
           md_table(SIDE_HEADER, side_by_side(validation.summary(held),
                                              validation.summary(cal))), ""]
+    md += budget_section(validation, held)
     if selection:
         md += ["## The acceptance model: candidates", "",
                f"Chosen by {selection.get('method', 'cross-validation')} "

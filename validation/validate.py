@@ -18,7 +18,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -28,7 +28,7 @@ from psdlab.validation.compare import (DEFAULT_SEEDS, Row, TraceComparison, comp
                                 merged)
 from psdlab.validation.gains import (GainResult, closed_form, gain_rows, pair_traces,
                                     predicted_closed_form, predicted_rows, workload_key)
-from psdlab.validation.noise import NoiseModel, break_chance, noise_of
+from psdlab.validation.noise import NoiseModel, noise_of
 from psdlab.validation.replay_model import ReplayParams, load_replay_params
 
 #: summary checks: (label, row metric, row source, bound, error kind)
@@ -74,23 +74,28 @@ class Validation:
         keep = [r for c in self.comparisons if c.name in only for r in c.rows]
         return keep + [r for g in self.gains if g.sd in only and g.psd in only for r in g.rows]
 
-    def summary(self, only: set[str] | None = None) -> list[dict[str, Any]]:
-        """Worst absolute error per target (see TARGETS; UNJUDGED ones with bound and
-        within None) over the rows of the runs named in ``only`` (all runs when None)."""
-        out = []
+    def target_rows(self, only: set[str] | None = None
+                    ) -> Iterator[tuple[str, str, str, float | None, str, list[Row]]]:
+        """(label, metric, source, bound, kind, rows with an error) per target of TARGETS
+        and UNJUDGED (bound None) that the runs named in ``only`` (all when None) have."""
         listed = [(label, metric, source, None, "rel") for label, metric, source in UNJUDGED]
         for label, metric, source, bound, kind in (*TARGETS, *listed):
             rows = [r for r in self.rows_of(only)
                     if r.metric == metric and r.source == source and r.error is not None]
-            if not rows:
-                continue
+            if rows:
+                yield label, metric, source, bound, kind, rows
+
+    def summary(self, only: set[str] | None = None) -> list[dict[str, Any]]:
+        """Worst absolute error per target (see TARGETS; UNJUDGED ones with bound and
+        within None) over the rows of the runs named in ``only`` (all runs when None)."""
+        out = []
+        for label, metric, source, bound, kind, rows in self.target_rows(only):
             errs = [(abs(r.error), r.run) for r in rows]
             worst, run = max(errs)
             mean = float(np.mean([e for e, _ in errs]))
             noisy = [(abs(r.error), se) for r in rows if (se := self.noise(r)) is not None
                      and se > 0]
             ses = [se for _, se in noisy]
-            links = self._noise.links(rows) if len(ses) == len(errs) else []
             z = (float(np.sqrt(np.mean([(e / se) ** 2 for e, se in noisy]))) if noisy
                  else None)
             out.append({"target": label, "metric": metric, "source": source, "bound": bound,
@@ -99,25 +104,24 @@ class Validation:
                         "within": None if bound is None else worst <= bound,
                         "noise_se": float(np.median(ses)) if ses else None,
                         "error_over_noise": z,
-                        "noise_break_chance": (None if bound is None or len(ses) < len(errs)
-                                               else break_chance(
-                                                   ses, bound, links,
-                                                   self._noise.common_se(rows[0])))})
+                        "noise_break_chance": (None if bound is None
+                                               else self.noise_model.chance(rows, bound))})
         return out
 
     @cached_property
-    def _noise(self) -> NoiseModel:
+    def noise_model(self) -> NoiseModel:
+        """The measurement noise of these runs (``validation.noise``)."""
         return noise_of(self)
 
     def noise(self, row: Row) -> float | None:
         """Standard error of a row's measured value from run-to-run noise
         (``validation.noise``)."""
-        return self._noise.se(row)
+        return self.noise_model.se(row)
 
     @property
     def noise_cvs(self) -> dict[str, float | None]:
         """Pooled run-to-run CV per metric over all configurations with repeats."""
-        return dict(self._noise.cvs)
+        return dict(self.noise_model.cvs)
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model_path, "replay_params": self.params.to_dict(),
