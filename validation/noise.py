@@ -39,6 +39,10 @@ run judges.  This module puts a number on it:
   PSD/SD ratio (gain, speedup) is taken to cancel it, as both runs of a pair are predicted
   from one level.
 
+``NoiseModel.at_repeats`` gives the same noise with n runs of every configuration (the
+rows' SEs, their links and the common shift as n runs would have them), from which
+``validation.noise_budget`` finds the repeats a bound would need.
+
 What the chance still leaves out, so it stays a lower bound: the acceptance model's own
 sampling error on a new prompt set (``validation.set_level`` reports it separately), the
 contention coefficient's sampling error (PSD rows only), and the amplification of a cost-level

@@ -4,7 +4,8 @@
 
 - the targets over the held-out runs (held-out prompts and configurations) beside the same
   targets over the calibration runs (in-sample), with each target's noise SE and the chance
-  that noise alone breaks its bound;
+  that noise alone breaks its bound, and what that chance would need: the repeats of every
+  configuration at which it is at most 10% (``validation.noise_budget``);
 - the acceptance-model candidates and their leave-one-prompt-out cross-validation scores over
   the calibration prompts (``validation.acceptance_cv``), the one chosen;
 - the held-out targets under the diagnostic acceptance models (the id-keyed replay of the
