@@ -12,7 +12,7 @@ from psdlab.validation.compare import Row
 from psdlab.validation.noise import (NoiseModel, calibration_se, class_cvs, median_correlation,
                                      median_se, metric_cvs, pair_correlations, ratio_cvs)
 from psdlab.validation.noise_budget import (MOST, budget, chance_at, repeats_needed,
-                                            round_seconds, run_seconds)
+                                            round_seconds)
 from psdlab.validation.report_transfer import budget_section
 
 
@@ -25,9 +25,13 @@ def _model(values, pairs=None, cal=("cal",)):
                       calibration_se(values, cal), sum(len(values[c]) for c in cal), len(cal))
 
 
-VALUES = {"cal": [{"throughput_tok_s": 1.0}, {"throughput_tok_s": 1.2}, {"throughput_tok_s": 0.9}],
-          "sd": [{"throughput_tok_s": 2.0}, {"throughput_tok_s": 2.3}, {"throughput_tok_s": 1.9}],
-          "psd": [{"throughput_tok_s": 1.5}, {"throughput_tok_s": 1.8}, {"throughput_tok_s": 1.3}]}
+def _runs(throughputs, makespans):
+    return [{"throughput_tok_s": t, "makespan_s": m} for t, m in zip(throughputs, makespans)]
+
+
+VALUES = {"cal": _runs([1.0, 1.2, 0.9], [10.0, 14.0, 12.0]),
+          "sd": _runs([2.0, 2.3, 1.9], [20.0] * 3),
+          "psd": _runs([1.5, 1.8, 1.3], [15.0] * 3)}
 ROWS = [Row(n, "throughput_tok_s", "t", "", 1.0, 1.0, 0.0) for n in ("sd", "psd")]
 
 
@@ -85,39 +89,30 @@ def test_repeats_needed_refuses_a_chance_outside_zero_one_and_says_when_out_of_r
     assert repeats_needed(model, [unknown], 0.05) is None
 
 
-def _trace(start, end, arrival=0.0):
-    return SimpleNamespace(steps=[SimpleNamespace(start=start, end=start + 1.0),
-                                  SimpleNamespace(start=end - 1.0, end=end)],
-                           requests=[SimpleNamespace(arrival=arrival)])
-
-
 def _validation(model):
-    comps = [SimpleNamespace(name="cal", trace=None, repeats=[_trace(0, 10), _trace(0, 14)]),
-             SimpleNamespace(name="sd", trace=_trace(0.5, 20.5, 0.5), repeats=[])]
     gain = Row("psd vs sd", "gain.throughput_tok_s", "", "", 0.5, 0.5, 0.0, "pp")
 
     def target_rows(only=None):
         yield "TPOT", "throughput_tok_s", "sim", 0.05, "rel", ROWS
         yield "gain", "gain.throughput_tok_s", "sim", 5.0, "pp", [gain]
         yield "listed", "throughput_tok_s", "closed form", None, "rel", ROWS
-    return SimpleNamespace(noise_model=model, comparisons=comps, target_rows=target_rows)
+    return SimpleNamespace(noise_model=model, target_rows=target_rows)
 
 
 def test_budget_per_target_with_the_run_time_of_its_rounds():
     model = _model(VALUES, {"psd vs sd": ("sd", "psd")})
     v = _validation(model)
-    assert run_seconds(_trace(2.0, 12.0, arrival=1.0)) == pytest.approx(11.0)
-    assert round_seconds(v) == pytest.approx(12.0 + 20.0)
+    assert round_seconds(model) == pytest.approx(12.0 + 20.0 + 15.0)   # mean makespans
     out = budget(v)
     assert [r["target"] for r in out] == ["TPOT", "gain"]       # unjudged rows left out
     for r in out:
         assert r["repeats_now"] == 3          # the gain row counts its SD configuration's
-        assert r["round_s"] == pytest.approx(32.0)
-        assert r["run_s_now"] == pytest.approx(10 + 14 + 20)
+        assert r["round_s"] == pytest.approx(47.0)
+        assert r["run_s_now"] == pytest.approx(36.0 + 60.0 + 45.0)
         need = r["repeats_needed"]
-        assert need is None or r["run_s_needed"] == pytest.approx(need * 32.0)
+        assert need is None or r["run_s_needed"] == pytest.approx(need * 47.0)
     tpot = out[0]
     assert tpot["repeats_needed"] == repeats_needed(model, ROWS, 0.05)
     assert tpot["chance_now"] == pytest.approx(chance_at(model, ROWS, 0.05, 3))
-    md = "\n".join(budget_section(v, set()))
+    md = "\n".join(budget_section(out))
     assert "What P(noise breaks) <= 10% would take" in md and "| TPOT | 5% | 3 |" in md

@@ -43,6 +43,7 @@ import numpy as np
 from psdlab.analysis.trace import read_trace
 from psdlab.validation.demo_diagnostics import diagnostic_acceptance
 from psdlab.validation.demo_prompts import POOL_EVERY, POOL_SPLITS, pool_splits_text
+from psdlab.validation.noise_budget import budget as noise_budget
 from psdlab.validation.report import spread_rows
 from psdlab.validation.runs import Measured, Plan, default_plan, run_plan
 
@@ -256,7 +257,9 @@ def analyse(out_dir: str, measured: Sequence[Measured], plan: Plan, target_dir: 
     new_set = new_set_uncertainty(model_path, named, measured, validation,
                                   (selection or {}).get("spec"), pool, walk_lengths(plan),
                                   seeds[:SET_SEEDS])
-    sections = (transfer_sections(validation, held, cal_cfgs, alternatives, selection)
+    noise_rows = noise_budget(validation, held)
+    sections = (transfer_sections(validation, held, cal_cfgs, alternatives, selection,
+                                  noise_rows)
                 + set_md(new_set) + candidates_md(after) + spread_md(spread, held)
                 + sampling_md(sides))
     files = write_report(out_dir, validation, named, roles=roles, title="psdlab demo report",
@@ -271,6 +274,7 @@ def analyse(out_dir: str, measured: Sequence[Measured], plan: Plan, target_dir: 
                                   "heldout_configs": sorted(held),
                                   "calibration_configs": sorted(cal_cfgs)},
                             load_before=timings.get("load_before"))
+    results["noise_budget"] = noise_rows
     results["prompt_sampling"] = sides
     results["acceptance_pool"] = {"prompts": len(pool or {}), "splits": list(POOL_SPLITS),
                                   "every": dict(POOL_EVERY), "probe_s": timings.get("probe_s")}

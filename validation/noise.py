@@ -346,6 +346,10 @@ class NoiseModel:
         scale = math.sqrt(self.calibration_runs / runs) if runs else 0.0
         return replace(self, repeats=n, common={k: v * scale for k, v in self.common.items()})
 
+    def runs(self, name: str) -> int:
+        """The runs behind configuration ``name``'s median (``repeats`` where set)."""
+        return len(self.values.get(name, ())) if self.repeats is None else self.repeats
+
     def common_se(self, row: Any) -> float:
         """SE of the calibration's common shift on a row's metric (0 for a PSD/SD ratio and
         a metric without one)."""
@@ -375,8 +379,7 @@ class NoiseModel:
             j = at.get((psd_of.get(run), metric))
             rho = self.correlations.get(self.classes.get(run, ""), {}).get(metric)
             if j is not None and rho is not None:
-                n = len(self.values.get(run, ())) if self.repeats is None else self.repeats
-                out.append((i, j, median_correlation(rho, n)))
+                out.append((i, j, median_correlation(rho, self.runs(run))))
         return out
 
 

@@ -7,7 +7,7 @@ as its runs grow (``noise.calibration_se``).  `repeats_needed` takes the noise o
 measured and asks, per judged target, for the smallest n (runs of every configuration, the
 calibration's too; ``NoiseModel.at_repeats``) at which that chance is at most ``CHANCE``;
 `budget` puts it beside the repeats the demo had and the run time n rounds take, from the
-runs' own durations (first arrival to last step: the start-up between runs left out, so a
+runs' makespans (first arrival to last finish: the start-up between runs left out, so a
 lower bound).
 
 It assumes the noise stays what the demo measured: the CVs come from the demo's own few
@@ -50,18 +50,10 @@ def repeats_needed(noise: NoiseModel, rows: Sequence[Any], bound: float,
     return None
 
 
-def run_seconds(trace: Any) -> float:
-    """A run's duration: its first arrival to its last step's end (0 without steps)."""
-    if not trace.steps:
-        return 0.0
-    first = min([r.arrival for r in trace.requests] or [0.0])
-    return max(s.end for s in trace.steps) - min(first, trace.steps[0].start)
-
-
-def round_seconds(validation: Any) -> float:
-    """One run of every configuration: the sum of each configuration's mean run duration."""
-    return sum(statistics.fmean(run_seconds(t) for t in (c.repeats or [c.trace]))
-               for c in validation.comparisons)
+def round_seconds(noise: NoiseModel) -> float:
+    """One run of every configuration: the sum of each configuration's mean makespan."""
+    return sum(statistics.fmean(r["makespan_s"] for r in runs)
+               for runs in noise.values.values() if runs)
 
 
 def budget(validation: Any, only: set[str] | None = None, chance: float = CHANCE,
@@ -71,14 +63,14 @@ def budget(validation: Any, only: set[str] | None = None, chance: float = CHANCE
     rounds of every configuration (``run_s_needed``, None when out of reach); ``round_s``,
     one round, and ``run_s_now``, the runs this validation measured, for scale."""
     noise = validation.noise_model
-    one_round = round_seconds(validation)
-    now = sum(run_seconds(t) for c in validation.comparisons for t in (c.repeats or [c.trace]))
+    one_round = round_seconds(noise)
+    now = sum(r["makespan_s"] for runs in noise.values.values() for r in runs)
     out = []
     for label, _metric, _source, bound, kind, rows in validation.target_rows(only):
         if bound is None:
             continue
-        runs = [noise.pairs.get(r.run, (r.run,))[0] for r in rows]
-        have = [len(noise.values[run]) for run in runs if run in noise.values]
+        have = [noise.runs(run) for run in (noise.pairs.get(r.run, (r.run,))[0] for r in rows)
+                if run in noise.values]
         need = repeats_needed(noise, rows, bound, chance, most)
         out.append({"target": label, "bound": bound, "kind": kind, "n": len(rows),
                     "repeats_now": statistics.median(have) if have else None,

@@ -53,10 +53,10 @@ SIDE_HEADER = ["target", "bound", "held-out: max |error| (n)", "within", "noise 
                "P(noise breaks)"]
 
 
-def budget_section(validation: Any, held: set[str]) -> list[str]:
-    """What P(noise breaks) <= 10% would take on the held-out runs (``validation.noise_budget``)."""
-    from psdlab.validation.noise_budget import CHANCE, MOST, budget
-    rows = budget(validation, held)
+def budget_section(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What P(noise breaks) <= 10% would take on the held-out runs: ``rows`` of
+    ``validation.noise_budget.budget``."""
+    from psdlab.validation.noise_budget import CHANCE, MOST
     if not rows:
         return []
 
@@ -95,7 +95,8 @@ def _chosen_text(selection: Mapping[str, Any]) -> str:
 
 def transfer_sections(validation: Any, held: set[str], cal: set[str],
                       diagnostics: Sequence[tuple[str, Any]],
-                      selection: Mapping[str, Any] | None) -> list[str]:
+                      selection: Mapping[str, Any] | None,
+                      budget: Sequence[Mapping[str, Any]] = ()) -> list[str]:
     md = ["## Held-out prompts beside calibration prompts", "",
           "Held out: the runs on prompts no calibration run served, at configurations no "
           "calibration run used; calibration: the calibration runs themselves (in-sample). "
@@ -103,7 +104,7 @@ def transfer_sections(validation: Any, held: set[str], cal: set[str],
           "own match pattern.", "",
           md_table(SIDE_HEADER, side_by_side(validation.summary(held),
                                              validation.summary(cal))), ""]
-    md += budget_section(validation, held)
+    md += budget_section(budget)
     if selection:
         md += ["## The acceptance model: candidates", "",
                f"Chosen by {selection.get('method', 'cross-validation')} "

@@ -33,8 +33,6 @@ import os
 import subprocess
 from typing import Any, Mapping, Sequence
 
-from psdlab.validation.noise_budget import budget as noise_budget
-
 #: CPU flags worth recording (torch's CPU kernels dispatch on them)
 FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16",
          "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "neon", "asimd", "sve")
@@ -181,7 +179,6 @@ def build_results(*, validation: Any, roles: Mapping[str, str], held: set[str],
             "timings_s": dict(timings),
             "targets": {"heldout": validation.summary(only=held),
                         "calibration": validation.summary(only=calibration)},
-            "noise_budget": noise_budget(validation, held),
             "diagnostics": {label: {"heldout": alt.summary(only=held),
                                     "calibration": alt.summary(only=calibration)}
                             for label, alt in diagnostics},
