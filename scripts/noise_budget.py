@@ -68,8 +68,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--seeds: must be at least 1, got {args.seeds}", file=sys.stderr)
         return 2
     for demo in args.demos:
-        if not os.path.isfile(os.path.join(demo, "runs.csv")):
-            print(f"demos: no runs.csv in {demo}", file=sys.stderr)
+        missing = [f for f in ("runs.csv", "model.json")
+                   if not os.path.isfile(os.path.join(demo, f))]
+        if missing:
+            print(f"demos: no {' or '.join(missing)} in {demo}", file=sys.stderr)
             return 2
         print("\n".join(lines_of(demo, budget_of(demo, args.seeds))), flush=True)
     return 0

@@ -385,3 +385,13 @@ def test_noise_budget_rebuilds_the_demo_results_budget(quick_demo, capsys):
     assert lines[0] == f"## {out}" and len(lines) == 2 + len(written)
     assert mod.main([str(out / "missing")]) == 2
     assert "runs.csv" in capsys.readouterr().err
+
+
+def test_noise_budget_names_a_missing_model_file(quick_demo, tmp_path, capsys):
+    import shutil
+    mod = _script("noise_budget")
+    _, out = quick_demo
+    shutil.copy(out / "runs.csv", tmp_path / "runs.csv")
+    assert mod.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "model.json" in err[0] and "runs.csv" not in err[0]
