@@ -90,7 +90,7 @@ def _request_metrics(trace: Trace) -> dict[str, Any]:
         "preemptions": int(sum(r.preemptions for r in reqs)),
         "makespan_s": makespan,
         "throughput_tok_s": _ratio(tokens, makespan) if makespan is not None else None,
-        "latency_per_request_s": makespan / len(reqs) if reqs else None,
+        "latency_per_request_s": makespan / len(reqs) if makespan is not None else None,
         "ttft": percentiles(first - arrival),
         "tpot": percentiles(tpot),
         "e2e": percentiles(finish - arrival),

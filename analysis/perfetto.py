@@ -47,7 +47,7 @@ def _phase_args(phase: Phase, step: StepRecord) -> dict[str, Any]:
 
 
 def _step_event(step: StepRecord, pid: int) -> dict[str, Any]:
-    args = {"index": step.index, "verify_batch": step.verify_batch,
+    args: dict[str, Any] = {"index": step.index, "verify_batch": step.verify_batch,
             "draft_batch": step.draft_batch, "overlapped": step.overlapped,
             "sequences": len(step.verified),
             "proposed": sum(v.proposed for v in step.verified),

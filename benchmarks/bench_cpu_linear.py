@@ -21,6 +21,7 @@ import os
 import statistics
 import sys
 import time
+from typing import Any
 
 CORE = 1
 
@@ -55,7 +56,7 @@ def gemm_times(cfg, dtype_name: str, rows: int, repeats: int) -> dict[str, dict]
             for lin in layer:
                 lin(xs[lin.in_features])
 
-    out = {}
+    out: dict[str, Any] = {}
     with torch.inference_mode():
         for name, fn in (("nn_linear", plain), ("packed", onednn)):
             fn()
@@ -111,8 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     os.sched_setaffinity(0, {CORE})
     import torch
     torch.set_num_threads(1)
-    from psdlab.runtime.pair import prepare_pair
-    from psdlab.runtime.config import ModelConfig
+    from psdlab.runtime.model_pair import prepare_pair
+    from psdlab.runtime.model_config import ModelConfig
     from psdlab.validation.results_file import git_info, machine_info
     load_before = list(os.getloadavg())
     pair = prepare_pair(progress=False)
@@ -139,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         for dtype, by_rows in report["gemm"].items():
             for rows, r in by_rows.items():
-                print(f"gemm {dtype:9s} {rows:>3s} rows  nn.Linear {r['nn_linear']['median_ms']:6.1f}"
+                print(f"gemm {dtype:9s} {rows:>3s} rows  "
+                      f"nn.Linear {r['nn_linear']['median_ms']:6.1f}"
                       f" ms  packed {r['packed']['median_ms']:6.1f} ms  "
                       f"ratio {r['packed_over_plain']:.2f}")
         for role, r in report["runner"].items():

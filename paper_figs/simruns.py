@@ -65,7 +65,7 @@ def paper_config(setting: Setting, mode: str, k: int, m: int, requests: int,
     """The paper's setup in the simulator: Qwen3-32B on 4x L40 (TP 4), drafter on a fifth L40
     (TP 1; for mode "sd" it shares a target GPU), costs of the eager-vLLM preset (ENGINE),
     ShareGPT-like prompts, 256 output tokens, all requests at t = 0."""
-    from psdlab.sim.config import config_from_dict
+    from psdlab.sim.sim_config import config_from_dict
     from psdlab.sim.lengths import sharegpt_like_lengths
 
     prompt, _ = sharegpt_like_lengths()
@@ -86,7 +86,7 @@ _MEMO: dict[str, dict[str, Any]] = {}
 
 def run_metrics(config: Any) -> dict[str, Any]:
     """psdlab.analysis.metrics.summarize of one simulation, memoised on the config."""
-    from psdlab.sim.engine import simulate
+    from psdlab.sim.simulation import simulate
 
     key = repr(config)
     if key not in _MEMO:
@@ -118,7 +118,8 @@ def calibrate_from(traces: Sequence[Any]) -> Calibrated:
     """Fit the simulator to SD/PSD traces (validation.calibrate); ValueError if it cannot."""
     from collections import Counter
 
-    from psdlab.validation.calibrate import calibrate, forward_coefficients
+    from psdlab.validation.phase_model import forward_coefficients
+    from psdlab.validation.calibrate import calibrate
 
     spec = [t for t in traces if t.run.mode in ("sd", "sd-sep", "psd") and t.steps]
     if not spec:
@@ -145,7 +146,7 @@ def calibrate_from(traces: Sequence[Any]) -> Calibrated:
 
 
 def calibrated_config(cal: Calibrated, mode: str, k: int, requests: int, seed: int = 0) -> Any:
-    from psdlab.sim.config import config_from_dict
+    from psdlab.sim.sim_config import config_from_dict
 
     check_int("k", k, 1, 64)
     return config_from_dict({

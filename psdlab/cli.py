@@ -17,7 +17,8 @@ class UsageError(Exception):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="psdlab",
-        description="Batch-parallel speculative decoding: theory, simulation, real runs, validation.")
+        description="Batch-parallel speculative decoding: theory, simulation, real runs, "
+                    "validation.")
     parser.add_argument("--version", action="version", version=f"psdlab {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
@@ -39,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except (ValueError, UsageError, FileNotFoundError, IsADirectoryError, PermissionError) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if isinstance(exc, (FileNotFoundError, IsADirectoryError, PermissionError)) and exc.filename:
+        if (isinstance(exc, (FileNotFoundError, IsADirectoryError, PermissionError))
+                and exc.filename):
             message = f"{exc.strerror}: {exc.filename}"
         print(f"psdlab {args.command}: error: {message}", file=sys.stderr)
         return 2

@@ -24,13 +24,14 @@ from typing import Sequence
 import torch
 
 from psdlab.analysis.checks import check_int
+from psdlab.runtime.model import Transformer
 
 #: sequences per teacher-forced drafter pass
 _PASS_BATCH = 16
 
 
 @torch.no_grad()
-def batch_matches(drafter: torch.nn.Module,
+def batch_matches(drafter: Transformer,
                   seqs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[str]:
     """Patterns of (prompt, output) pairs, right-padded into one causal pass (a causal model
     never looks at the padding after a sequence, so no mask is needed)."""
@@ -55,8 +56,8 @@ def _shard(job: tuple) -> dict[str, str]:
     if core is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {core})
     torch.set_num_threads(1)
-    from psdlab.runtime.drafter import preferred_dtype
-    from psdlab.runtime.engine import Engine, EngineConfig
+    from psdlab.runtime.drafter_build import preferred_dtype
+    from psdlab.runtime.controller import Engine, EngineConfig
     from psdlab.runtime.requests import Request
     from psdlab.runtime.runner import ModelSpec
     from psdlab.runtime.weights import load_model
@@ -67,7 +68,7 @@ def _shard(job: tuple) -> dict[str, str]:
     if res.error:
         raise RuntimeError(f"acceptance probe: {res.error}")
     outputs = {str(o.id): tuple(o.token_ids) for o in res.outputs}
-    # the dtype the runs' drafter uses (``runtime.engine``: the directory's, else the runs')
+    # the dtype the runs' drafter uses (``runtime.controller``: the directory's, else the runs')
     dtype = getattr(torch, preferred_dtype(drafter_dir) or cfg.dtype)
     drafter, _ = load_model(drafter_dir, dtype=dtype)
     pairs = [(str(rid), tuple(ids), outputs[str(rid)]) for rid, ids in items]
@@ -115,7 +116,7 @@ def prompt_agreement(target_dir: str, drafter_dir: str,
     prefix -- where both models' greedy next tokens are equal) and ``overlap`` (the mean of
     sum_v min(p_target, p_drafter), the chance a sampled draft token would be accepted).  A
     candidate covariate of a prompt's acceptance that needs the prompt only."""
-    from psdlab.runtime.drafter import preferred_dtype
+    from psdlab.runtime.drafter_build import preferred_dtype
     from psdlab.runtime.weights import load_model
     check_int("skip", skip, 0)
     target, _ = load_model(target_dir, dtype=torch.float32)

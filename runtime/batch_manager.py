@@ -1,10 +1,10 @@
-"""The two batches of the runtime's PSD loop (``runtime.loop``) and of the vLLM halves.
+"""The two batches of the runtime's PSD loop (``runtime.step_loop``) and of the vLLM halves.
 
 The rule -- a new sequence joins the smaller batch (ties: the batch about to be drafted); at
 every step boundary, after the admissions, the most recently admitted sequences move from the
 larger batch to the smaller one until they differ by at most one, preferring sequences that
-hold no drafts -- lives in ``analysis.batching``, the one copy the simulator uses too
-(``sim.batching``, policy ``rebalance``), so a replay puts every sequence where the run did.
+hold no drafts -- lives in ``analysis.batch_rule``, the one copy the simulator uses too
+(``sim.batch_assignment``, policy ``rebalance``), so a replay puts every sequence where the run did.
 This module only adapts it to the loop's call (``rebalance(prefer=..., admitted=...)``).
 
 Unlike the paper's counter (new requests always join the draft batch; finished ones leave a
@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import Hashable, Iterable, Mapping
 
-from psdlab.analysis.batching import TwoBatches
+from psdlab.analysis.batch_rule import TwoBatches
 
 
 class BatchManager(TwoBatches):
-    """Membership of two batches with a per-batch capacity (``analysis.batching.TwoBatches``)."""
+    """Membership of two batches with a per-batch capacity (``analysis.batch_rule.TwoBatches``)."""
 
     def rebalance(self, prefer: Iterable[Hashable] = (),
                   admitted: Mapping[Hashable, float] | None = None

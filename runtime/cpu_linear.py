@@ -7,9 +7,9 @@ blocked layout and multiplies with a cached primitive (``onednn_mm``); `pack_lin
 same for psdlab's runner with PyTorch's own oneDNN ops (``torch.ops.mkldnn``:
 ``_reorder_linear_weight`` at load, ``_linear_pointwise`` per pass).
 
-Measured on this project's 2-core VM (one core, 2026-12-01, ``benchmarks/bench_cpu_linear.py``,
-``results/cpu_linear/bench_cpu_linear-2026-12-01.json``): the matrix products of one 4-row pass
-of SmolLM2-135M take 73.3 ms with ``nn.Linear`` and 44.6 ms packed in float32 (38.3 and 25.3 ms
+Measured on this project's 2-core VM (one core, 2026-12-01, ``benchmarks/bench_cpu_linear.py``;
+git history holds the file): the matrix products of one 4-row pass of SmolLM2-135M take 73.3 ms with
+``nn.Linear`` and 44.6 ms packed in float32 (38.3 and 25.3 ms
 in bfloat16); the runner's draft call (4 rows, k = 4) of the target in float32 372 and 245 ms.
 On that machine packed products were also invariant to the number of rows, bit for bit (a
 row's result did not depend on the rows beside it; MKL's are not in float32), and showed none

@@ -40,15 +40,16 @@ class TokenSeq:
 
 @dataclass
 class Features:
-    """Per sequence: kept-layer output [T, H], target final normed hidden [T, H], first scored pos."""
+    """Per sequence: kept-layer output [T, H], target final normed hidden [T, H], first scored
+    pos."""
 
     hidden: list[torch.Tensor]
     final: list[torch.Tensor]
     start: list[int]
 
 
-def generate(model: Any, tok: Any, texts: Sequence[str], max_new_tokens: int, *, greedy: bool = True,
-             temperature: float = 1.0, top_p: float = 0.95, batch: int = 8,
+def generate(model: Any, tok: Any, texts: Sequence[str], max_new_tokens: int, *,
+             greedy: bool = True, temperature: float = 1.0, top_p: float = 0.95, batch: int = 8,
              seed: int = 0) -> list[TokenSeq]:
     """The model's continuations of chat-formatted texts (left-padded batches, stops at EOS)."""
     out: list[TokenSeq] = []
@@ -160,16 +161,19 @@ def mean_acceptance_length(counts: Sequence[int]) -> float:
 
 
 @torch.no_grad()
-def greedy_match(model: Any, target_tokens: torch.Tensor, ids: Sequence[int], start: int) -> list[bool]:
+def greedy_match(model: Any, target_tokens: torch.Tensor, ids: Sequence[int],
+                 start: int) -> list[bool]:
     """Per generated position: does ``model``'s teacher-forced argmax equal ``target_tokens``?"""
-    logits = model(input_ids=torch.tensor([list(ids)]), use_cache=False).logits[0, start:len(ids) - 1]
+    out = model(input_ids=torch.tensor([list(ids)]), use_cache=False)
+    logits = out.logits[0, start:len(ids) - 1]
     return (logits.argmax(-1) == target_tokens).tolist()
 
 
 @torch.no_grad()
 def literal_greedy_sd(target: Any, drafter: Any, prompt: Sequence[int], n_new: int,
                       k: int) -> tuple[list[int], list[int]]:
-    """Plain draft-k-then-verify greedy loop (no cache; slow; for tests). Returns (tokens, counts)."""
+    """Plain draft-k-then-verify greedy loop (no cache; slow; for tests).
+    Returns (tokens, counts)."""
     seq, counts = list(prompt), []
     while len(seq) - len(prompt) < n_new:
         budget = min(k, n_new - (len(seq) - len(prompt)) - 1)
@@ -190,7 +194,7 @@ def build_drafter_model(target: Any, spec: Any, mlp_width: int | None = None) ->
     """In-memory drafter (LlamaForCausalLM) from a loaded target; new layers start as copies of
     the target layers named in ``spec.init_from`` (or of the last target layer), pruned to
     ``mlp_width`` MLP neurons when given (`prune_mlp`)."""
-    from psdlab.runtime.drafter import drafter_config, drafter_state_from_target
+    from psdlab.runtime.drafter_build import drafter_config, drafter_state_from_target
 
     cfg = type(target.config).from_dict(drafter_config(target.config.to_dict(), spec))
     n_target = target.config.num_hidden_layers
@@ -201,9 +205,11 @@ def build_drafter_model(target: Any, spec: Any, mlp_width: int | None = None) ->
         prefix = f"model.layers.{src}."
         for key, value in state.items():
             if key.startswith(prefix):
-                extra[f"model.layers.{len(spec.kept_layers) + j}.{key[len(prefix):]}"] = value.clone()
+                layer = len(spec.kept_layers) + j
+                extra[f"model.layers.{layer}.{key[len(prefix):]}"] = value.clone()
     drafter = type(target)(cfg)
-    missing, _ = drafter.load_state_dict(drafter_state_from_target(state, spec, extra), strict=False)
+    missing, _ = drafter.load_state_dict(drafter_state_from_target(state, spec, extra),
+                                         strict=False)
     if [m for m in missing if m != "lm_head.weight"]:
         raise ValueError(f"drafter tensors not initialised: {missing[:4]}")
     drafter.tie_weights()
@@ -217,7 +223,7 @@ def build_drafter_model(target: Any, spec: Any, mlp_width: int | None = None) ->
 def prune_mlp(mlp: Any, width: int) -> None:
     """Keep the ``width`` neurons of a SwiGLU MLP with the largest ||up row|| x ||down column||,
     moved to the front, and zero the others.  Zero neurons stay zero under training (their
-    gradients are zero), so the layer can be stored slim (`runtime.drafter.slim_mlp_state`)."""
+    gradients are zero), so the layer can be stored slim (`runtime.drafter_build.slim_mlp_state`)."""
     n = mlp.down_proj.weight.shape[1]
     if not 1 <= width <= n:
         raise ValueError(f"mlp_width: must be in [1, {n}], got {width}")
@@ -258,7 +264,8 @@ def train_new_layers(drafter: Any, feats: Features, n_kept: int, *, epochs: int 
     n = len(feats.hidden)
     total = epochs * math.ceil(n / accum)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / max(1, total // 20)) * 0.5 * (1 + math.cos(math.pi * s / total)))
+        opt, lambda s: (min(1.0, (s + 1) / max(1, total // 20))
+                        * 0.5 * (1 + math.cos(math.pi * s / total))))
     gen = torch.Generator().manual_seed(seed)
     drafter.train()
     bar = tqdm(total=epochs * n, desc="distil", disable=not progress)
@@ -312,15 +319,18 @@ def corpus_texts(seed: int = 0, n_code_files: int = 60) -> list[tuple[str, str]]
 
     from pydoc_data.topics import topics
 
-    out = [("Explain this part of the Python language.", text) for _, text in sorted(topics.items())]
+    out = [("Explain this part of the Python language.", text)
+           for _, text in sorted(topics.items())]
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     files = sorted(p for p in stdlib.glob("*.py") if p.stat().st_size > 4000)
     for path in random.Random(seed).sample(files, min(n_code_files, len(files))):
-        out.append(("Show me some Python code.", path.read_text(encoding="utf-8", errors="replace")))
+        out.append(("Show me some Python code.",
+                    path.read_text(encoding="utf-8", errors="replace")))
     return out
 
 
-def corpus_sequences(tok: Any, n_chunks: int, chunk_tokens: int = 192, seed: int = 0) -> list[TokenSeq]:
+def corpus_sequences(tok: Any, n_chunks: int, chunk_tokens: int = 192,
+                     seed: int = 0) -> list[TokenSeq]:
     """``n_chunks`` chat-formatted chunks of ``corpus_texts`` (a seeded choice), as sequences."""
     import random
 
@@ -328,7 +338,8 @@ def corpus_sequences(tok: Any, n_chunks: int, chunk_tokens: int = 192, seed: int
 
     chunks: list[TokenSeq] = []
     for request, text in corpus_texts(seed):
-        prompt = tok(Prompt("c", "corpus", request).chat_text(tok), add_special_tokens=False).input_ids
+        prompt = tok(Prompt("c", "corpus", request).chat_text(tok),
+                     add_special_tokens=False).input_ids
         ids = tok(text, add_special_tokens=False).input_ids
         for i in range(0, len(ids) - chunk_tokens // 2, chunk_tokens):
             chunks.append(TokenSeq(tuple(prompt), tuple(ids[i:i + chunk_tokens])))

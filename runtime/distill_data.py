@@ -57,7 +57,8 @@ def _batched_generate(model: Any, tok: Any, texts: Sequence[str], max_new_tokens
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # similar lengths together
     out: list[list[int]] = [[] for _ in texts]
     side, tok.padding_side = tok.padding_side, "left"
-    kw = dict(do_sample=True, temperature=1.0, top_p=0.95, top_k=0) if sample else dict(do_sample=False)
+    kw = (dict(do_sample=True, temperature=1.0, top_p=0.95, top_k=0) if sample
+          else dict(do_sample=False))
     try:
         for b in tqdm(range(0, len(order), batch), desc="generate", leave=False):
             idx = order[b:b + batch]
@@ -100,7 +101,8 @@ def synth_prompts(model: Any, tok: Any, n: int, *, seed: int = 0, batch: int = 6
 
 def answer(model: Any, tok: Any, requests: Sequence[str], max_new_tokens: int, *,
            batch: int = 64, seed: int = 0, sample: bool = False) -> list[TokenSeq]:
-    """The model's answers (greedy unless ``sample``) to chat requests, as prompt + answer tokens."""
+    """The model's answers (greedy unless ``sample``) to chat requests, as prompt + answer
+    tokens."""
     texts = [tok.apply_chat_template([{"role": "user", "content": r}], tokenize=False,
                                      add_generation_prompt=True) for r in requests]
     gens = _batched_generate(model, tok, texts, max_new_tokens, sample, seed, batch)

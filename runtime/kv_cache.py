@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from psdlab.analysis.checks import check_int
-from psdlab.runtime.config import ModelConfig
+from psdlab.runtime.model_config import ModelConfig
 
 
 class KVCache:
@@ -31,8 +31,10 @@ class KVCache:
         self.device = torch.device(device)
         self.dtype = dtype
         shape = (self.max_slots, cfg.num_kv_heads, self.max_len, cfg.head_dim)
-        self.k = [torch.zeros(shape, device=self.device, dtype=dtype) for _ in range(cfg.num_layers)]
-        self.v = [torch.zeros(shape, device=self.device, dtype=dtype) for _ in range(cfg.num_layers)]
+        self.k = [torch.zeros(shape, device=self.device, dtype=dtype)
+                  for _ in range(cfg.num_layers)]
+        self.v = [torch.zeros(shape, device=self.device, dtype=dtype)
+                  for _ in range(cfg.num_layers)]
         self.lengths = torch.zeros(self.max_slots, dtype=torch.long, device=self.device)
         self.host_lengths: list[int] = [0] * self.max_slots
 

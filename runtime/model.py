@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from psdlab.runtime.config import ModelConfig
+from psdlab.runtime.model_config import ModelConfig
 from psdlab.runtime.kv_cache import KVCache
 
 KVHook = Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -81,7 +81,7 @@ class Attention(nn.Module):
         d = self.head_dim
         q, k, v = self.wqkv(x).split([self.n_heads * d, self.n_kv * d, self.n_kv * d], dim=-1)
         q, k, v = q.view(b, t, -1, d), k.view(b, t, -1, d), v.view(b, t, -1, d)
-        if self.q_norm is not None:
+        if self.q_norm is not None and self.k_norm is not None:     # both or neither (qk_norm)
             q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         q = q * cos + rotate_half(q) * sin

@@ -1,35 +1,18 @@
 """The prompt set that ships with psdlab (``runtime/data/prompts.jsonl``) and its loader.
 
-Each line of the file is one JSON object ``{"id", "style", "split", "text"}``. The split into
-``train`` (used to distil the drafter) and ``heldout`` (used to measure it) is fixed in the file,
-so every machine sees the same prompts on each side.  Split ``fresh`` (120 prompts, 24 a
-style, written on 2026-12-01 after the drafter was distilled and after every earlier demo had
-run) was the held-out side of demos I-K; split ``fresh2`` (240 prompts, 48 a style, written
-later that day, after demo K, by two writers on disjoint topics) that of demos L-N; split
-``fresh3`` (240 prompts, 48 a style, written after demo N, again by two writers on disjoint
-topics) that of demos O and P and the calibration side since; split ``fresh4`` (240 prompts, 48
-a style, written after demo P by two writers on disjoint topics, near-duplicates of any earlier
-prompt rewritten) that of demos Q and R; split ``fresh5`` (240 prompts, 48 a style, written
-after demo R the same way) that of demos S-W; split ``fresh6`` (240 prompts, 48 a style,
-written on 2026-12-02 after demo W by two writers on disjoint topics -- the sea and coasts;
-music, theatre and film -- near-duplicates of any earlier prompt rewritten) that of demos X
-and Y; split ``fresh7`` (240 prompts, 48 a style, written after demo Y by two writers on
-disjoint topics -- law, government and civic life; deserts, polar regions and caves -- word-set
-Jaccard at most 0.45 against any earlier prompt) that of demos Z and AA; split ``fresh8`` (240
-prompts, 48 a style, written after demo AA by two writers on disjoint topics -- medicine and
-the human body; sport and games -- three near-duplicates rewritten, word-set Jaccard at most
-0.46 against any earlier prompt) that of demos AB and AC (and of diagnostic demo AD, whose
-traces the cost model's context and table changes were worked out on); split ``fresh9`` (240
-prompts, 48 a style, written after demo AD by two writers on disjoint topics -- architecture,
-cities and infrastructure; crafts made by hand -- word-set Jaccard at most 0.41 against any
-earlier prompt) that of demos AE and AF; split ``fresh10`` (240 prompts, 48 a style, written
-after demo AF by two writers on disjoint topics -- geology, volcanoes and earthquakes; insects,
-spiders and other small creatures -- word-set Jaccard at most 0.45 against any earlier prompt)
-that of demos AG and AH (and of diagnostic demo AI, whose traces the verify phases' padded
-context was measured on); split ``fresh11`` (240 prompts, 48 a style, written on 2026-12-03
-after demo AI by two writers on disjoint topics -- railways, aviation and long-distance travel;
-birds, migration and birdwatching -- word-set Jaccard at most 0.45 against any earlier prompt)
-is the demo's held-out side now: prompts that no choice in psdlab's design was made on.
+Each line of the file is one JSON object ``{"id", "style", "split", "text"}``; a line without
+``split`` counts as ``heldout``, so any user file of ``{"id", "style", "text"}`` lines loads.
+The splits are fixed in the file, so every machine sees the same prompts on each side:
+
+- ``train``: the prompts the drafter was distilled on; ``heldout``: written with them, used to
+  measure the drafter;
+- ``fresh``, ``fresh2`` ... ``fresh11``: later sets of 120-240 prompts (24-48 a style), each
+  written after the previous one by writers on topics of their own (word-set Jaccard at most
+  about 0.45 against every earlier prompt), the way the next set of real traffic differs from
+  the last.  The demo calibrates on one of them and holds out another
+  (``validation.demo.prompt_sides``); docs/demo-lessons.md says why a set, once judged on,
+  is not held out again.
+
 ``Prompt.chat_text`` wraps a prompt in the tokenizer's chat template, which is how the runtime
 and the drafter scripts feed prompts to the instruct model.
 """
@@ -62,7 +45,8 @@ class Prompt:
         """The prompt as one user turn in the tokenizer's chat template, ready for generation."""
         messages = [{"role": "user", "content": self.text}]
         if getattr(tokenizer, "chat_template", None):
-            return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            return tokenizer.apply_chat_template(messages, tokenize=False,
+                                                 add_generation_prompt=True)
         return self.text
 
 

@@ -1,8 +1,8 @@
 """What one engine run hands back and the small helpers its loop shares with the engine: the
 result record, the Ctrl-C stop flag, the clock, the drafter-died message.
 
-Kept apart so `runtime.engine` (configuration, workers) imports `runtime.loop` (the run) and both
-import this module: the arrows point one way."""
+Kept apart so `runtime.controller` (configuration, workers) imports `runtime.step_loop` (the run)
+and both import this module: the arrows point one way."""
 from __future__ import annotations
 
 import signal

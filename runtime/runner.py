@@ -18,7 +18,7 @@ slot's cache is still valid; a runner only truncates to the lengths it is told.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -26,6 +26,9 @@ import torch
 from psdlab.analysis.chunking import Chunking
 from psdlab.runtime.devices import COMPILE_MODES
 from psdlab.runtime.model import host_to_device
+
+if TYPE_CHECKING:
+    from psdlab.runtime.sampling import SamplingParams
 
 #: prompt tokens are fed in chunks of this many (bounds the [1, T, V] logits of a prefill)
 PREFILL_CHUNK = 128
@@ -55,10 +58,11 @@ class ModelSpec:
         if self.factory is not None:
             return self.factory(device, dtype)
         from psdlab.runtime.weights import load_model
+        assert self.path is not None, "ModelSpec: a path or a factory"
         return load_model(self.path, device, dtype)
 
     def name(self) -> str:
-        return self.label or (self.path or getattr(self.factory, "__name__", "model"))
+        return self.label or self.path or str(getattr(self.factory, "__name__", "model"))
 
 
 @dataclass(frozen=True)
@@ -117,7 +121,7 @@ class ModelRunner:
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(int(cfg.seed))
         self.greedy = float(cfg.temperature) == 0.0
-        self._params = None
+        self._params: SamplingParams | None = None
         # MKL's slow row counts; packed (oneDNN) products have none
         self.pad_slow_gemm = (self.device.type == "cpu" and dtype == torch.float32
                               and not self.packed_linears)
@@ -131,7 +135,7 @@ class ModelRunner:
         after: one launch per pass instead of one per kernel."""
         if mode not in COMPILE_MODES:
             raise ValueError(f"compile: must be one of {', '.join(COMPILE_MODES)}, got {mode!r}")
-        kw = {"backend": "eager"} if mode == "eager" else (
+        kw: dict[str, Any] = {"backend": "eager"} if mode == "eager" else (
             {} if mode == "default" else {"mode": mode})
         self.model._run = torch.compile(self.model._run, dynamic=True, **kw)
 
@@ -207,7 +211,7 @@ class ModelRunner:
         return sum(len(r) for r in rows)
 
     def draft(self, slots: Sequence[int], keep: Sequence[int], rows: Sequence[Sequence[int]],
-              ks: Sequence[int]) -> tuple[list[list[int]], np.ndarray | None]:
+              ks: Sequence[int]) -> tuple[list[list[int]], np.ndarray | torch.Tensor | None]:
         """Propose ks[i] >= 1 tokens for each slot after appending rows[i] (>= 1 token).
         The cache ends holding rows + drafts[:k_i - 1].  Returns drafts and, when sampling,
         their probabilities [B, max k, V] (float32)."""
@@ -228,6 +232,7 @@ class ModelRunner:
             idx = self._slots(active) if len(active) < B else slice(None)
             picks[idx, j] = tok
             if probs_out is not None:
+                assert probs is not None                   # sampling: _pick gives them
                 probs_out[idx, j] = probs.float()
             active_next = [i for i in active if ks[i] > j + 1]
             if not active_next:
@@ -243,7 +248,7 @@ class ModelRunner:
         return out, probs_out
 
     def verify(self, slots: Sequence[int], keep: Sequence[int], rows: Sequence[Sequence[int]],
-               drafts: Sequence[Sequence[int]], draft_probs: np.ndarray | None
+               drafts: Sequence[Sequence[int]], draft_probs: np.ndarray | torch.Tensor | None
                ) -> tuple[list[int], list[list[int]]]:
         """Append rows[i] (>= 1 pending token) and drafts[i] to each slot; return per sequence
         the accepted draft count and the emitted tokens (accepted drafts + bonus/correction).
@@ -275,7 +280,7 @@ class ModelRunner:
         return accepted, emitted
 
     def _verify_sampled(self, picked: torch.Tensor, drafts: Sequence[Sequence[int]],
-                        ks: Sequence[int], draft_probs: np.ndarray | None
+                        ks: Sequence[int], draft_probs: np.ndarray | torch.Tensor | None
                         ) -> tuple[list[int], list[list[int]]]:
         B, kmax = len(drafts), max(ks)
         target_probs = self._probs(picked)

@@ -13,7 +13,8 @@ import platform
 from typing import Any, Iterable
 
 from psdlab.analysis.version import __version__
-from psdlab.analysis.trace import Phase, RequestRecord, RunInfo, StepRecord, Trace, TraceWriter, Verified
+from psdlab.analysis.trace import (Phase, RequestRecord, RunInfo, StepRecord, Trace, TraceWriter,
+                                   Verified)
 
 
 def software_versions() -> dict[str, str]:

@@ -24,7 +24,7 @@ from typing import Any, Iterator
 import torch
 
 from psdlab.analysis.checks import check_choice
-from psdlab.runtime.config import ModelConfig
+from psdlab.runtime.model_config import ModelConfig
 from psdlab.runtime.model import Transformer
 
 CONVERSION_MARKER = "psdlab_conversion.json"
@@ -250,7 +250,8 @@ def _detach_gguf_quantizer(model: Any) -> None:
     """transformers (5.x) keeps a GGUF quantizer on the model and refuses to save it, even when
     it dequantised every weight to a dense nn.Linear (no GGUF kernels installed).  Check the
     weights are dense, then drop the quantizer so save_pretrained writes plain safetensors."""
-    packed = sorted({type(m).__name__ for m in model.modules() if "gguf" in type(m).__name__.lower()})
+    packed = sorted({type(m).__name__ for m in model.modules()
+                     if "gguf" in type(m).__name__.lower()})
     if packed:
         raise ValueError(f"gguf_path: transformers kept packed GGUF modules {packed}; "
                          "cannot write dense safetensors")

@@ -12,7 +12,8 @@ Three backends with one interface (``submit`` a command, ``wait`` for its result
 
 Each result comes with the worker's own ``time.perf_counter()`` at the start and end of the
 command (on CUDA, of the device's work: `runtime.devices.CommandClock`); on Linux that is
-CLOCK_MONOTONIC, shared by all processes, so phases of different workers land on one clock.  `start_workers` returns only after every worker has loaded.
+CLOCK_MONOTONIC, shared by all processes, so phases of different workers land on one clock.
+`start_workers` returns only after every worker has loaded.
 """
 from __future__ import annotations
 
@@ -83,7 +84,7 @@ class InlineWorker:
     def __init__(self, spec: WorkerSpec):
         from psdlab.runtime.runner import ModelRunner
         self.spec, self.role, self.label = spec, spec.role, spec.label
-        self.runner = ModelRunner(spec.runner)
+        self.runner: ModelRunner | None = ModelRunner(spec.runner)    # None once closed
         self.info = self.runner.info()
         self._reply: tuple | None = None
         self.pid = os.getpid()
@@ -93,6 +94,7 @@ class InlineWorker:
 
     def wait(self) -> Result:
         reply, self._reply = self._reply, None
+        assert reply is not None, "wait() without a submit()"
         return _unpack(reply, self.role)
 
     def close(self) -> None:
@@ -117,7 +119,7 @@ class ThreadWorker:
         from psdlab.runtime.runner import ModelRunner
         try:
             runner = ModelRunner(self.spec.runner)
-            ctx = contextlib.nullcontext()
+            ctx: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
             if self.spec.stream:
                 ctx = private_stream(runner.device)     # waits for the load's work first
         except Exception as exc:

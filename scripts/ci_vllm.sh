@@ -19,4 +19,5 @@ fi
 "$py" -c 'from vllm import LLM; import vllm; print("vllm", vllm.__version__)'
 # the engine core runs in-process; keep the KV cache small on this shared machine
 export VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1
-exec "$py" -m pytest tests/vllm_psd -p no:cacheprovider "$@"
+# -m '': every vLLM test runs here, e2e-marked or not (pyproject's addopts deselects e2e)
+exec "$py" -m pytest tests/vllm_psd -p no:cacheprovider -m '' "$@"

@@ -6,8 +6,9 @@ Acceptance: for each prompt the target's greedy continuation is generated, then 
 simulated exactly (draft k tokens greedily, accept the longest prefix equal to the target's
 greedy tokens, plus the bonus token; see ``runtime.distill.acceptance_walk``). The continuations
 are generated in left-padded batches for speed; the reference at each position is the target's
-own unpadded argmax, and ``greedy_consistency`` reports how often the two agree (1.0 = exact). Mean acceptance
-length follows vLLM: 1 + accepted / drafting steps, over all steps of all sequences.
+own unpadded argmax, and ``greedy_consistency`` reports how often the two agree (1.0 = exact).
+Mean acceptance length follows vLLM: 1 + accepted / drafting steps, over all steps of all
+sequences.
 Cost: per-token decode time (KV cache, batch 4, one torch thread) of drafter and target.
 """
 
@@ -25,7 +26,8 @@ import torch
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--k", type=int, default=4, help="draft tokens per step (default 4)")
-    ap.add_argument("--max-new-tokens", type=int, default=128, help="tokens per prompt (default 128)")
+    ap.add_argument("--max-new-tokens", type=int, default=128,
+                    help="tokens per prompt (default 128)")
     ap.add_argument("--split", default="heldout", choices=["heldout", "train", "all"])
     ap.add_argument("--prompts", default=None, help="prompts JSONL (default: the shipped set)")
     ap.add_argument("--batch", type=int, default=9, help="prompts per generation batch")
@@ -34,9 +36,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--draft", default=None, help="drafter HF directory (default: the real pair)")
     ap.add_argument("--cache-dir", default=None)
     ap.add_argument("--drafter-dtype", default=None, choices=("float32", "float16", "bfloat16"),
-                    help="dtype of the drafter (default: what the drafter asks for, as the runtime)")
+                    help="dtype of the drafter (default: what the drafter asks for, as the "
+                         "runtime)")
     ap.add_argument("--no-timing", action="store_true", help="skip the per-token cost measurement")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads for the acceptance part (at most 2)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads for the acceptance part (at most 2)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     return ap.parse_args(argv)
 
@@ -73,9 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from psdlab.runtime.distill import acceptance_walk, generate, greedy_match, mean_acceptance_length
-    from psdlab.runtime.drafter import preferred_dtype
-    from psdlab.runtime.pair import prepare_pair
+    from psdlab.runtime.distill import (acceptance_walk, generate, greedy_match,
+                                        mean_acceptance_length)
+    from psdlab.runtime.drafter_build import preferred_dtype
+    from psdlab.runtime.model_pair import prepare_pair
     from psdlab.runtime.prompts import load_prompts
 
     torch.set_num_threads(max(1, min(args.threads, 2)))
@@ -90,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     tok = AutoTokenizer.from_pretrained(target_dir)
     target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
     drafter_dtype = args.drafter_dtype or preferred_dtype(draft_dir) or "float32"
-    drafter = AutoModelForCausalLM.from_pretrained(draft_dir, dtype=getattr(torch, drafter_dtype)).eval()
+    drafter = AutoModelForCausalLM.from_pretrained(draft_dir,
+                                                   dtype=getattr(torch, drafter_dtype)).eval()
     prompts = load_prompts(args.prompts, split=args.split)
     if args.limit > 0:
         prompts = prompts[:args.limit]
@@ -102,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     for i, (p, s) in enumerate(zip(prompts, seqs)):
         ids, start = s.ids, len(s.prompt) - 1
         with torch.no_grad():
-            ref = target(input_ids=torch.tensor([ids]), use_cache=False).logits[0, start:-1].argmax(-1)
+            out = target(input_ids=torch.tensor([ids]), use_cache=False)
+            ref = out.logits[0, start:-1].argmax(-1)
         same += int((ref == torch.tensor(s.gen)).sum())
         total += len(s.gen)
         counts = acceptance_walk(greedy_match(drafter, ref, ids, start), args.k)
@@ -114,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {"k": args.k, "split": args.split, "prompts": len(prompts), "steps": len(counts_all),
               "mean_acceptance_length": round(mean_acceptance_length(counts_all), 4),
               "greedy_consistency": round(same / max(1, total), 4),
-              "by_style": {s: round(mean_acceptance_length(c), 4) for s, c in sorted(by_style.items())},
+              "by_style": {s: round(mean_acceptance_length(c), 4)
+                           for s, c in sorted(by_style.items())},
               "target_layers": target.config.num_hidden_layers,
               "drafter_layers": drafter.config.num_hidden_layers, "drafter_dtype": drafter_dtype,
               "target_params": sum(p.numel() for p in target.parameters()),

@@ -56,7 +56,7 @@ def hf_config(size: str, vocab: int, max_len: int) -> dict:
 
 def build_random(config: dict, seed: int, device, dtype):
     """ModelSpec factory: a random-weight Transformer built from an HF-style config."""
-    from psdlab.runtime.config import ModelConfig
+    from psdlab.runtime.model_config import ModelConfig
     from psdlab.runtime.weights import random_model
     cfg = ModelConfig.from_hf(config)
     return random_model(cfg, seed=seed, device=device, dtype=dtype), cfg
@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from psdlab.runtime.bench import format_report
-    from psdlab.runtime.engine import EngineConfig
+    from psdlab.runtime.overlap_bench import format_report
+    from psdlab.runtime.controller import EngineConfig
     from psdlab.runtime.requests import Request
     from psdlab.runtime.runner import ModelSpec
     from psdlab.validation.device_bench import layouts, machine, run_layout

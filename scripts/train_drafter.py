@@ -2,7 +2,7 @@
 
     python scripts/train_drafter.py [--keep 16] [--new-layers 2] [--synth-prompts 2000] [--epochs 2]
 
-Steps: convert the target once (``runtime.pair.prepare_target``); let the target write
+Steps: convert the target once (``runtime.model_pair.prepare_target``); let the target write
 ``--synth-prompts`` user requests of its own in the shipped styles (``runtime.distill_data``;
 the held-out prompts are never used) and answer them and the shipped training prompts greedily
 (bf16, batched; ``--data FILE`` caches these token sequences for reruns); optionally add
@@ -109,9 +109,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from psdlab.analysis.checks import check_int, check_positive
     from psdlab.runtime import distill, distill_data
-    from psdlab.runtime.drafter import (DATA_DIR, DrafterSpec, file_sha256, save_drafter_spec,
+    from psdlab.runtime.drafter_build import (DATA_DIR, DrafterSpec, file_sha256, save_drafter_spec,
                                  slim_mlp_state)
-    from psdlab.runtime.pair import prepare_target
+    from psdlab.runtime.model_pair import prepare_target
 
     check_int("--keep", args.keep, 1, 29)
     check_int("--new-layers", args.new_layers, 0, 4)
@@ -179,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
                        init_from=spec.init_from, sha256=file_sha256(weights), dtype=args.dtype,
                        info=info)
     save_drafter_spec(spec, out_dir / "drafter.json")
-    log(f"wrote {weights} ({weights.stat().st_size / 1e6:.1f} MB) and {out_dir / 'drafter.json'}", t0)
+    log(f"wrote {weights} ({weights.stat().st_size / 1e6:.1f} MB) and "
+        f"{out_dir / 'drafter.json'}", t0)
     return 0
 
 

@@ -1,8 +1,8 @@
 """SimPy discrete-event simulator of AR / SD / PSD serving (imports analysis/ only, never torch).
 
-Entry points: ``sim.config.load_config(path) -> SimConfig`` and
-``sim.engine.simulate(config, path="fast"|"simpy") -> SimResult`` (trace + metrics from
-``analysis.metrics``); ``sim.plan`` (capacity planning), ``sim.bench`` (speed benchmark),
+Entry points: ``sim.sim_config.load_config(path) -> SimConfig`` and
+``sim.simulation.simulate(config, path="fast"|"simpy") -> SimResult`` (trace + metrics from
+``analysis.metrics``); ``sim.capacity`` (capacity planning), ``sim.speed_bench`` (speed benchmark),
 ``sim.closed_form`` (exact finite-run makespans for constant step times).
 
 Layout: ``config`` (TOML -> frozen dataclasses), ``trajectories`` (per-request accepted counts,
@@ -20,9 +20,9 @@ __all__ = ["load_config", "simulate"]
 
 def __getattr__(name: str):
     if name == "load_config":
-        from psdlab.sim.config import load_config
+        from psdlab.sim.sim_config import load_config
         return load_config
     if name == "simulate":
-        from psdlab.sim.engine import simulate
+        from psdlab.sim.simulation import simulate
         return simulate
     raise AttributeError(f"module 'sim' has no attribute {name!r}")

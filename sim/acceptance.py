@@ -269,8 +269,10 @@ def _make_replay(spec: Mapping[str, Any], where: str) -> ReplayAcceptance:
                             beyond=beyond, source="inline")
 
 
-def make_acceptance(spec: Mapping[str, Any], where: str = "acceptance") -> AcceptanceModel:
-    """Build an acceptance model from its spec (see the module docstring)."""
+def make_basic_acceptance(spec: Mapping[str, Any], where: str = "acceptance"
+                          ) -> AcceptanceModel:
+    """Build a geometric, positional, beta or replay model from its spec (module docstring);
+    ``sim.acceptance_registry.make_acceptance`` builds every model by name."""
     if not isinstance(spec, Mapping):
         raise ValueError(f"{where}: expected a table with a 'name', got {spec!r}")
     name = spec.get("name")
@@ -294,18 +296,9 @@ def make_acceptance(spec: Mapping[str, Any], where: str = "acceptance") -> Accep
         return BetaAcceptance(mean, conc)
     if name == "replay":
         return _make_replay(spec, where)
-    if name == "matches":
-        from psdlab.sim.acceptance_matches import make_matches
-        return make_matches(spec, where)
-    if name == "fitted":
-        from psdlab.sim.acceptance_fitted import make_fitted
-        return make_fitted(spec, where)
-    if name == "resampled":
-        from psdlab.sim.acceptance_resampled import make_resampled
-        return make_resampled(spec, where)
     raise ValueError(f"{where}.name: unknown acceptance model {name!r}; known: "
-                     f"{', '.join(ACCEPTANCE_MODELS)}")
+                     f"{', '.join(BASIC_MODELS)}")
 
 
-ACCEPTANCE_MODELS = ("geometric", "positional", "beta", "replay", "matches", "fitted",
-                     "resampled")
+#: the models this module builds; ``sim.acceptance_registry`` adds the pattern-based ones
+BASIC_MODELS = ("geometric", "positional", "beta", "replay")

@@ -29,6 +29,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from psdlab.analysis.checks import check_range
+from psdlab.sim.acceptance import check_fields, make_basic_acceptance
 from psdlab.sim.acceptance_draws import KMAX, leading_accepted
 
 SYMBOLS = {"1": 1, "0": 0, ".": -1}
@@ -111,15 +112,13 @@ def _fallback_rates(spec: Any, where: str) -> tuple[float, ...]:
     if not isinstance(spec, Mapping) or spec.get("name") not in ("positional", "geometric"):
         raise ValueError(f"{where}: expected a 'positional' or 'geometric' acceptance spec, "
                          f"got {spec!r}")
-    from psdlab.sim.acceptance import make_acceptance
-    model = make_acceptance(spec, where)
+    model = make_basic_acceptance(spec, where)
     if spec["name"] == "geometric":
         return (float(model.alpha),)
     return tuple(float(r) for r in model.rates)
 
 
 def make_matches(spec: Mapping[str, Any], where: str) -> MatchAcceptance:
-    from psdlab.sim.acceptance import check_fields
     check_fields(spec, where, ("requests", "fallback"))
     reqs = spec.get("requests")
     if not isinstance(reqs, Mapping):

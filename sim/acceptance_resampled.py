@@ -23,6 +23,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from psdlab.analysis.checks import check_int
+from psdlab.sim.acceptance import check_fields
 from psdlab.sim.acceptance_draws import KMAX
 from psdlab.sim.acceptance_fitted import style_of
 from psdlab.sim.acceptance_matches import MatchAcceptance, make_matches
@@ -79,7 +80,6 @@ class ResampledAcceptance:
 
 
 def make_resampled(spec: Mapping[str, Any], where: str) -> ResampledAcceptance:
-    from psdlab.sim.acceptance import check_fields
     check_fields(spec, where, ("styles", "fallback"))
     styles = spec.get("styles")
     if not isinstance(styles, Mapping) or not styles:

@@ -3,7 +3,7 @@
 ``Core`` holds the requests, the batches, the KV accounting and the clock.  One *boundary*
 (``prepare``) does, in order: take in arrivals (arrival <= now), preempt while the KV cache
 would overflow, admit waiting requests (FCFS, through the batch manager), rebalance.  Then
-``plan(max_steps)`` (``sim.planner``) decides the next steps -- up to ``max_steps`` of them as
+``plan(max_steps)`` (``sim.step_plan``) decides the next steps -- up to ``max_steps`` of them as
 long as nothing but counters would change: no request finishes before the last one, no KV
 overflow at an inner boundary, and no admission could happen at an inner boundary -- and
 ``commit(plan)`` applies them.  The SimPy path calls ``plan(1)``; the fast path calls
@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 
 from psdlab.sim import lanes
-from psdlab.sim.batching import BatchManager
+from psdlab.sim.batch_assignment import BatchManager
 from psdlab.sim.kv import blocks
-from psdlab.sim.planner import Plan, Planner, proposal_caps
+from psdlab.sim.step_plan import Plan, Planner, proposal_caps
 from psdlab.sim.trajectories import Trajectories
 
 JITTER_KEYS = ("prefill_t", "prefill_d", "draft", "verify")
@@ -274,6 +274,7 @@ class Core:
             cut = 1
         elif self.arr_ptr < self.N:
             t_next = self.arrival[self.arr_ptr]
+            assert p.ends is not None                 # timed before the cut
             bounds = p.ends[:, -1]
             cut = int(np.searchsorted(bounds, t_next, side="left")) + 1
         else:
@@ -288,7 +289,9 @@ class Core:
             ph.dur, ph.seqs, ph.tokens, ph.ctx = ph.dur[:S], ph.seqs[:S], ph.tokens[:S], ph.ctx[:S]
         p.vset_of_step, p.q_of_step = p.vset_of_step[:S], p.q_of_step[:S]
         if p.verify_batch is not None:
+            assert p.draft_batch is not None          # PSD plans carry both
             p.verify_batch, p.draft_batch = p.verify_batch[:S], p.draft_batch[:S]
+        assert p.starts is not None and p.ends is not None
         p.starts, p.ends = p.starts[:S], p.ends[:S]
 
     # ------------------------------------------------------------------ commit
@@ -302,6 +305,7 @@ class Core:
         pending = np.asarray(self.pending, np.int64)
         if pending.size:
             tpf = [ph for ph in p.phases if ph.kind == "prefill"][0]
+            assert p.starts is not None
             t_first = float(p.starts[0, tpf.seg] + tpf.dur[0])
             fresh = pending[np.isnan(self.first_t[pending])]
             self.first_t[fresh] = t_first
@@ -340,6 +344,7 @@ class Core:
         if self.mode != "psd" or p.verify_batch is None:
             return
         last = p.S - 1
+        assert p.draft_batch is not None              # PSD plans carry both
         vb = int(p.verify_batch[last])
         db = int(p.draft_batch[last])
         if vb >= 0:

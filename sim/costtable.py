@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from psdlab.sim.planner import prefill_time
+from psdlab.sim.step_plan import prefill_time
 
 SHIFT = 10
 WIDTH = 1 << SHIFT

@@ -5,7 +5,7 @@ Each batch has m *lanes* (slots).  A lane serves requests back to back, and a re
 verification is its batch's (q0 + j)-th, where q0 is its batch's first verification after its
 admission.  Given the boundary times, the order of completions (from the pre-sampled step
 counts) and of admissions (FCFS, the policy's batch -- for ``rebalance``,
-``analysis.batching.join``, the one rule of every path -- arrival <= boundary time) is integer
+``analysis.batch_rule.join``, the one rule of every path -- arrival <= boundary time) is integer
 bookkeeping (``layout``, a short event loop), after which the whole stretch is laid out at once:
 context matrices by lane, one cost-model call per phase kind, one cumulative sum for the clock
 (``sim.lanes_build``).
@@ -31,28 +31,15 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections import deque
-from dataclasses import dataclass
 
 import numpy as np
 
-from psdlab.analysis.batching import join
-from psdlab.sim.lanes_build import build_plan
-from psdlab.sim.planner import Plan
+from psdlab.analysis.batch_rule import join
+from psdlab.sim.lanes_build import Layout, build_plan
+from psdlab.sim.step_plan import Plan
 from psdlab.sim.sweep import sweep, sweepable
 
 MAX_ITERATIONS = 8
-
-
-@dataclass
-class Layout:
-    S: int
-    b: np.ndarray      # segment's batch index in `order`
-    l: np.ndarray      # lane
-    r: np.ndarray      # request
-    q: np.ndarray      # first verification index (in the plan) of the request in its batch
-    adm: np.ndarray    # admission boundary (0: already a member)
-    events: list       # [(boundary, request)] admissions in order, then (S, -1)
-    T: np.ndarray      # the boundary times the layout assumed
 
 
 def eligible(core) -> bool:

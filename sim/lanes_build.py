@@ -1,9 +1,24 @@
-"""Vectorised construction and commit of a lanes plan (see ``sim.lanes``)."""
+"""Vectorised construction and commit of a lanes plan (see ``sim.lanes``), and the `Layout`
+both the lanes and the one-pass sweep (``sim.sweep``) lay a plan out with."""
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
-from psdlab.sim.planner import PhaseArr, Plan, prefill_time
+from psdlab.sim.step_plan import PhaseArr, Plan, prefill_time
+
+
+@dataclass
+class Layout:
+    S: int
+    b: np.ndarray      # segment's batch index in `order`
+    l: np.ndarray      # lane  # noqa: E741 (the layout's field name, used by sim.lanes)
+    r: np.ndarray      # request
+    q: np.ndarray      # first verification index (in the plan) of the request in its batch
+    adm: np.ndarray    # admission boundary (0: already a member)
+    events: list       # [(boundary, request)] admissions in order, then (S, -1)
+    T: np.ndarray      # the boundary times the layout assumed
 
 
 def _matrices(c, lay, nb: int, period: int, v: np.ndarray | None = None):
@@ -85,6 +100,8 @@ def build_plan(c, order: list[int], period: int, lay) -> Plan:
     pl, S, nb = c.planner, lay.S, len(order)
     mats = _matrices(c, lay, nb, period)
     j = np.arange(S)
+    vb: np.ndarray | None              # PSD batch ids per step (None: one batch)
+    db: np.ndarray | None
     if nb == 2:
         even = (j % 2) == 0
         a, b = mats
@@ -116,7 +133,7 @@ def build_plan(c, order: list[int], period: int, lay) -> Plan:
     work.append(PhaseArr("verify", c.target_dev, seg_v,
                          pl.verify_time(v_n, v_tok, v_ctx) * c.jitter_at("verify", c.step, S),
                          v_n, v_tok, v_ctx))
-    phases += work[::-1] if nb == 2 else work      # same phase order as sim.planner
+    phases += work[::-1] if nb == 2 else work      # same phase order as sim.step_plan
     p = Plan("lanes", S, seg_v + 1, phases, [], np.zeros(S, np.int64), np.zeros(S, np.int64),
              verify_batch=vb, draft_batch=db, overlapped=nb == 2)
     p.lanes = {"order": order, "period": period, "mats": mats, "layout": lay}
@@ -148,6 +165,7 @@ def _rows(p: Plan, j: int):
 def commit_lanes(c, p: Plan) -> None:
     """Apply a lanes plan: verification counts, admissions, completions, batches, queue."""
     S, period, order, lay = p.S, p.lanes["period"], p.lanes["order"], p.lanes["layout"]
+    assert p.starts is not None and p.ends is not None      # timed by build
     traj = c.traj
     valid = lay.adm < S
     b, r, q0, adm = lay.b[valid], lay.r[valid], lay.q[valid], lay.adm[valid]
@@ -183,6 +201,7 @@ def commit_lanes(c, p: Plan) -> None:
         c.bm.batches[B] = members[np.argsort(c.admit_seq[members], kind="stable")].tolist()
     c.ready[r] = False
     if len(order) == 2:
+        assert p.draft_batch is not None and p.verify_batch is not None
         c.ready[c.bm.batches[int(p.draft_batch[S - 1])]] = True
         c.bm.next_draft = int(p.verify_batch[S - 1])
 

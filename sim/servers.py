@@ -2,7 +2,7 @@
 
 A controller process runs the server's loop: at each step boundary it lets the core take in
 arrivals, preempt, admit and rebalance, asks for the next single step (``Core.plan(1)``; the
-step structure of AR, SD co-located, SD on a separate device and PSD is in ``sim.planner``),
+step structure of AR, SD co-located, SD on a separate device and PSD is in ``sim.step_plan``),
 and runs the step's segments: each phase is a process that holds its device (a
 ``simpy.Resource`` of capacity 1) for the phase's duration; a segment ends when all its phases
 have.  PSD: the target verifies one batch while the drafter drafts the other, so the step lasts

@@ -5,7 +5,7 @@ times.  Below saturation every admission moves the later boundaries by about a p
 iteration fixes about one admission per round and a stretch needs many rounds.  This module
 walks the stretch once, step by step, in causal order instead: at boundary s it applies the
 completions and admissions (the same integer rules as ``sim.lanes.layout``; the
-batch an admission joins is ``analysis.batching.join``), then computes the
+batch an admission joins is ``analysis.batch_rule.join``), then computes the
 exact duration of step s from the rows it verifies and drafts -- their sequences (the batch
 sizes) and summed contexts (one array indexed by the verifying step, which each admission
 updates with one strided slice add) -- and cost tables (``sim.costtable``: a dict and an
@@ -26,9 +26,10 @@ import heapq
 
 import numpy as np
 
-from psdlab.analysis.batching import join
+from psdlab.analysis.batch_rule import join
 from psdlab.sim.costtable import MASK, NBITS, SHIFT, StepCosts
-from psdlab.sim.planner import PhaseArr, Plan
+from psdlab.sim.lanes_build import Layout, attach_rows
+from psdlab.sim.step_plan import PhaseArr, Plan
 
 
 def sweepable(c) -> bool:
@@ -81,9 +82,7 @@ def _kind(c, nb: int) -> str:
 def sweep(c, order: list[int], period: int, S_max: int) -> Plan:
     """The lanes plan of at most ``S_max`` steps from the current boundary, laid out exactly.
     With ``c.step_detail`` False (no step records wanted) only the clock and the prefills
-    are kept: the plan then serves ``commit`` but not ``sim.records.step_records``."""
-    from psdlab.sim.lanes import Layout
-
+    are kept: the plan then serves ``commit`` but not ``sim.trace_records.step_records``."""
     nb = len(order)
     VLEN = S_max + 2
     V, heap, free, size, rec = _initial(c, order, period, VLEN)
@@ -280,7 +279,6 @@ def _light(c, order, period, lay, pf) -> Plan:
 
 
 def _assemble(c, order, period, lay, kind, cols, pf) -> Plan:
-    from psdlab.sim.lanes_build import attach_rows
 
     S, k = lay.S, c.k
     v_n, v_c, d_n, d_c = (np.asarray(x, np.int64) for x in cols[:4])

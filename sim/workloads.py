@@ -118,6 +118,7 @@ class Workload:
             raise ValueError(f"n: required for a {self.kind!r} workload (only replay has a size)")
         n = check_int("n", n, 0)
         arrival = self.arrivals(rng, n)
+        assert self.prompt is not None and self.output is not None   # set for every non-replay
         return RequestSet(arrival, self.prompt.sample(rng, n), self.output.sample(rng, n))
 
     def describe(self) -> dict[str, Any]:

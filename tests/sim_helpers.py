@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from psdlab.sim.config import SimConfig, config_from_dict
+from psdlab.sim.sim_config import SimConfig, config_from_dict
 
 
 def make_config(*, mode: str = "psd", k: int = 4, m: int = 4, requests: int = 16,

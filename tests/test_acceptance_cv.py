@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from psdlab.sim.acceptance import make_acceptance
+from psdlab.sim.acceptance_registry import make_acceptance
 from psdlab.validation import acceptance_cv as cv
 from psdlab.validation import acceptance_transfer as at
 from test_acceptance_transfer import KEYS, TRUE, fake_trace
@@ -106,13 +106,3 @@ def test_patterns_that_are_the_truth_win_the_selection():
     assert make_acceptance(sel.chosen.spec()).kind == "resampled"
 
 
-def test_per_request_emitted_and_slowest_request():
-    from psdlab.analysis.trace import RequestRecord, RunInfo, StepRecord, Trace, Verified
-    from psdlab.validation.request_spread import per_request_emitted, slowest_e2e
-    steps = [StepRecord(0, 0.0, 0.1, (), (Verified("a", 3, 3, 4), Verified("b", 3, 0, 1))),
-             StepRecord(1, 0.1, 0.2, (), (Verified("a", 3, 1, 2), Verified("b", 3, 1, 2)))]
-    reqs = [RequestRecord("a", 0.0, 0.0, 0.05, 0.2, 10, 7),
-            RequestRecord("b", 0.1, 0.1, 0.15, 1.6, 10, 4)]
-    tr = Trace(RunInfo(mode="sd-sep", k=3, m=2, source="runtime"), steps, reqs)
-    assert sorted(per_request_emitted(tr).tolist()) == [1.5, 3.0]
-    assert slowest_e2e(tr) == pytest.approx(1.5)

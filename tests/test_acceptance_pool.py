@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from greedy_util import greedy_trace
-from psdlab.sim.acceptance import make_acceptance
+from psdlab.sim.acceptance_registry import make_acceptance
 from psdlab.validation import acceptance_pool as ap
 from psdlab.validation.acceptance_transfer import trials, verifications
 
@@ -109,13 +109,14 @@ def test_pool_file_round_trip_and_bad_input(tmp_path):
         ap.walk(".11", 0)
 
 
+@pytest.mark.e2e
 def test_probe_patterns_are_the_runs_match_patterns(tmp_path_factory):
     """The untimed probe (the target's AR output, one teacher-forced drafter pass) gives the
     match pattern that real greedy SD runs of the same prompts show, position by position,
     and walking it reproduces those runs' verifications."""
     from runtime_engine_util import prompts, shared_pair
     from psdlab.runtime.acceptance_probe import probe_patterns
-    from psdlab.runtime.engine import Engine, EngineConfig
+    from psdlab.runtime.controller import Engine, EngineConfig
     from psdlab.runtime.requests import Request
     from psdlab.runtime.runner import ModelSpec
     from psdlab.validation.match_patterns import match_patterns

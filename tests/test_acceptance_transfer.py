@@ -1,6 +1,7 @@
 """The acceptance model that transfers to unseen prompts: the simulator's ``fitted`` model
 (sim/acceptance_fitted.py), its maximum-likelihood fit and cross-validated choice
-(validation/acceptance_transfer.py), the demo's disjoint prompt sides (validation/runs.py)
+(validation/acceptance_transfer.py), the demo's disjoint prompt sides
+(validation/demo/measurement_plan.py)
 and the results file's comparisons (validation/results_file.py)."""
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from psdlab.analysis.trace import RequestRecord, RunInfo, StepRecord, Trace, Verified
-from psdlab.sim.acceptance import make_acceptance
+from psdlab.sim.acceptance_registry import make_acceptance
 from psdlab.sim.acceptance_fitted import style_of
 from psdlab.sim.trajectories import sample_trajectories
 from psdlab.validation import acceptance_transfer as at
@@ -109,7 +110,7 @@ def test_fit_recovers_style_order_spread_and_positions(data):
 
 def test_prompt_sides_are_disjoint_and_cover_every_style():
     from psdlab.runtime.prompts import load_prompts
-    from psdlab.validation.demo_prompts import prompt_sides
+    from psdlab.validation.demo.prompt_sides import prompt_sides
     prompts = load_prompts(split="heldout")
     sides = prompt_sides([(p.id, p.style) for p in prompts])
     cal, held = set(sides["calibration"]), set(sides["heldout"])
@@ -130,7 +131,7 @@ def test_demo_sides_are_split_fresh3_and_the_new_split_fresh11():
     first included); never a held-out prompt, and never one of splits ``train`` and
     ``heldout`` (the drafter's writer), nor of ``fresh7`` to ``fresh11``."""
     from psdlab.runtime.prompts import load_prompts
-    from psdlab.validation.demo_prompts import pool_list, side_list
+    from psdlab.validation.demo.prompt_sides import pool_list, side_list
     cal, held = side_list("calibration"), side_list("heldout")
     ids = {s: {p.id for p in load_prompts(split=s)}
            for s in ("train", "heldout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5",
@@ -159,7 +160,7 @@ def test_every_prefix_of_a_side_mixes_the_styles_evenly(styles, n):
     at most one among the styles the side still has prompts of."""
     from collections import Counter
 
-    from psdlab.validation.demo_prompts import prompt_sides
+    from psdlab.validation.demo.prompt_sides import prompt_sides
     items = [(f"p{i:02d}", s) for i, s in enumerate(styles)]
     for members in prompt_sides(items).values():
         assert len(set(members)) == len(members)
@@ -171,7 +172,7 @@ def test_every_prefix_of_a_side_mixes_the_styles_evenly(styles, n):
 
 
 def test_demo_requests_cycle_one_side_with_distinct_ids():
-    from psdlab.validation.demo_prompts import demo_requests
+    from psdlab.validation.demo.prompt_sides import demo_requests
     ids = [[1, 2], [3, 4], [5, 6], [7, 8], [9, 10]]
     cal = demo_requests(None, 5, ids, "calibration")
     held = demo_requests(None, 5, ids, "heldout")
@@ -206,40 +207,12 @@ def test_machine_info_and_git_info_have_their_fields():
     assert g["tree"] in (None, "clean", "uncommitted changes on top of HEAD")
 
 
-def test_prompt_sampling_measures_the_sides_and_the_chance_of_their_difference():
-    from psdlab.validation.prompt_sampling import acceptance_by_side, sampling_md
-    easy = dict(TRUE, styles={}, default=2.0, sigma=0.5)
-    hard = dict(TRUE, styles={}, default=0.0, sigma=0.5)
-    cal = [fake_trace(hard, KEYS, k, seed=20 + k) for k in (2, 4)]
-    held = [fake_trace(easy, [f"x{key}" for key in KEYS], 3, seed=30)]
-    side = acceptance_by_side(cal, held, hard)
-    assert side["heldout"]["accepted_per_verification"] > side["calibration"][
-        "accepted_per_verification"]
-    assert side["difference_of_prompt_means"] > 0 and side["chance_se_of_difference"] > 0
-    assert side["emitted_ratio_heldout_over_calibration"] > 1
-    # the model fitted on the hard side predicts the held-out side from its own level
-    assert side["heldout"]["predicted_accepted_per_verification"] < side["heldout"][
-        "accepted_per_verification"]
-    assert 0 <= side["p_prompts_alone_break_5pct"] <= 1
-    assert any("Prompt sampling" in line for line in sampling_md(side))
-    assert acceptance_by_side([], held, None) is None
-
-
-def test_within_style_spread_leaves_out_what_the_styles_explain():
-    from psdlab.validation.prompt_sampling import within_style_sd
-    # two styles far apart, tight inside: the pooled within-style SD is the inner spread only
-    means = {"a-1": 0.1, "a-2": 0.3, "a-3": 0.2, "b-1": 2.0, "b-2": 2.2, "b-3": 2.1}
-    assert within_style_sd(means) == pytest.approx(0.1)
-    assert np.std(list(means.values()), ddof=1) > 1.0
-    assert within_style_sd({"a-1": 1.0, "b-1": 2.0}) is None        # no spread left to see
-
-
 def test_each_repeat_serves_the_next_window_and_pairs_share_theirs():
     """The default plan's runs of a side tile its prompt list: SD and PSD of one repeat serve
     the same prompts, the repeats of a workload different ones, and together the held-out
     runs serve every held-out prompt."""
-    from psdlab.validation.demo_prompts import prompt_windows, window
-    from psdlab.validation.runs import default_plan
+    from psdlab.validation.demo.prompt_sides import prompt_windows, window
+    from psdlab.validation.demo.measurement_plan import default_plan
     plan = default_plan()
     sizes = {"calibration": 39, "heldout": 39}
     starts = prompt_windows(plan.runs, sizes, plan.num_prompts)
@@ -248,7 +221,7 @@ def test_each_repeat_serves_the_next_window_and_pairs_share_theirs():
         by_key.setdefault((r.prompts, r.workload, r.rep), set()).add(starts[r.name])
     assert all(len(v) == 1 for v in by_key.values())              # pairs share a window
     reps = {}
-    for (side, wl, rep), (o,) in by_key.items():
+    for (side, wl, _rep), (o,) in by_key.items():
         reps.setdefault((side, wl), []).append(o)
     assert any(len(set(v)) > 1 for v in reps.values())            # repeats move on
     items = [(f"p{i}", (i,)) for i in range(39)]
@@ -268,7 +241,7 @@ def test_each_repeat_serves_the_next_window_and_pairs_share_theirs():
 @settings(max_examples=40, deadline=None)
 @given(st.integers(1, 50), st.integers(1, 20), st.integers(0, 200))
 def test_a_window_is_the_list_rotated_and_cycled(size, n, offset):
-    from psdlab.validation.demo_prompts import window
+    from psdlab.validation.demo.prompt_sides import window
     items = [(f"p{i}", (i,)) for i in range(size)]
     got = window(items, offset, n)
     assert len(got) == n and len({rid for rid, _ in got}) == n
@@ -329,28 +302,6 @@ def test_greedy_re_observations_count_once_and_the_spread_is_not_inflated():
     twice = at.fit(cand, at.trials(traces + traces))
     assert twice.sigma == pytest.approx(fitted.sigma, rel=1e-6)
     assert twice.beta == pytest.approx(fitted.beta, rel=1e-6)
-
-
-def test_sides_are_compared_like_for_like_at_a_k_both_served():
-    """Accepted tokens per verification grow with k: the sides are compared only at a k both
-    served, per style, and without one there is no like-for-like figure."""
-    from psdlab.validation.prompt_sampling import acceptance_by_side, matched_k, sampling_md
-    easy = dict(TRUE, sigma=0.3)
-    harder = dict(easy, styles={"chat": 2.0, "code": 0.0, "math": -1.0})   # math shifted
-    held_keys = [key.replace("-", "-h") for key in KEYS]
-    cal = [fake_trace(easy, KEYS * 2, k, seed=40 + k) for k in (2, 4)]
-    held = [fake_trace(harder, held_keys * 2, k, seed=50 + k) for k in (3, 4)]
-    m = matched_k(cal, held)
-    assert m["k"] == 4 and set(m["styles"]) == {"chat", "code", "math"}
-    assert m["styles"]["math"]["prompts"] == [4, 4]
-    assert m["styles"]["math"]["difference"] < 0 and m["styles"]["math"]["z"] < -2
-    assert abs(m["styles"]["chat"]["z"]) < abs(m["styles"]["math"]["z"])
-    assert m["difference"] < 0 and m["emitted_ratio_heldout_over_calibration"] < 1
-    # over every verification the held-out side's k = 3 and 4 against k = 2 and 4: not alike
-    side = acceptance_by_side(cal, held, None)
-    assert side["matched_k"] == m
-    assert any("Like for like" in line for line in sampling_md(side))
-    assert matched_k(cal, held[:1]) is None                     # k = 3 only: nothing shared
 
 
 @given(st.integers(1, 300), st.integers(0, 2 ** 31 - 1))

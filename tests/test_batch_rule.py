@@ -1,4 +1,4 @@
-"""One PSD batch rule (``analysis.batching``): its tie-breaks; the runtime's BatchManager, the
+"""One PSD batch rule (``analysis.batch_rule``): its tie-breaks; the runtime's BatchManager, the
 simulator's BatchManager (policy ``rebalance``) and the vLLM halves pick the batches the rule
 picks on random event sequences; and every simulator path (SimPy step by step, the fast path's
 sweep, its lanes iteration, its step-group planner) puts every request in the same batch at
@@ -13,12 +13,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from psdlab.analysis import batching as rule
+from psdlab.analysis import batch_rule as rule
 from psdlab.runtime.batch_manager import BatchManager as RuntimeBM
 from psdlab.runtime.vllm_ext.halves import Halves
 from psdlab.sim import lanes
-from psdlab.sim.batching import BatchManager as SimBM
-from psdlab.sim.engine import simulate
+from psdlab.sim.batch_assignment import BatchManager as SimBM
+from psdlab.sim.simulation import simulate
 from sim_helpers import make_config
 
 # ----------------------------------------------------------------------------- the rule itself
@@ -256,11 +256,12 @@ def workloads(draw):
         k_choices=k_choices, alpha=draw(st.floats(0.0, 0.95)), seed=draw(st.integers(0, 99)))
 
 
+@pytest.mark.e2e
 @settings(deadline=None, max_examples=int(os.environ.get("BATCH_RULE_EXAMPLES", 80)),
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(wl=workloads())
 def test_every_simulator_path_picks_the_same_batches(monkeypatch, wl):
-    """The SimPy path takes every decision through ``sim.batching`` (the rule, by the tests
+    """The SimPy path takes every decision through ``sim.batch_assignment`` (the rule, by the tests
     above); the fast paths decide admissions themselves (``join`` per admission, stopping a
     stretch where the rule leaves their steady regime) and must agree step by step."""
     arrival, out, prompt, kw = wl
@@ -289,7 +290,7 @@ def test_forced_paths_really_differ_from_the_default(monkeypatch, name):
     cfg = make_config(mode="psd", m=4, requests=60, workload=wl, policy="rebalance")
     calls = {"sweep": 0, "layout": 0}
     for fn in calls:
-        def counting(*a, _real=getattr(lanes, fn), _fn=fn, **k):
+        def counting(*a, _real=getattr(lanes, fn), _fn=fn, **k):  # noqa: B008 (bind this fn)
             calls[_fn] += 1
             return _real(*a, **k)
         monkeypatch.setattr(lanes, fn, counting)

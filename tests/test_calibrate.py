@@ -13,8 +13,9 @@ from psdlab.analysis.trace import (Phase, RequestRecord, RunInfo, StepRecord, Tr
                             write_trace)
 from psdlab.cli import main
 from psdlab.validation.acceptance_fit import beta_moments, fit_acceptance, positional_rates
-from psdlab.validation.calibrate import calibrate, design, predict_phases
-from psdlab.validation.fit import fit_nonneg, identifiable_columns
+from psdlab.validation.phase_model import design, predict_phases
+from psdlab.validation.calibrate import calibrate
+from psdlab.validation.nnls_fit import fit_nonneg, identifiable_columns
 from psdlab.validation.model_file import (acceptance_spec, cost_spec, read_model, role_coefficients,
                                    write_model)
 
@@ -53,7 +54,9 @@ def make_trace(k: int, m: int = 8, n_steps: int = 300, seed: int = 0, noise: flo
     n_req = 4 * m
     alphas = (rng.beta(beta[0] * beta[1], (1 - beta[0]) * beta[1], n_req)
               if beta else [None] * n_req)
-    jit = lambda: 1 + noise * rng.standard_normal()
+    def jit():
+        return 1 + noise * rng.standard_normal()
+
     steps, t = [], 0.0
     for i in range(n_steps):
         phases = []
@@ -142,8 +145,8 @@ def test_fixed_cost_per_drafting_phase_is_told_from_the_per_pass_base(tmp_path):
 
 
 def test_planner_adds_the_phase_overhead_once_per_drafting_phase(tmp_path):
-    from psdlab.sim.config import config_from_dict
-    from psdlab.sim.engine import simulate
+    from psdlab.sim.sim_config import config_from_dict
+    from psdlab.sim.simulation import simulate
     doc = {"format": "psdlab.cost-fit", "version": 1, "meta": {}, "roles": {
         "t": {"kind": "affine", "coef": {"base": 0.01, "per_seq": 0.0, "per_token": 0.0,
                                          "per_context": 0.0}},
@@ -260,10 +263,12 @@ def test_fit_at_one_batch_size_predicts_another():
 
 def _sim_trace(mode: str, k: int, m: int, seed: int) -> Trace:
     """A simulator trace of the synthetic machine (affine costs, Beta acceptance, 3% jitter)."""
-    from psdlab.sim.config import config_from_dict
-    from psdlab.sim.engine import simulate
+    from psdlab.sim.sim_config import config_from_dict
+    from psdlab.sim.simulation import simulate
 
-    length = lambda lo, hi: {"name": "uniform", "low": lo, "high": hi}
+    def length(lo, hi):
+        return {"name": "uniform", "low": lo, "high": hi}
+
     raw = {"seed": seed, "requests": 60, "server": {"mode": mode, "k": k, "m": m},
            "target": {"name": "t", "device": "sim:target", "cost": {"name": "affine", **VERIFY}},
            "drafter": {"name": "d", "device": "sim:drafter",
@@ -346,7 +351,7 @@ def test_model_file_round_trip(tmp_path):
 
 
 def test_model_file_loads_in_the_simulator_and_reproduces_the_fit(tmp_path):
-    from psdlab.sim.acceptance import make_acceptance
+    from psdlab.sim.acceptance_registry import make_acceptance
     from psdlab.sim.costs import make_cost_model
 
     traces = [make_trace(2, seed=42), make_trace(4, seed=43)]

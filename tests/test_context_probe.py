@@ -1,10 +1,10 @@
-"""The controlled context probe (``runtime.context_probe``): its slope arithmetic on workers
+"""The controlled context probe (``runtime.context_timing``): its slope arithmetic on workers
 with known costs, its run on real (tiny) workers, and what it leaves behind."""
 from __future__ import annotations
 
 import pytest
 
-from psdlab.runtime.context_probe import context_probe
+from psdlab.runtime.context_timing import context_probe
 from psdlab.runtime.workers import Result
 from runtime_engine_util import shared_pair
 
@@ -80,7 +80,7 @@ def test_probe_on_real_workers_leaves_the_engine_as_it_was(models):
     """On a real engine's (inline) workers the probe measures positive times at both
     contexts, empties the slots it used, and the engine's greedy output afterwards is the
     same as a fresh engine's."""
-    from psdlab.runtime.engine import Engine, EngineConfig
+    from psdlab.runtime.controller import Engine, EngineConfig
     from psdlab.runtime.requests import Request
     from psdlab.runtime.runner import ModelSpec
     cfg = EngineConfig(mode="psd", k=2, batch=2, max_new_tokens=6, ignore_eos=True,

@@ -1,5 +1,5 @@
 """The decode fits' context slope: read off the variation inside repeated shapes
-(``validation.fit.within_group_slope``, ``validation.calibrate.context_slope``), and the verify
+(``validation.nnls_fit.within_group_slope``, ``validation.calibrate.context_slope``), and the verify
 table's measured times moved by it to the context a replay asks for
 (``sim.costs.calibrated``)."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from psdlab.analysis.trace import Phase, RunInfo, StepRecord, Trace, Verified
 from psdlab.sim.costs.calibrated import calibrated_cost
 from psdlab.validation.calibrate import MIN_TABLE, calibrate
-from psdlab.validation.fit import fit_nonneg, within_group_slope
+from psdlab.validation.nnls_fit import fit_nonneg, within_group_slope
 from psdlab.validation.model_file import write_model
 
 #: a CPU pass's time is a step function of its shape (on the demo's machine 4 sequences verify
@@ -102,7 +102,7 @@ def test_calibration_reads_the_context_slope_inside_shapes():
     assert lo < planted < hi
     assert any("verify: per_context from the context variation" in n for n in cal.notes)
     # what the joint fit of the same phases gives: far from the slope
-    from psdlab.validation.calibrate import collect_phases, design
+    from psdlab.validation.phase_model import collect_phases, design
     rows = collect_phases([tr])[0]["verify"]
     joint = fit_nonneg(design("verify", [p for p, _ in rows]), np.array([d for _, d in rows]),
                        ("base", "per_token", "per_seq", "per_context"), match_total=True)
@@ -168,7 +168,7 @@ def test_draft_table_holds_one_pass_of_the_serial_draft_phases():
     over = StepRecord(len(skew), 0.0, 9.0, (Phase("draft", "cpu:0", 0.0, 9.0, 2, 8, 100),
                                             Phase("verify", "cpu:1", 0.0, 0.1, 2, 10, 100)),
                       (), 0, 1, True)
-    from psdlab.validation.calibrate import with_draft_forwards
+    from psdlab.validation.phase_model import with_draft_forwards
     table = draft_table([with_draft_forwards(Trace(tr.run, skew + [over], []))],
                         per_phase=0.002)
     assert [r[:2] for r in table] == [(n, n) for n in (1, 2, 3, 4)]
@@ -200,7 +200,7 @@ def test_a_context_probe_fixes_the_decode_fits_context_slopes(tmp_path):
     """With a probe's result the verify and draft fits take its slopes (95% interval from its
     standard error, a negative slope as 0), say so in the notes and keep the probe in the
     model file; without one, the within-shape slope as before."""
-    from psdlab.validation.context_probe import probe_slopes
+    from psdlab.validation.context_slopes import probe_slopes
     tr = _serial_trace(3, 4e-5)
     probe = {"verify": {"slope": 1.5e-5, "se": 1e-6}, "draft": {"slope": -2e-6, "se": 2e-6}}
     cal = calibrate([tr], holdout=0.0, context_probe=probe)
@@ -219,7 +219,7 @@ def test_a_context_probe_fixes_the_decode_fits_context_slopes(tmp_path):
 
 
 def test_context_probe_file_roundtrip_and_bad_files(tmp_path):
-    from psdlab.validation.context_probe import (PROBE_FILE, probe_slopes, read_probe,
+    from psdlab.validation.context_slopes import (PROBE_FILE, probe_slopes, read_probe,
                                                  read_probe_file, write_probe)
     probe = {"seqs": 4, "k": 4, "verify": {"slope": 2e-5, "se": 1e-6}}
     assert read_probe(tmp_path) is None
@@ -240,7 +240,7 @@ def test_calibrate_cli_takes_the_probe_beside_the_traces_or_named(tmp_path, caps
     file ``--context-probe`` names; a bad probe file is a one-line error."""
     from psdlab.analysis.trace import write_trace
     from psdlab.cli import main
-    from psdlab.validation.context_probe import write_probe
+    from psdlab.validation.context_slopes import write_probe
     folder = tmp_path / "traces"
     folder.mkdir()
     path = folder / "sd.jsonl"

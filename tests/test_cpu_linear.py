@@ -42,7 +42,7 @@ def test_a_rows_product_does_not_depend_on_the_rows_beside_it():
 
 
 def _tiny_model():
-    from psdlab.runtime.config import ModelConfig
+    from psdlab.runtime.model_config import ModelConfig
     from psdlab.runtime.model import Transformer
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=97, hidden_size=48, intermediate_size=96, num_layers=2,

@@ -42,6 +42,7 @@ def _f(x):
     return float(x) if x != "" else math.nan
 
 
+@pytest.mark.e2e
 def test_every_figure_writes_png_and_csv(figs):
     out, outputs = figs
     assert set(outputs) == set(FIGURES)
@@ -69,6 +70,7 @@ def _exact_saving(x: float) -> float:
     return 1 - psd / sd
 
 
+@pytest.mark.e2e
 def test_theory_csv(figs):
     rows = _csv(figs[0], "fig1_theory.csv")
     assert list(rows[0]) == ["alpha_v", "exact_saving", "exact_ratio", "paper_saving_bound",
@@ -93,6 +95,7 @@ def test_theory_csv(figs):
 
 # ---------------------------------------------------------------------------- figure 2
 
+@pytest.mark.e2e
 def test_throughput_k_csv(figs, traces_dir):
     rows = _csv(figs[0], "fig2_throughput_k.csv")
     from psdlab.paper_figs.fig_throughput_k import COLUMNS
@@ -103,7 +106,7 @@ def test_throughput_k_csv(figs, traces_dir):
     tp = {(r["panel"], r["mode"], r["comparison"], int(r["k"])): _f(r["decode_throughput_tok_s"])
           for r in sim}
     assert len(tp) == 3 * 3 * 5
-    for (panel, mode, comp, k), v in tp.items():
+    for (panel, mode, _comp, k), v in tp.items():
         assert 10 < v < 1e5
         if mode == "psd":
             assert v >= tp[(panel, "sd", "iso-batch", k)]      # PSD >= SD, iso-batch
@@ -126,6 +129,7 @@ def test_throughput_k_csv(figs, traces_dir):
 
 # ---------------------------------------------------------------------------- figure 3
 
+@pytest.mark.e2e
 def test_batch_ablation_csv(figs):
     rows = _csv(figs[0], "fig3_batch_ablation.csv")
     psd = [r for r in rows if r["mode"] == "psd"]
@@ -159,7 +163,7 @@ def _check_intervals(rows, m):
         assert r["batch"] in (0, 1, "0", "1") or (r["batch"] in (None, "")
                                                   and int(r["steps_verified"]) == 0)
         by_req[r["request"]].append(r)
-    for req, ivs in by_req.items():
+    for _req, ivs in by_req.items():
         ivs.sort(key=lambda r: float(r["start_s"]))
         assert sum(int(r["finished"]) for r in ivs) == 1 and int(ivs[-1]["finished"]) == 1
         for a, b in zip(ivs, ivs[1:]):
@@ -177,6 +181,7 @@ def _check_intervals(rows, m):
     return by_req
 
 
+@pytest.mark.e2e
 def test_lifespan_csv(figs):
     rows = _csv(figs[0], "fig4_lifespan.csv")
     from psdlab.paper_figs.fig_lifespan import COLUMNS, M, REQUESTS
@@ -196,7 +201,7 @@ def test_lifespan_csv(figs):
 @given(seed=st.integers(0, 1000), m=st.integers(1, 4), n=st.integers(1, 12))
 def test_interval_rows_invariants(seed, m, n):
     from psdlab.paper_figs.fig_lifespan import interval_rows
-    from psdlab.sim.engine import simulate
+    from psdlab.sim.simulation import simulate
     from sim_helpers import make_config
     cfg = make_config(mode="psd", m=m, requests=n, seed=seed,
                       workload={"name": "offline", "prompt": {"name": "fixed", "value": 8},
@@ -212,6 +217,7 @@ def test_interval_rows_invariants(seed, m, n):
 
 # ---------------------------------------------------------------------------- figure 5
 
+@pytest.mark.e2e
 def test_step_times_csv(figs):
     rows = _csv(figs[0], "fig5_step_times.csv")
     sim = [r for r in rows if r["source"] == "sim"]
@@ -232,6 +238,7 @@ def test_step_times_csv(figs):
 
 # ---------------------------------------------------------------------------- figure 6
 
+@pytest.mark.e2e
 def test_validation_heldout_csv(figs):
     rows = _csv(figs[0], "fig6_validation.csv")
     assert rows and {r["run"] for r in rows} == {"sd_k1.jsonl", "sd_k3.jsonl", "psd_k1.jsonl",

@@ -113,7 +113,8 @@ def test_batch_model_bonus_token_and_overhead_move_the_optimum() -> None:
 
 def test_contention_is_leave_one_out_median() -> None:
     pts = [FrontierPoint(f"d{i}", t=1.0, V=2.0, vsr=0.5, tokens_per_step=4.0,
-                         t_overlapped=s, V_overlapped=2.0 * s) for i, s in enumerate((1.1, 1.2, 1.5))]
+                         t_overlapped=s, V_overlapped=2.0 * s)
+           for i, s in enumerate((1.1, 1.2, 1.5))]
     st_, sv = contention(pts)
     assert st_ == pytest.approx([1.35, 1.3, 1.15])
     assert sv == pytest.approx([1.35, 1.3, 1.15])
@@ -153,6 +154,7 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
     return {"target": target, "noisy": noisy, "prompts": pfile, "root": root}
 
 
+@pytest.mark.e2e
 def test_frontier_command_writes_every_file(tiny, tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.setenv("PSDLAB_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "out"
@@ -192,8 +194,8 @@ def test_frontier_command_writes_every_file(tiny, tmp_path, monkeypatch, capsys)
 
 
 def test_early_exit_dirs_differ_per_target(tmp_path, tiny) -> None:
-    from psdlab.runtime.drafter import drafter_dir_name, early_exit_spec
-    from psdlab.runtime.pair import prepare_drafter
+    from psdlab.runtime.drafter_build import drafter_dir_name, early_exit_spec
+    from psdlab.runtime.model_pair import prepare_drafter
     spec = early_exit_spec(2, n_target=3)
     assert not spec.needs_weights and spec.num_layers == 2
     a = prepare_drafter(tiny["target"], spec, tmp_path, progress=False)

@@ -1,4 +1,4 @@
-"""GPU cost presets (sim/costs/engine.py): fitted points within 10%, the MineDraft per-step gain,
+"""GPU cost presets (sim/costs/gpu.py): fitted points within 10%, the MineDraft per-step gain,
 the terms moving predictions the way the physics says, the public-measurement table, and the
 `psdlab cost` command (one pass, --check, one-line errors)."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from psdlab.cli import main
 from psdlab.sim.costs import make_cost_model
-from psdlab.sim.costs.engine import GpuCost, engine_presets, get_engine, gpu_cost, with_engine
+from psdlab.sim.costs.gpu import GpuCost, engine_presets, get_engine, gpu_cost, with_engine
 from psdlab.sim.costs.public_check import (check_rows, minedraft_gains, point_by_id,
                                            public_points)
 from psdlab.sim.costs.roofline import RooflineCost
@@ -235,8 +235,8 @@ def test_cost_check_json_and_results_file(capsys, tmp_path):
 
 @pytest.mark.parametrize("mode", ["psd", "sd"])
 def test_fast_path_and_simpy_path_agree_with_gpu_costs(tmp_path, mode):
-    from psdlab.sim.config import config_from_dict
-    from psdlab.sim.engine import simulate
+    from psdlab.sim.sim_config import config_from_dict
+    from psdlab.sim.simulation import simulate
 
     gpu = {"name": "gpu", "hardware": "l40", "engine": "vllm-eager"}
     cfg = config_from_dict({

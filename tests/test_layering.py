@@ -88,24 +88,6 @@ def test_arrows_point_down(layer):
     assert not wrong, f"{layer} imports above or beside itself: {wrong}"
 
 
-# Lazy (function-level) cycles inside one package that remain, each between a module and the
-# helper it registers or lays out with.  Any other cycle, and any cycle of module-level imports,
-# fails.  (runtime.engine <-> runtime.loop was one; it is gone: runtime.run_state holds what both
-# need.)
-KNOWN_LAZY_CYCLES = {
-    # the registry imports its models lazily; matches (and resampled, a pool of matches)
-    # build their fallback through it
-    frozenset({"psdlab.sim.acceptance", "psdlab.sim.acceptance_matches",
-               "psdlab.sim.acceptance_resampled"}),
-    frozenset({"psdlab.sim.lanes", "psdlab.sim.sweep"}),
-    # the replay parameters are fitted on a calibration's fits (solo_times: the same-shape
-    # reference, moved out of replay_model, falls back to the affine fit's design)
-    frozenset({"psdlab.validation.calibrate", "psdlab.validation.replay_model",
-               "psdlab.validation.model_file", "psdlab.validation.solo_times"}),
-    frozenset({"psdlab.validation.report", "psdlab.validation.report_figs"}),
-}
-
-
 def _module_level_imports(path: Path) -> set[str]:
     tree = ast.parse(path.read_text(), str(path))
     got = set()
@@ -158,24 +140,25 @@ def _graph(imports: dict[str, set[str]]) -> dict[str, set[str]]:
             for m, imps in imports.items()}
 
 
-def test_no_import_cycles_beyond_the_named_lazy_ones():
-    assert set(_cycles(_graph(GRAPH))) <= KNOWN_LAZY_CYCLES
+def test_no_import_cycles():
+    """No cycle at all, lazy (function-level) imports included: there is no whitelist."""
+    assert _cycles(_graph(GRAPH)) == []
     eager = {m: _module_level_imports(p) for m, p in MODULES.items()}
     assert _cycles(_graph(eager)) == []
 
 
 def test_the_cycle_finder_finds_the_old_engine_loop_cycle():
     graph = _graph(GRAPH)
-    graph["psdlab.runtime.engine"] = graph["psdlab.runtime.engine"] | {"psdlab.runtime.loop"}
-    graph["psdlab.runtime.loop"] = graph["psdlab.runtime.loop"] | {"psdlab.runtime.engine"}
-    assert frozenset({"psdlab.runtime.engine", "psdlab.runtime.loop"}) in _cycles(graph)
+    graph["psdlab.runtime.controller"] = graph["psdlab.runtime.controller"] | {"psdlab.runtime.step_loop"}
+    graph["psdlab.runtime.step_loop"] = graph["psdlab.runtime.step_loop"] | {"psdlab.runtime.controller"}
+    assert frozenset({"psdlab.runtime.controller", "psdlab.runtime.step_loop"}) in _cycles(graph)
 
 
 def test_the_import_reader_sees_a_cycle_and_an_upward_arrow(tmp_path):
     """The checks above are only as good as `_imports`: it must see a lazy import inside a
     function and resolve relative imports."""
     src = tmp_path / "mod.py"
-    src.write_text("def f():\n    from psdlab.runtime.loop import _Loop\n"
+    src.write_text("def f():\n    from psdlab.runtime.step_loop import _Loop\n"
                    "from .base import CostModel\n")
     MODULES_BEFORE = dict(MODULES)
     try:
@@ -184,7 +167,7 @@ def test_the_import_reader_sees_a_cycle_and_an_upward_arrow(tmp_path):
     finally:
         MODULES.clear()
         MODULES.update(MODULES_BEFORE)
-    assert {"psdlab.runtime.loop", "psdlab.sim.costs.base"} <= got
+    assert {"psdlab.runtime.step_loop", "psdlab.sim.costs.base"} <= got
 
 
 def test_one_version():

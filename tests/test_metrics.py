@@ -30,13 +30,15 @@ def psd_trace() -> Trace:
     step 3 [5,6]: SD tail: draft [5,5.4] then verify [5.4,6]; row B 2/1/2
     """
     steps = [
-        StepRecord(0, 0.0, 1.0, (P("prefill", TARGET, 0, 1, 3, 30), P("draft", DRAFT, 0.5, 1, 1, 3)),
+        StepRecord(0, 0.0, 1.0,
+                   (P("prefill", TARGET, 0, 1, 3, 30), P("draft", DRAFT, 0.5, 1, 1, 3)),
                    (), None, 1, False),
         StepRecord(1, 1.0, 3.0, (P("verify", TARGET, 1, 3, 2, 8), P("draft", DRAFT, 1, 2.5, 1, 3)),
                    (V("A", 3, 2, 3), V("B", 3, 1, 2)), 0, 1, True),
         StepRecord(2, 3.0, 5.0, (P("verify", TARGET, 3, 4.5, 3, 9), P("draft", DRAFT, 4, 5, 1, 3)),
                    (V("A", 3, 3, 4), V("B", 2, 0, 1), V("C", 0, 0, 1)), 1, 0, True),
-        StepRecord(3, 5.0, 6.0, (P("draft", DRAFT, 5, 5.4, 1, 2), P("verify", TARGET, 5.4, 6, 1, 3)),
+        StepRecord(3, 5.0, 6.0,
+                   (P("draft", DRAFT, 5, 5.4, 1, 2), P("verify", TARGET, 5.4, 6, 1, 3)),
                    (V("B", 2, 1, 2),), None, None, False),
     ]
     reqs = [RequestRecord("A", 0.0, 0.0, 1.0, 4.0, 5, 4, 0),   # ttft 1, tpot 3/3 = 1, e2e 4
@@ -73,7 +75,8 @@ def test_decode_and_acceptance_by_hand():
 
 def test_steps_fraction_cuts_the_tail():
     # 0.5 of 4 steps -> steps 0, 1 -> decode step 1 only: 5 tokens in 2 s
-    assert summarize(psd_trace(), steps_fraction=0.5)["decode_throughput_tok_s"] == pytest.approx(2.5)
+    s = summarize(psd_trace(), steps_fraction=0.5)
+    assert s["decode_throughput_tok_s"] == pytest.approx(2.5)
     # 0.7 of 4 -> ceil(2.8) = 3 steps -> decode steps 1, 2: 11 tokens in 4 s
     s = summarize(psd_trace(), steps_fraction=0.7)
     assert (s["decode_steps"], s["decode_tokens"]) == (2, 11)
@@ -224,7 +227,8 @@ def test_cli_metrics_errors_are_one_line(tmp_path, capsys):
     path.write_text(path.read_text() + '{"type": "step"}\n')
     assert main(["metrics", str(path)]) == 2
     err = capsys.readouterr().err.strip()
-    assert f"{path}:9: field 'start': missing" in err         # 1 run + 4 steps + 3 requests and "\n" not in err
+    assert f"{path}:9: field 'start': missing" in err         # 1 run + 4 steps + 3 requests
+    assert "\n" not in err
 
 
 # ---------------------------------------------------------------------------- invariants

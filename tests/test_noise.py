@@ -1,4 +1,5 @@
-"""psdlab.validation.noise: how much of a prediction's error the measurement's own noise explains."""
+"""psdlab.validation.noise: how much of a prediction's error the measurement's own noise
+explains."""
 from __future__ import annotations
 
 import math

@@ -1,4 +1,5 @@
-"""The repeats the judged bounds would need (validation/noise_budget.py, NoiseModel.at_repeats)."""
+"""The repeats the judged bounds would need (validation/demo/noise_budget.py,
+NoiseModel.at_repeats)."""
 from __future__ import annotations
 
 import math
@@ -11,9 +12,9 @@ from scipy.special import ndtr
 from psdlab.validation.compare import Row
 from psdlab.validation.noise import (NoiseModel, calibration_se, class_cvs, median_correlation,
                                      median_se, metric_cvs, pair_correlations, ratio_cvs)
-from psdlab.validation.noise_budget import (MOST, budget, chance_at, repeats_needed,
+from psdlab.validation.demo.noise_budget import (MOST, budget, chance_at, repeats_needed,
                                             round_seconds)
-from psdlab.validation.report_transfer import budget_section
+from psdlab.validation.demo.report_sections import budget_section
 
 
 def _model(values, pairs=None, cal=("cal",)):

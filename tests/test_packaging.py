@@ -80,7 +80,7 @@ def test_the_wheel_imports_from_outside_the_checkout_and_the_old_names_do_not(wh
                          timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     probe = ("import sys; sys.path.insert(0, sys.argv[1]); import psdlab, psdlab.analysis.trace, "
-             "psdlab.sim.config, psdlab.sim.costs; from psdlab.runtime.prompts import "
+             "psdlab.sim.sim_config, psdlab.sim.costs; from psdlab.runtime.prompts import "
              "load_prompts; assert psdlab.__file__.startswith(sys.argv[1]), psdlab.__file__; "
              "assert load_prompts(); print('ok')")
     ok = subprocess.run([sys.executable, "-c", probe, str(target)], capture_output=True,
@@ -107,3 +107,25 @@ def test_pyproject_lists_every_package_folder():
             rel = init.parent.relative_to(ROOT / folder).parts
             found.add(".".join([pkg.replace("/", "."), *rel]))
     assert listed == found
+
+
+def test_plain_pytest_skips_the_registered_e2e_marker_and_m_e2e_runs_it(tmp_path):
+    """pyproject registers the `e2e` marker and its addopts deselect e2e tests, so plain
+    `pytest` is the fast set and `pytest -m e2e` (CI, .ci/run) the end-to-end one."""
+    import tomllib
+    ini = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert any(m.split(":")[0].strip() == "e2e" for m in ini["markers"]), ini["markers"]
+    (tmp_path / "test_probe.py").write_text(
+        "import pytest\n\n@pytest.mark.e2e\ndef test_long():\n    pass\n\n"
+        "def test_short():\n    pass\n")
+
+    def collected(*args: str) -> list[str]:
+        run = subprocess.run([sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"),
+                              "--rootdir", str(tmp_path), "-p", "no:cacheprovider",
+                              "--strict-markers", "--co", *args, str(tmp_path)],
+                             capture_output=True, text=True, cwd=tmp_path, timeout=300)
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+        return sorted(line.split("::")[-1] for line in run.stdout.splitlines() if "::" in line)
+
+    assert collected() == ["test_short"]            # addopts: -m 'not e2e'
+    assert collected("-m", "e2e") == ["test_long"]

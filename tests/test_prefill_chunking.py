@@ -12,7 +12,8 @@ from hypothesis import given, strategies as st
 from psdlab.analysis.chunking import Chunking, chunking_from, chunkings_from
 from psdlab.analysis.trace import (Phase, RequestRecord, RunInfo, StepRecord, Trace,
                                    TraceFormatError, read_trace, write_trace)
-from psdlab.validation.calibrate import calibrate, phase_features, prefill_chunking
+from psdlab.validation.phase_model import phase_features
+from psdlab.validation.calibrate import calibrate, prefill_chunking
 from psdlab.validation.model_file import write_model
 
 # ---------------------------------------------------------------------------- the rule
@@ -147,8 +148,8 @@ def test_traces_with_different_rules_use_none():
 
 def _one_request(tmp_path, target: dict, prompt: int, path: str = "fast") -> float:
     """The simulated target prefill time of one request with a ``prompt``-token prompt."""
-    from psdlab.sim.config import config_from_dict
-    from psdlab.sim.engine import simulate
+    from psdlab.sim.sim_config import config_from_dict
+    from psdlab.sim.simulation import simulate
     cfg = config_from_dict({
         "seed": 0, "requests": 1, "server": {"mode": "ar", "k": 0, "m": 1},
         "target": {"name": "t", "cost": target},
@@ -225,7 +226,7 @@ def test_runtime_traces_record_the_passes_and_the_rule(models, tmp_path):
     """An SD run with prompts on both sides of a chunk: every prefill phase records the
     rule's passes, the run records the rule, the model file carries it to the simulator, and
     the long prompts' output is still the target's own (lossless)."""
-    from psdlab.runtime.engine import Engine, EngineConfig
+    from psdlab.runtime.controller import Engine, EngineConfig
     from psdlab.runtime.requests import Request
     from psdlab.runtime.runner import PREFILL_RULES, ModelSpec
     from psdlab.sim.costs import make_cost_model

@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.runtime
 
-from psdlab.runtime.engine import Engine, EngineConfig  # noqa: E402
+from psdlab.runtime.controller import Engine, EngineConfig  # noqa: E402
 from psdlab.runtime.requests import Request  # noqa: E402
 from psdlab.runtime.runner import ModelSpec  # noqa: E402
 from runtime_engine_util import prompts, shared_pair  # noqa: E402

@@ -87,6 +87,7 @@ def test_private_stream_is_a_no_op_on_cpu():
     assert isinstance(private_stream("cpu"), contextlib.nullcontext)
 
 
+@pytest.mark.e2e
 def test_compiled_passes_give_the_same_tokens(tmp_path_factory):
     """--compile traces the layer stack with dynamo (backend "eager" here: inductor's code
     generation is too slow for CI); greedy drafting and verification give the same tokens and
@@ -108,6 +109,6 @@ def test_compiled_passes_give_the_same_tokens(tmp_path_factory):
 
 
 def test_bad_compile_mode_is_a_one_line_error():
-    from psdlab.runtime.engine import EngineConfig
+    from psdlab.runtime.controller import EngineConfig
     with pytest.raises(ValueError, match="compile: must be one of"):
         EngineConfig(compile="max")

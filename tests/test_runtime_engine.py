@@ -15,10 +15,10 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.runtime
 
 from psdlab.analysis.trace import read_trace  # noqa: E402
-from psdlab.runtime.controlled import ControlledProposer  # noqa: E402
-from psdlab.runtime.engine import Engine, EngineConfig  # noqa: E402
+from psdlab.runtime.controlled_drafts import ControlledProposer  # noqa: E402
+from psdlab.runtime.controller import Engine, EngineConfig  # noqa: E402
 from psdlab.runtime.runner import ModelSpec  # noqa: E402
-from psdlab.runtime.session import Models, run_requests  # noqa: E402
+from psdlab.runtime.run_setup import Models, run_requests  # noqa: E402
 from runtime_engine_util import (needs_two_cores, prompts, shared_pair,  # noqa: E402
                                  write_prompt_ids)
 
@@ -217,7 +217,7 @@ def test_a_step_hook_that_returns_true_ends_the_run_after_that_step(models):
 
 
 def test_drafter_runs_in_the_dtype_it_asks_for_and_output_stays_lossless(models, tmp_path):
-    from psdlab.runtime.drafter import preferred_dtype
+    from psdlab.runtime.drafter_build import preferred_dtype
     draft = _bf16_drafter(models["noisy"], tmp_path / "bf16")
     assert preferred_dtype(draft) == "bfloat16" and preferred_dtype(models["noisy"]) is None
     reqs = [Request(f"r{i}", tuple(r), max_new_tokens=10) for i, r in enumerate(prompts(4, seed=3))]
@@ -311,7 +311,7 @@ def test_cli_run_bad_input_is_one_line(models, tmp_path, capsys, argv, msg):
 # ----------------------------------------------------------------------------- benchmarks
 
 def test_bench_figures_follow_the_closed_form():
-    from psdlab.runtime.bench import figures
+    from psdlab.runtime.overlap_bench import figures
     sd = {"requests": 4, "mean_draft_time_s": 0.03, "mean_verify_time_s": 0.06,
           "decode_throughput_tok_s": 100.0, "throughput_tok_s": 80.0}
     psd = {"requests": 4, "mean_draft_time_s": 0.03, "mean_verify_time_s": 0.06,
@@ -329,7 +329,7 @@ def test_bench_figures_follow_the_closed_form():
 
 
 def test_cycle_requests_repeats_prompts_with_distinct_ids():
-    from psdlab.runtime.bench import cycle_requests
+    from psdlab.runtime.overlap_bench import cycle_requests
     reqs = [Request(f"p{i}", (i + 1, 2)) for i in range(3)]
     out = cycle_requests(reqs, 7)
     assert [r.id for r in out] == ["p0", "p1", "p2", "p0#2", "p1#2", "p2#2", "p0#3"]
@@ -339,6 +339,7 @@ def test_cycle_requests_repeats_prompts_with_distinct_ids():
         cycle_requests([], 4)
 
 
+@pytest.mark.e2e
 @needs_two_cores
 def test_cli_bench_runtime_json(models, tmp_path, capsys):
     from psdlab.cli import main
@@ -366,6 +367,7 @@ def test_cli_bench_runtime_json(models, tmp_path, capsys):
     assert fig["t_psd_ms"] == pytest.approx(1e3 * psd["mean_draft_time_s"])
 
 
+@pytest.mark.e2e
 @needs_two_cores
 def test_gpu_bench_dry_run_on_cpu(tmp_path):
     """scripts/gpu_bench.py --device cpu: both layouts (two pinned processes; two threads),

@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from psdlab.analysis.trace import read_trace  # noqa: E402
-from psdlab.runtime.engine import Engine, EngineConfig  # noqa: E402
+from psdlab.runtime.controller import Engine, EngineConfig  # noqa: E402
 from psdlab.runtime.requests import Request  # noqa: E402
 from psdlab.runtime.runner import ModelSpec  # noqa: E402
 from runtime_engine_util import (needs_two_cores, prompts, shared_pair,  # noqa: E402
@@ -59,6 +59,7 @@ def test_prompt_longer_than_context_is_rejected_and_others_go_on(models, capsys)
     assert {r.id for r in result.trace.requests} == set(ref)
 
 
+@pytest.mark.e2e
 def test_cli_reports_the_long_prompt_in_one_line(models, tmp_path):
     rows = [[1, 2, 3], list(range(70)), [4, 5]]
     pfile = write_prompt_ids(tmp_path / "p.jsonl", rows)
@@ -76,6 +77,7 @@ def test_cli_reports_the_long_prompt_in_one_line(models, tmp_path):
     assert json.loads(proc.stdout)["request_errors"] == 1
 
 
+@pytest.mark.e2e
 @needs_two_cores
 def test_drafter_death_finishes_requests_target_only(models, capsys):
     mode = "psd"    # SD-sep goes through the same drafter-wait path
@@ -103,6 +105,7 @@ def test_drafter_death_finishes_requests_target_only(models, capsys):
     assert last_draft < result.trace.steps[-1].index             # later steps: target only
 
 
+@pytest.mark.e2e
 @needs_two_cores
 def test_ctrl_c_leaves_a_valid_trace(models, tmp_path):
     pfile = write_prompt_ids(tmp_path / "p.jsonl", prompts(24, seed=10, lo=2, hi=20))

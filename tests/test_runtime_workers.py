@@ -11,7 +11,7 @@ from psdlab.runtime.workers import _await_command
 
 torch = pytest.importorskip("torch")
 
-from psdlab.runtime.engine import Engine, EngineConfig  # noqa: E402
+from psdlab.runtime.controller import Engine, EngineConfig  # noqa: E402
 from psdlab.runtime.runner import ModelSpec  # noqa: E402
 from runtime_engine_util import needs_two_cores, shared_pair  # noqa: E402
 
@@ -97,6 +97,7 @@ def test_await_command_returns_on_a_closed_pipe_without_spinning_out():
         b.recv()
 
 
+@pytest.mark.e2e
 @needs_two_cores
 @pytest.mark.parametrize("mode,spins", [("sd-sep", True), ("psd", True), ("sd", False)])
 def test_workers_spin_only_on_cores_of_their_own(models, mode, spins):

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from psdlab.analysis.trace import RunInfo, StepRecord, Trace, Verified, write_trace
-from psdlab.sim.acceptance import make_acceptance
+from psdlab.sim.acceptance_registry import make_acceptance
 
 N = 200_000
 

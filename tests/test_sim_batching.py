@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from psdlab.sim.batching import BatchManager
-from psdlab.sim.engine import simulate
+from psdlab.sim.batch_assignment import BatchManager
+from psdlab.sim.simulation import simulate
 from sim_helpers import make_config
 
 

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from psdlab.sim.closed_form import emitted_pmf, psd_makespan, sd_makespan, steps_cdf
-from psdlab.sim.engine import simulate
+from psdlab.sim.simulation import simulate
 from sim_helpers import make_config
 
 ALPHA, K, M, L = 0.8, 4, 8, 400
@@ -62,7 +62,7 @@ def test_saturated_decode_throughput_matches_analysis_batch_model(mode):
     throughput is the analysis layer's batch-model throughput m E(k) / step."""
     from psdlab.analysis.metrics import summarize
     from psdlab.analysis.theory import batch
-    from psdlab.sim.config import config_from_dict
+    from psdlab.sim.sim_config import config_from_dict
 
     m, k, alpha = 8, 4, 0.7
     model = batch.BatchModel(verify_time=batch.AffineVerifyTime(c0=0.02, c_tok=0.0005),

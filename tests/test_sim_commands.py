@@ -1,8 +1,11 @@
 """Smoke tests of `psdlab simulate`, `psdlab bench-sim` and `psdlab plan` (tiny sizes)."""
 import csv
 import json
+import glob
 import os
 import textwrap
+
+import pytest
 
 from psdlab.analysis.trace import read_trace
 from psdlab.cli import main
@@ -10,15 +13,10 @@ from psdlab.cli import main
 CONFIGS = os.path.join(os.path.dirname(__file__), "..", "sim", "configs")
 
 
-import glob
-
-import pytest
-
-
 @pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(CONFIGS, "*.toml"))))
 def test_shipped_configs_run(path):
-    from psdlab.sim.config import load_config
-    from psdlab.sim.engine import simulate
+    from psdlab.sim.sim_config import load_config
+    from psdlab.sim.simulation import simulate
     cfg = load_config(path).replace(requests=12, trace_level="request", trace_path=None)
     res = simulate(cfg)
     assert len(res.trace.requests) == 12

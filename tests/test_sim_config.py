@@ -6,8 +6,8 @@ import textwrap
 
 import pytest
 
-from psdlab.sim.config import config_from_dict, load_config
-from psdlab.sim.engine import simulate
+from psdlab.sim.sim_config import config_from_dict, load_config
+from psdlab.sim.simulation import simulate
 
 GOOD = {
     "server": {"mode": "psd", "k": 4, "m": 4},

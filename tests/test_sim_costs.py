@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from psdlab.sim.costs import (get_hardware, get_model, hardware_catalog, make_cost_model, make_jitter,
-                       model_catalog, write_fit)
+from psdlab.sim.costs import (get_hardware, get_model, hardware_catalog, make_cost_model,
+                              make_jitter, model_catalog, write_fit)
 
 
 def roofline(model, hardware, tp=1, **kw):

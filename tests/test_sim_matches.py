@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from psdlab.analysis.trace import RequestRecord, RunInfo, StepRecord, Trace, Verified
-from psdlab.sim.acceptance import make_acceptance
+from psdlab.sim.acceptance_registry import make_acceptance
 from psdlab.sim.acceptance_matches import parse_pattern, pattern_text
 from psdlab.sim.trajectories import sample_trajectories
 from psdlab.sim.workloads import make_workload

@@ -4,7 +4,7 @@ import filecmp
 
 import pytest
 
-from psdlab.sim.engine import simulate
+from psdlab.sim.simulation import simulate
 from sim_helpers import make_config
 
 POISSON = {"name": "poisson", "rate": 40.0,

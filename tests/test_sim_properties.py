@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from psdlab.analysis.trace import read_trace
-from psdlab.sim.engine import simulate
+from psdlab.sim.simulation import simulate
 from sim_helpers import make_config
 
 
@@ -39,8 +39,8 @@ def configs(draw):
                        jitter=draw(st.sampled_from([None, {"dist": "gamma", "cv": 0.5}])))
 
 
-@settings(deadline=None, max_examples=int(__import__("os").environ.get("SIM_EXAMPLES", 40)), suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.function_scoped_fixture])
+@settings(deadline=None, max_examples=int(__import__("os").environ.get("SIM_EXAMPLES", 40)),
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(cfg=configs())
 def test_invariants(tmp_path, cfg):
     cap = cfg.server.kv_blocks

@@ -1,7 +1,7 @@
 """Step structure of the four servers, read back from the trace."""
 import pytest
 
-from psdlab.sim.engine import simulate
+from psdlab.sim.simulation import simulate
 from sim_helpers import make_config
 
 WL = {"name": "offline", "prompt": {"name": "fixed", "value": 16},

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import psdlab.sim.core as core_mod
-from psdlab.sim.config import config_from_dict
-from psdlab.sim.engine import simulate
+from psdlab.sim.sim_config import config_from_dict
+from psdlab.sim.simulation import simulate
 
 ROOF_T = {"name": "roofline", "model": "qwen3-32b", "hardware": "l40", "tp": 4}
 ROOF_D = {"name": "roofline", "model": "qwen3-1.7b", "hardware": "l40", "tp": 1}
@@ -112,8 +112,8 @@ def test_sweep_clock_equals_the_planners_cumulative_sum(monkeypatch):
 def test_cost_tables_equal_the_planners_array_costs():
     """Table entries are bit-identical to the planner's vectorised costs for the same rows."""
     from psdlab.sim.costtable import StepCosts
-    from psdlab.sim.engine import build
-    from psdlab.sim.planner import cost_time
+    from psdlab.sim.simulation import build
+    from psdlab.sim.step_plan import cost_time
 
     core = build(_config(m=6, k=3, target=MOE_T, drafter=MOE_D)).core
     tabs = StepCosts(core)
@@ -133,8 +133,8 @@ def test_cost_tables_equal_the_planners_array_costs():
 
 
 def test_step_records_refuse_a_plan_without_detail():
-    from psdlab.sim.engine import build
-    from psdlab.sim.records import step_records
+    from psdlab.sim.simulation import build
+    from psdlab.sim.trace_records import step_records
 
     core = build(_config(rate=400.0, requests=40)).core
     core.step_detail = False

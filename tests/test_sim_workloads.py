@@ -90,7 +90,7 @@ def test_request_set_is_read_only_and_validated():
     r = RequestSet([0.0, 1.0], [5, 6], [7, 8])
     with pytest.raises(ValueError):
         r.arrival[0] = 3.0
-    with pytest.raises(Exception):
+    with pytest.raises(AttributeError):       # a frozen dataclass (FrozenInstanceError)
         r.arrival = np.zeros(2)
     for args, field in [(([1.0, 0.5], [1, 1], [1, 1]), "arrival"),
                         (([0.0], [0], [1]), "prompt_len"),

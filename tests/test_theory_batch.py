@@ -5,9 +5,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from psdlab.analysis.theory import (AffineDraftTime, AffineVerifyTime, BatchModel, GeometricAcceptance,
-                             LeviathanFrontier, ar, best_k, compare, compare_all, optimal_k, psd,
-                             sd)
+from psdlab.analysis.theory import (AffineDraftTime, AffineVerifyTime, BatchModel,
+                                    GeometricAcceptance, LeviathanFrontier, ar, best_k, compare,
+                                    compare_all, optimal_k, psd, sd)
 
 VER = AffineVerifyTime(0.02, 0.0002, 0.00005)
 DRA = AffineDraftTime(0.004, 0.00002)

@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from psdlab.analysis.theory import (ExponentialFrontier, exact_ratio, exact_saving, exponential_optimum,
-                             optimal_times, peak_alpha_v, psd_draft_time_exponential,
-                             sd_draft_time_exponential, sd_opt_draft, t_psd_exponential,
-                             t_sd_exponential)
+from psdlab.analysis.theory import (ExponentialFrontier, exact_ratio, exact_saving,
+                                    exponential_optimum, optimal_times, peak_alpha_v,
+                                    psd_draft_time_exponential, sd_draft_time_exponential,
+                                    sd_opt_draft, t_psd_exponential, t_sd_exponential)
 
 WIDE = np.geomspace(1e-3, 1e3, 25)
 
@@ -59,7 +59,8 @@ def test_against_mpmath():
     mp = pytest.importorskip("mpmath")
     mp.mp.dps = 40
     for x in [1e-12, 3e-5, 1e-4, 0.01, 1.0, 1.2564, 9.9, 699.0, 701.0, 1e5]:
-        ref = mp.findroot(lambda u: mp.e ** u - 1 - u - mp.mpf(x), mp.mpf(math.log1p(x) + 1e-3))
+        ref = mp.findroot(lambda u, x=x: mp.e ** u - 1 - u - mp.mpf(x),
+                          mp.mpf(math.log1p(x) + 1e-3))
         assert abs(float(sd_opt_draft(x)) / float(ref) - 1) < 1e-13
 
 

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from psdlab.analysis.trace import (Phase, RequestRecord, RunInfo, StepRecord, Trace, TraceFormatError,
-                            TraceWriter, Verified, dumps, iter_records, read_trace, write_trace)
+from psdlab.analysis.trace import (Phase, RequestRecord, RunInfo, StepRecord, Trace,
+                                   TraceFormatError, TraceWriter, Verified, dumps, iter_records,
+                                   read_trace, write_trace)
 
 RUN = RunInfo(mode="psd", k=3, m=2, source="test", devices={"drafter": "cpu:1", "target": "cpu:0"},
               models={"target": "t", "draft": "d"}, workload={"kind": "offline", "n": 2},

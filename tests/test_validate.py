@@ -17,16 +17,17 @@ from psdlab.analysis.metrics import summarize
 from psdlab.analysis.trace import (Phase, RequestRecord, RunInfo, StepRecord, Trace, Verified,
                             write_trace)
 from psdlab.cli import main
-from psdlab.sim.config import config_from_dict
-from psdlab.sim.engine import simulate
+from psdlab.sim.sim_config import config_from_dict
+from psdlab.sim.simulation import simulate
 from psdlab.sim.workloads import read_requests
 from psdlab.validation.calibrate import calibrate
 from psdlab.validation.compare import flatten, rel_error, write_replay
 from psdlab.validation.gains import closed_form, gain_rows, pair_traces, workload_key
+from psdlab.validation.model_file import read_model
 from psdlab.validation.model_file import write_model
+from psdlab.validation.phase_model import serial_only
 from psdlab.validation.replay_model import (ReplayParams, contention_scales, load_replay_params,
-                                     replay_params, serial_only, step_overheads,
-                                     store_replay_params)
+                                            replay_params, step_overheads, store_replay_params)
 from psdlab.sim.costs.calibrated import calibrated_cost
 from psdlab.validation.validate import calibration_configs, validate
 
@@ -59,7 +60,7 @@ def loop(tmp_path_factory):
     cal["ar"] = sim_trace("ar", 0, 4)
     path = str(d / "model.json")
     write_model(path, calibrate([serial_only(t) for t in cal.values()]))
-    store_replay_params(path, replay_params(list(cal.values()), path))
+    store_replay_params(path, replay_params(list(cal.values()), read_model(path)))
     poisson = {"name": "poisson", "rate": 40.0,
                "prompt": {"name": "uniform", "low": 20, "high": 60},
                "output": {"name": "fixed", "value": 40}}
@@ -299,7 +300,7 @@ def test_overlap_slowdown_measured_against_serial_fit(tmp_path):
     psd = _hand_trace("psd", 0.15, 0.3, 0.0)
     path = str(tmp_path / "m.json")
     write_model(path, calibrate([serial_only(serial), serial_only(psd)], holdout=0.0))
-    p = replay_params([serial, psd], path)
+    p = replay_params([serial, psd], read_model(path))
     assert p.slowdown == pytest.approx((1.5, 1.5), rel=1e-3)
     assert p.scales("sd-sep") == pytest.approx((1.0, 1.0), rel=1e-3)
     assert p.scales("psd") == pytest.approx((1.5, 1.5), rel=1e-3)
@@ -312,8 +313,8 @@ def test_overlap_slowdown_measured_against_serial_fit(tmp_path):
 def test_calibrate_is_unbiased_for_the_mean_of_a_noisy_fit(tmp_path):
     """Heavy-tailed phase times: a pure relative-error fit sits below the mean; the model file
     of `calibrate` predicts the measured mean itself (no later correction needed)."""
-    from psdlab.validation.calibrate import collect_phases, design
-    from psdlab.validation.fit import fit_nonneg
+    from psdlab.validation.phase_model import collect_phases, design
+    from psdlab.validation.nnls_fit import fit_nonneg
     rng = np.random.default_rng(0)
     tr = _hand_trace("sd-sep", 0.1, 0.2, 0.0, n=200)
     noisy = []
@@ -590,7 +591,7 @@ def test_verify_table_keys_capped_rows_at_their_padded_width():
 
 def test_capped_rows_are_fitted_at_their_padded_width():
     """Two rows, proposals 4 and 1 (one pending token each): the target computes 2 x 5."""
-    from psdlab.validation.calibrate import with_draft_forwards
+    from psdlab.validation.phase_model import with_draft_forwards
     run = RunInfo(mode="sd-sep", k=4, m=2, source="runtime",
                   devices={"drafter": "cpu:0", "target": "cpu:1"})
     step = StepRecord(0, 0.0, 0.3, (Phase("draft", "cpu:0", 0.0, 0.1, 2, 5),
@@ -615,7 +616,10 @@ def test_closed_form_prediction_uses_the_calibrated_costs_not_the_pair(loop):
     m, k = 4, 3
     reqs = held["sd-sep_k3"].requests
     ctx = m * float(np.mean([r.prompt_len + r.output_len / 2 for r in reqs]))
-    aff = lambda c, s, t, x: c["base"] + c["per_seq"] * s + c["per_token"] * t + c["per_context"] * x
+
+    def aff(c, s, t, x):
+        return c["base"] + c["per_seq"] * s + c["per_token"] * t + c["per_context"] * x
+
     draft = sum(aff(DRAFTER, m, m, ctx + j * m) for j in range(k))
     assert g.predicted_cf.t == pytest.approx(draft, rel=0.1)
     assert g.predicted_cf.V == pytest.approx(aff(TARGET, m, m * (k + 1), ctx), rel=0.1)

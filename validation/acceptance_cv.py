@@ -76,7 +76,7 @@ def prompt_draws(spec: dict[str, Any], test: Trials, rng: np.random.Generator,
                  draws: int = _DRAWS) -> np.ndarray:
     """[draws] of a model's accepted tokens per verification over one prompt's verification
     rows (their k and starting output positions), a request drawn afresh per draw."""
-    from psdlab.sim.acceptance import make_acceptance
+    from psdlab.sim.acceptance_registry import make_acceptance
     acc = make_acceptance(spec)
     rp, rk, rn, _ = test.rows
     prompt = str(rp[0])

@@ -50,7 +50,7 @@ class AcceptanceFit:
     patterns: Any = None                         # validation.match_patterns.Patterns (greedy)
 
     def specs(self) -> dict[str, dict]:
-        """Acceptance specs for ``sim.acceptance.make_acceptance``, by name: ``positional``
+        """Acceptance specs for ``sim.acceptance_registry.make_acceptance``, by name: ``positional``
         and ``beta`` from per-row data, ``geometric`` from per-step totals."""
         out: dict[str, dict] = {}
         if self.method != "per-row":
@@ -149,7 +149,8 @@ def _detail_rows(traces: Sequence[Trace]):
 
 
 def _per_request(p: np.ndarray, a: np.ndarray, key: list) -> tuple[np.ndarray, np.ndarray]:
-    s_by, n_by = defaultdict(int), defaultdict(int)
+    s_by: defaultdict[Any, int] = defaultdict(int)
+    n_by: defaultdict[Any, int] = defaultdict(int)
     for pi, ai, k in zip(p, a, key):
         s_by[k] += int(ai)
         n_by[k] += int(ai) + int(ai < pi)
@@ -249,7 +250,8 @@ def _fit_from_totals(traces: Sequence[Trace], seed: int) -> AcceptanceFit:
     for _ in range(_BOOTSTRAP):
         idx = rng.integers(0, len(ks), len(ks))
         boot.append(geometric_alpha(np.repeat(ks[idx], seqs[idx]), np.array([acc[idx].sum()])))
-    ci = tuple(map(float, np.percentile(boot, (2.5, 97.5))))
+    lo, hi = map(float, np.percentile(boot, (2.5, 97.5)))
+    ci = (lo, hi)
     kmax = int(ks.max())
     return AcceptanceFit(
         method="geometric-from-totals", rates=(alpha,) * kmax, rates_ci=(ci,) * kmax,

@@ -4,7 +4,7 @@
 A timed calibration run serves a few dozen prompts, and what the held-out prompts' acceptance
 can be predicted from is the calibration prompts' *population*: with 96 calibration prompts
 the sampling error of their mean alone was a standard error of 3.4% on every held-out
-throughput and TPOT (demos I-K).  The pool adds many more calibration-side prompts at little
+throughput and TPOT (measured).  The pool adds many more calibration-side prompts at little
 cost: with greedy decoding a prompt's SD verifications at any k follow from its match pattern
 alone (``walk``: a verification at output position n proposes min(k, L - n - 1) draft tokens,
 as the runtime does for an output of L tokens, accepts the run of matches from n, and the
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Iterator, Mapping, Sequence
+from typing import AbstractSet, Any, Iterator, Mapping, Sequence
 
 from psdlab.analysis.trace import Trace
 from psdlab.validation.acceptance_transfer import Trials, Verification, prompt_of, trials
@@ -52,7 +52,7 @@ def calibration_ks(traces: Sequence[Trace]) -> list[int]:
 
 
 def pool_verifications(pool: Mapping[str, str], ks: Sequence[int],
-                       exclude: set[str] = frozenset()) -> Iterator[Verification]:
+                       exclude: AbstractSet[str] = frozenset()) -> Iterator[Verification]:
     """The verifications each pool prompt (not in ``exclude``) would show at each k."""
     for prompt, pattern in sorted(pool.items()):
         if prompt in exclude:

@@ -17,7 +17,7 @@ n is one deterministic fact (its match pattern, ``validation.match_patterns``): 
 runs of one window see the same verifications, and runs at another k see the same positions
 again.  Counted as independent trials, those re-observations make every prompt look measured
 several times over, and the fitted spread between prompts grows by the binomial noise that is
-no longer subtracted (sigma 0.65 where one run per prompt gives 0.31-0.34, demo G).  So a
+no longer subtracted (measured: sigma 0.65 where one run per prompt gives 0.31-0.34).  So a
 greedy trial seen again at the same (prompt, output position, draft position) is dropped, and
 one output position seen at d different draft positions weighs 1/d in each; trials of sampled
 traces are independent draws and weigh 1.  Which terms it keeps (or whether a pattern-resampling
@@ -77,7 +77,7 @@ class Trials:
     y: np.ndarray           # float [T], 1 accepted
     # per verification row (every verification, re-observations included): prompt,
     # proposed, start position, accepted
-    rows: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] = field(default=())
+    rows: tuple[np.ndarray, ...] = field(default=())
     weight: np.ndarray | None = None    # float [T], how much each trial counts (None: 1)
 
     @property

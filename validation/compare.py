@@ -37,6 +37,8 @@ import numpy as np
 
 from psdlab.analysis.metrics import summarize
 from psdlab.analysis.trace import Trace
+from psdlab.sim.costs.fitted import FitFile
+from psdlab.validation.model_file import acceptance_spec, load_model, read_model
 
 #: (metric key in the flattened summary, label, unit); errors are relative
 METRICS: tuple[tuple[str, str, str], ...] = (
@@ -122,7 +124,7 @@ def write_replay(trace: Trace, path: str | os.PathLike) -> str:
     return os.fspath(path)
 
 
-def sim_config(trace: Trace, model_path: str, replay_path: str, *, seed: int = 0,
+def sim_config(trace: Trace, model: str | FitFile, replay_path: str, *, seed: int = 0,
                params: Any = None, acceptance: dict[str, Any] | None = None,
                jitter: dict[str, Any] | None = None,
                overlap_share: tuple[float, float] | None = None):
@@ -130,8 +132,7 @@ def sim_config(trace: Trace, model_path: str, replay_path: str, *, seed: int = 0
     controller overhead and the overlap contention of ``params`` (a ReplayParams), applied to
     ``overlap_share`` of the decode time (``validation.replay_scales``)."""
     import psdlab.sim.costs.calibrated as sc
-    from psdlab.sim.config import ModelConfig, ServerConfig, SimConfig, TraceConfig
-    from psdlab.validation.model_file import acceptance_spec, read_model
+    from psdlab.sim.sim_config import ModelConfig, ServerConfig, SimConfig, TraceConfig
     from psdlab.validation.replay_model import ReplayParams
     from psdlab.validation.replay_scales import decode_scales
 
@@ -142,15 +143,15 @@ def sim_config(trace: Trace, model_path: str, replay_path: str, *, seed: int = 0
     params = params or ReplayParams()
     acc: dict[str, Any] = {"name": "none"}
     if mode != "ar":
-        acc = acceptance or acceptance_spec(read_model(model_path))
-    t_scale, d_scale = decode_scales(trace, model_path, params, overlap_share)
+        acc = acceptance or acceptance_spec(read_model(model))
+    t_scale, d_scale = decode_scales(trace, model, params, overlap_share)
     server = ServerConfig(mode=mode, k=max(run.k, 1) if mode != "ar" else 0, m=run.m,
                           policy="rebalance" if mode == "psd" else "paper",
                           cap_proposals=bool(params.draft_cap) and mode != "ar")
     devices = run.devices or {}
     target = ModelConfig(name=str((run.models or {}).get("target", "target")),
                          device=str(devices.get("target", "sim:target")),
-                         cost=sc.cost_spec(model_path, "target", overhead=params.overhead(mode),
+                         cost=sc.cost_spec(model, "target", overhead=params.overhead(mode),
                                             scale=t_scale,
                                             prefill_scale=params.prefill_target,
                                             prefill_overhead=params.prefill_overhead(mode)))
@@ -158,7 +159,7 @@ def sim_config(trace: Trace, model_path: str, replay_path: str, *, seed: int = 0
     if mode != "ar":
         drafter = ModelConfig(name=str((run.models or {}).get("drafter", "drafter")),
                               device=str(devices.get("drafter", "sim:drafter")),
-                              cost=sc.cost_spec(model_path, "drafter", scale=d_scale,
+                              cost=sc.cost_spec(model, "drafter", scale=d_scale,
                                                 prefill_scale=params.prefill_drafter))
     return SimConfig(server=server, target=target, drafter=drafter, acceptance=acc,
                      workload={"name": "replay", "path": replay_path},
@@ -167,16 +168,17 @@ def sim_config(trace: Trace, model_path: str, replay_path: str, *, seed: int = 0
                      trace=TraceConfig(path=None, level="step"))
 
 
-def predict(trace: Trace, model_path: str, *, seeds: Sequence[int] = DEFAULT_SEEDS,
+def predict(trace: Trace, model: str | FitFile, *, seeds: Sequence[int] = DEFAULT_SEEDS,
             params: Any = None, acceptance: dict[str, Any] | None = None,
             jitter: dict[str, Any] | None = None, workdir: str | None = None
             ) -> tuple[dict[str, float | None], Trace]:
     """Simulated metrics for a measured trace (mean over ``seeds``) and the first seed's
     simulated trace."""
-    from psdlab.sim.engine import simulate
+    from psdlab.sim.simulation import simulate
 
     if not seeds:
         raise ValueError("seeds: need at least one")
+    model = load_model(model)           # read once for every seed's cost models
     from psdlab.validation.replay_scales import overlap_share
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         replay = write_replay(trace, Path(tmp) / "workload.csv")
@@ -184,12 +186,12 @@ def predict(trace: Trace, model_path: str, *, seeds: Sequence[int] = DEFAULT_SEE
         if trace.run.mode == "psd":
             # the contention applies to overlapped steps only: one pass to see which share
             # of the replay's decode time overlaps, then the seeds with that share
-            probe = simulate(sim_config(trace, model_path, replay, seed=seeds[0],
+            probe = simulate(sim_config(trace, model, replay, seed=seeds[0],
                                         params=params, acceptance=acceptance, jitter=jitter))
             share = overlap_share(probe.trace)
         runs, first = [], None
         for seed in seeds:
-            cfg = sim_config(trace, model_path, replay, seed=seed, params=params,
+            cfg = sim_config(trace, model, replay, seed=seed, params=params,
                              acceptance=acceptance, jitter=jitter, overlap_share=share)
             res = simulate(cfg)
             runs.append(flatten(res.metrics))
@@ -262,7 +264,7 @@ def workload_signature(trace: Trace) -> tuple:
                  for r in reqs)
 
 
-def predict_repeats(reps: Sequence[Trace], model_path: str, **kw: Any
+def predict_repeats(reps: Sequence[Trace], model: str | FitFile, **kw: Any
                     ) -> tuple[dict[str, float | None], list[Trace]]:
     """The prediction for repeats of one configuration, like the measurement: each repeat's
     own workload (its prompts, lengths, arrivals) replayed, and per metric the median over
@@ -273,7 +275,7 @@ def predict_repeats(reps: Sequence[Trace], model_path: str, **kw: Any
     for tr in reps:
         sig = workload_signature(tr)
         if sig not in cache:
-            cache[sig] = predict(tr, model_path, **kw)
+            cache[sig] = predict(tr, model, **kw)
         preds.append(cache[sig][0])
         sims.append(cache[sig][1])
     med: dict[str, float | None] = {}
@@ -283,13 +285,13 @@ def predict_repeats(reps: Sequence[Trace], model_path: str, **kw: Any
     return med, sims
 
 
-def compare_trace(name: str, trace: Trace | Sequence[Trace], model_path: str,
+def compare_trace(name: str, trace: Trace | Sequence[Trace], model: str | FitFile,
                   **kw: Any) -> TraceComparison:
     """Compare one trace, or the median of repeated runs of one configuration, with its
     replay (the median of the repeats' own replays: ``predict_repeats``)."""
     reps = [trace] if isinstance(trace, Trace) else list(trace)
     measured, spread = median_metrics(reps)
-    predicted, sims = predict_repeats(reps, model_path, **kw)
+    predicted, sims = predict_repeats(reps, model, **kw)
     return TraceComparison(name, reps[0], measured, predicted,
                            compare_metrics(name, measured, predicted), sims[0], reps, spread,
                            sims)

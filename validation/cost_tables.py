@@ -6,9 +6,9 @@ run faster than 2 x 5 or 3 x 5, and on the demo's machine a drafting pass over 4
 costs little more than one over 3, but much more than one over 1).  So the calibration keeps,
 for every shape it saw at least MIN_TABLE times, the mean solo time and the mean context of
 its passes (the mean, not the median: the replay's times add up, and a pass's time is skewed
-to the right, so a median under-predicts every shape's total by the skew: 3-5% in demo AD's
-traces); ``sim.costs.calibrated`` takes that time for the shape (moved by the fit's
-context slope from the shape's mean context to the one asked for) and the affine fit
+to the right, so a median under-predicts every shape's total by the skew: 3-5% measured);
+``sim.costs.calibrated`` takes that time for the shape (moved by the fit's context slope from the
+shape's mean context to the one asked for) and the affine fit
 elsewhere.  Rows: (sequences, tokens, mean seconds, phases, mean context).
 
 - ``verify_table``: the target's verification passes by (sequences, padded tokens), over

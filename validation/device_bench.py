@@ -6,7 +6,7 @@ Layouts (`layouts`): ``two-devices`` (drafter on the second GPU, one process per
 GIL) when there are two GPUs, and ``two-streams`` (both on the first GPU, one process, a CUDA
 stream each).  A dry run (``device="cpu"``) runs the same layouts on CPU with tiny models --
 ``two-devices`` as two pinned processes on cores 0 and 1, ``two-streams`` as two threads -- so
-every line but the CUDA-only ones runs in CI.  Each layout runs `runtime.bench.bench_runtime`
+every line but the CUDA-only ones runs in CI.  Each layout runs `runtime.overlap_bench.bench_runtime`
 (AR for the reference output, then SD-sep at m, PSD at 2 x m and PSD at 2 x m/2, ``rounds``
 times interleaved), then `psdlab calibrate` on round 1 and `psdlab validate` on round 2 (with
 one round, on round 1 itself: a consistency check, not held out; the summary says which).
@@ -55,7 +55,8 @@ def calibrate_and_validate(trace_dir: Path, rounds: int) -> dict[str, Any]:
     model = trace_dir / "model.json"
     cal = calibrate([t for p in fit_on for t in load_traces(str(p))])
     doc = write_model(str(model), cal, traces=[str(p) for p in fit_on])
-    named, used = [], set()
+    named: list[tuple[str, Any]] = []
+    used: set[str] = set()
     for p in held:
         for tr in load_traces(str(p)):
             named.append((trace_name(str(p), tr, used), tr))
@@ -69,7 +70,7 @@ def calibrate_and_validate(trace_dir: Path, rounds: int) -> dict[str, Any]:
 
 def run_layout(layout: Layout, target: Any, drafter: Any, requests: list, base: Any,
                out: Path, rounds: int) -> dict[str, Any]:
-    from psdlab.runtime.bench import bench_runtime
+    from psdlab.runtime.overlap_bench import bench_runtime
     cfg = replace(base, backend=layout.backend, device=layout.device,
                   drafter_device=layout.drafter_device)
     trace_dir = out / layout.name

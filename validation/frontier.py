@@ -90,8 +90,8 @@ def build_family(target_dir: str, depths: Sequence[int], committed_dir: str | No
                  quiet: bool = True) -> list[Member]:
     """Early exits of the target at ``depths`` (built once into the cache) plus the committed
     drafter, ordered by layer count."""
-    from psdlab.runtime.drafter import early_exit_spec
-    from psdlab.runtime.pair import prepare_drafter
+    from psdlab.runtime.drafter_build import early_exit_spec
+    from psdlab.runtime.model_pair import prepare_drafter
     n_target = int(json.loads((Path(target_dir) / "config.json").read_text())
                    ["num_hidden_layers"])
     members = []
@@ -179,7 +179,7 @@ def measure_member(member: Member, target_dir: str, requests: list, plan: Fronti
                    with_ar: bool = True) -> tuple[list[dict], dict[str, list], dict[str, list]]:
     """All runs of one drafter on one set of workers (AR at m and 2m too ``with_ar``);
     returns the run records, the traces by mode and the outputs by run."""
-    from psdlab.runtime.engine import Engine, EngineConfig
+    from psdlab.runtime.controller import Engine, EngineConfig
     from psdlab.runtime.runner import ModelSpec
     m = plan.m
     base = EngineConfig(mode="psd", k=plan.k, batch=m, max_new_tokens=plan.max_new_tokens,
@@ -244,7 +244,8 @@ def frontier_point(name: str, traces: Sequence[Trace],
         raise ValueError(f"{name}: the SD-separate runs have no decode steps that drafted")
     ta, va, sa = np.array(t), np.array(v), np.array(step)
     t_ov, v_ov = overlapped_phases(psd_traces)
-    return FrontierPoint(t_overlapped=t_ov, V_overlapped=v_ov, name=name, t=float(ta.mean()), V=float(va.mean()),
+    return FrontierPoint(t_overlapped=t_ov, V_overlapped=v_ov, name=name, t=float(ta.mean()),
+                         V=float(va.mean()),
                          vsr=acc / prop if prop else 0.0,
                          tokens_per_step=float(np.mean(tokens)),
                          overhead=max(0.0, float(sa.mean() - ta.mean() - va.mean())),
@@ -271,8 +272,8 @@ def run_frontier(out_dir: str, plan: FrontierPlan, target_dir: str | None = None
     """The whole experiment: build the family, measure it, predict, judge, write files.
     Prompts: ``prompts_file`` (text or ``prompt_ids`` lines), default the shipped held-out
     split (never the split the committed drafter was distilled on)."""
-    from psdlab.runtime import session
-    from psdlab.runtime.bench import cycle_requests
+    from psdlab.runtime import run_setup as session
+    from psdlab.runtime.overlap_bench import cycle_requests
     from psdlab.validation.frontier_figs import write_outputs
     start = time.perf_counter()
     started = machine_info()
@@ -293,13 +294,14 @@ def run_frontier(out_dir: str, plan: FrontierPlan, target_dir: str | None = None
         recs, traces, outputs = measure_member(mb, models.target, requests, plan, tokenizer,
                                                str(trace_dir), quiet, with_ar)
         reference = reference or outputs.get("ar_1")
+        assert reference is not None            # the first member measures AR
         for rec in recs:
             rec["lossless"] = prefix_equal(outputs[f"{rec['mode']}_{rec['round']}"], reference)
         records += recs
         points.append(frontier_point(mb.name, traces["sd"], traces.get("psd", ())))
     pred = predict(points, plan.k, plan.m)
     table = measured_table(members, records)
-    result = {"plan": asdict(plan), "machine": started,
+    result: dict[str, Any] = {"plan": asdict(plan), "machine": started,
               "machine_end": {"load_average": list(os.getloadavg())},
               "workload": {"prompts": prompts_file or "shipped, split heldout",
                            "requests": len(requests),

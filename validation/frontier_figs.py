@@ -18,7 +18,8 @@ import numpy as np
 
 DPI = 110
 CSV_FIELDS = ("drafter", "layers", "depth", "distilled", "on_envelope", "t_ms", "V_ms",
-              "overhead_ms", "t_overlap_ms", "V_overlap_ms", "slow_t", "slow_V", "t_cv", "V_cv", "vsr", "vsr_se", "vsr_fit",
+              "overhead_ms", "t_overlap_ms", "V_overlap_ms", "slow_t", "slow_V", "t_cv", "V_cv",
+              "vsr", "vsr_se", "vsr_fit",
               "mean_acceptance_length", "sd_ms_per_tok", "sd_se", "psd_ms_per_tok", "psd_se",
               "psd_iso_c_ms_per_tok", "psd_iso_c_se", "ar_ms_per_tok", "ar_2m_ms_per_tok",
               "paper_sd_ms_per_tok", "paper_psd_ms_per_tok", "batch_sd_ms_per_tok",

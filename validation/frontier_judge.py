@@ -57,7 +57,7 @@ def judge(table: Sequence[dict], points: Sequence[FrontierPoint],
     rounds = sorted({r["round"] for r in records if r["mode"] == "sd"})
     by_round = []
     for rnd in rounds:
-        def val(name: str, mode: str) -> float | None:
+        def val(name: str, mode: str, rnd: int = rnd) -> float | None:
             return next((r["time_per_token_s"] for r in records if r["drafter"] == name
                          and r["mode"] == mode and r["round"] == rnd), None)
         a, b = val(best_sd, "sd"), val(best_psd, "psd")

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.optimize import minimize_scalar
 
 from psdlab.analysis.checks import check_int
@@ -68,7 +69,7 @@ class ExpFit:
         return -np.expm1(-self.alpha * np.asarray(t, dtype=float))
 
 
-def upper_envelope(t: Sequence[float], vsr: Sequence[float]) -> list[int]:
+def upper_envelope(t: ArrayLike, vsr: ArrayLike) -> list[int]:
     """Indices of the non-dominated points (no other point has t' <= t and vsr' >= vsr with
     one strict), sorted by t; of exact duplicates the first is kept."""
     t_a, y_a = np.asarray(t, dtype=float), np.asarray(vsr, dtype=float)
@@ -97,9 +98,8 @@ def _quality(alpha: float, t: np.ndarray, y: np.ndarray) -> tuple[float, float |
                                                 if ss > 0 else None)
 
 
-def fit_exponential(t_env: Sequence[float], y_env: Sequence[float],
-                    t_all: Sequence[float] | None = None,
-                    y_all: Sequence[float] | None = None) -> ExpFit:
+def fit_exponential(t_env: ArrayLike, y_env: ArrayLike, t_all: ArrayLike | None = None,
+                    y_all: ArrayLike | None = None) -> ExpFit:
     """Least-squares alpha of 1 - exp(-alpha t) on (t_env, y_env) (1-D search over log
     alpha between 1e-6 and 1e6 over the median t)."""
     t, y = np.asarray(t_env, dtype=float), np.asarray(y_env, dtype=float)
@@ -135,8 +135,8 @@ def paper_times(t: np.ndarray, V: float, f: np.ndarray, k: int, m: int
                 np.where(good, np.maximum(t, V) / den, np.inf))
 
 
-def batch_times(t: np.ndarray, V: np.ndarray, tokens: np.ndarray, o: np.ndarray,
-                t_cv: np.ndarray, V_cv: np.ndarray, slow_t=1.0, slow_V=1.0
+def batch_times(t: ArrayLike, V: ArrayLike, tokens: ArrayLike, o: ArrayLike,
+                t_cv: ArrayLike, V_cv: ArrayLike, slow_t: ArrayLike = 1.0, slow_V: ArrayLike = 1.0
                 ) -> tuple[np.ndarray, np.ndarray]:
     """psdlab's batch-aware time per generated token, SD and PSD (module doc); in PSD the
     overlapped phases take ``slow_t`` / ``slow_V`` times as long as alone (contention)."""

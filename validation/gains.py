@@ -7,20 +7,20 @@ same requests: arrival times, prompt and output lengths).  For a pair:
   (output tokens / makespan) and for the paper's decode throughput;
 - simulator gain: the same ratio of the replayed runs' predicted throughputs; its error is in
   percentage points;
-- closed form as a *consistency check*, from the SD trace's measured drafting time t, verification time V (per decode
-  step, with their coefficients of variation) and controller overhead o = (mean SD step) - t
-  - V: speedup = (t + V + o) / (E[max(t, V)] + o) times the ratio of tokens emitted per
-  verification (PSD / SD), with E[max] for independent gamma-distributed t and V
-  (``analysis.theory.jitter``; deterministic: max(t, V)); a third variant multiplies t and
-  V by the overlap slowdown calibrated for the replay (``validation.replay_model``: from the
-  contention model at these t and V when the model file has one, else the constant factors),
-  the contention a shared machine adds when both run at once.  It assumes full batches of m
-  and an endless queue, so t and V come from the SD trace's steady state (its decode steps
-  while requests still wait: ``full_batch_steps``), and it is compared, as a relative error of
-  the speedup, with the measured *steady-state* decode speedup (``speedup.steady``: the same
-  window in both runs) -- the regime it describes.  Over the whole run (``speedup.decode``)
-  the drain tail, where ever fewer sequences share a step and PSD falls back to SD for the
-  last one, makes it read high; that tail is what the simulator replays.
+- closed form as a *consistency check*, from the SD trace's measured drafting time t,
+  verification time V (per decode step, with their coefficients of variation) and controller
+  overhead o = (mean SD step) - t - V: speedup = (t + V + o) / (E[max(t, V)] + o) times the
+  ratio of tokens emitted per verification (PSD / SD), with E[max] for independent
+  gamma-distributed t and V (``analysis.theory.jitter_max``; deterministic: max(t, V)); a third
+  variant multiplies t and V by the overlap slowdown calibrated for the replay
+  (``validation.replay_model``: from the contention model at these t and V when the model file
+  has one, else the constant factors), the contention a shared machine adds when both run at
+  once.  It assumes full batches of m and an endless queue, so t and V come from the SD trace's
+  steady state (its decode steps while requests still wait: ``full_batch_steps``), and it is
+  compared, as a relative error of the speedup, with the measured *steady-state* decode speedup
+  (``speedup.steady``: the same window in both runs) -- the regime it describes.  Over the whole
+  run (``speedup.decode``) the drain tail, where ever fewer sequences share a step and PSD falls
+  back to SD for the last one, makes it read high; that tail is what the simulator replays.
   ``validation.validate`` applies it to offline pairs only.
 - closed form as a *prediction* (``predicted_closed_form``): the same formula with t, V,
   overhead and jitter from the calibrated models at the pair's k and m, and tokens per
@@ -36,6 +36,7 @@ import numpy as np
 from psdlab.analysis.metrics import decode_steps, steady_steps
 from psdlab.analysis.theory import expected_max
 from psdlab.analysis.trace import Trace
+from psdlab.sim.costs.fitted import FitFile
 from psdlab.validation.compare import Row
 
 PAIRED_MODES = ({"sd", "sd-sep"}, "psd")
@@ -181,7 +182,7 @@ def gain_rows(name: str, sd_meas: dict, psd_meas: dict, sd_pred: dict | None,
     return rows
 
 
-def predicted_closed_form(sd: Trace, model_path: str, params: Any,
+def predicted_closed_form(sd: Trace, model: str | FitFile, params: Any,
                           acceptance: dict[str, Any] | None = None) -> ClosedForm | None:
     """The closed form as a *prediction*: t and V of a full step at the pair's k and m from
     the calibrated cost models (``validation.replay_scales.solo_step_times``: the workload's
@@ -193,7 +194,7 @@ def predicted_closed_form(sd: Trace, model_path: str, params: Any,
     E[accepted] + 1 at the pair's k, the same for SD and PSD (both verify the same drafts),
     so their ratio is 1 and acceptance cancels from the speedup.  None without cost fits."""
     from psdlab.validation.replay_scales import solo_step_times
-    draft, verify = solo_step_times(sd, model_path)
+    draft, verify = solo_step_times(sd, model)
     if draft is None or verify is None:
         return None
     ts, vs = params.serial_drafter * draft, params.serial_target * verify
@@ -203,7 +204,7 @@ def predicted_closed_form(sd: Trace, model_path: str, params: Any,
     cv = float(params.jitter_cv)
     emitted = 1.0
     if acceptance is not None:
-        from psdlab.sim.acceptance import make_acceptance
+        from psdlab.sim.acceptance_registry import make_acceptance
         emitted = 1.0 + float(make_acceptance(acceptance).expected_accepted(int(sd.run.k)))
     e_max = expected_max(tp, vp, cv, cv, "gamma")
     return ClosedForm(t=ts, V=vs, t_cv=cv, V_cv=cv, overhead=o_s, emitted_ratio=1.0,

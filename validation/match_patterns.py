@@ -90,7 +90,7 @@ def match_patterns(traces: Sequence[Trace]) -> Patterns | None:
                 ties += 1
                 continue
             row[p] = 1 if 2 * ones > len(vals) else 0
-        out[rid] = pattern_text(row)
+        out[rid] = pattern_text(row.tolist())
     if not observed:
         return None
     total = sum(max(0, lengths.get(rid, len(p)) - 1) for rid, p in out.items())

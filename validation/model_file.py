@@ -42,8 +42,8 @@ import math
 import os
 from typing import Any, Sequence
 
-from psdlab.sim.costs.fitted import load_fit, write_fit
-from psdlab.validation.calibrate import TERMS, Calibration, forward_coefficients, phase_overhead
+from psdlab.sim.costs.fitted import FitFile, load_fit, read_fit_file, write_fit
+from psdlab.validation.phase_model import TERMS, Calibration, forward_coefficients, phase_overhead
 
 #: role name in the file for each fit of validation.calibrate.FITS
 ROLE_OF_FIT = {"verify": "target", "draft": "drafter", "prefill": "target:prefill",
@@ -109,9 +109,16 @@ def write_model(path: str | os.PathLike, cal: Calibration, **kw: Any) -> dict[st
     return {"format": "psdlab.cost-fit", "version": 1, "meta": meta, "roles": roles}
 
 
-def read_model(path: str | os.PathLike) -> dict[str, Any]:
-    """Read and check a model file (one-line ValueErrors naming the file and field)."""
+def read_model(path: str | os.PathLike | FitFile) -> dict[str, Any]:
+    """Read and check a model file (one-line ValueErrors naming the file and field); a
+    `FitFile` already read gives its document."""
     return load_fit(path, "model")
+
+
+def load_model(source: str | os.PathLike | FitFile) -> FitFile:
+    """The model file read once (a path) or as given (a `FitFile`): what the validation
+    passes down to every replay, report and figure instead of the path."""
+    return read_fit_file(source, "model")
 
 
 def role_coefficients(model: dict[str, Any], role: str, *, prefill: bool = False
@@ -133,7 +140,7 @@ def cost_spec(path: str | os.PathLike, role: str) -> dict[str, Any]:
 
 
 def acceptance_spec(model: dict[str, Any], name: str | None = None) -> dict[str, Any]:
-    """The ``sim.acceptance.make_acceptance`` spec stored in a model (default: the file's)."""
+    """The ``sim.acceptance_registry.make_acceptance`` spec stored in a model (default: the file's)."""
     acc = (model.get("meta") or {}).get("acceptance") or {}
     name = name or acc.get("default")
     if not name or name == "default" or name not in acc:

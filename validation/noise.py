@@ -10,8 +10,8 @@ run judges.  This module puts a number on it:
   configurations with repeats (relative deviations from the configuration's mean,
   ``sum(dev^2) / sum(n - 1)``), within each *class* of configurations (``noise_class``: the
   arrival pattern; under Poisson arrivals a window of prompts that drafts badly also fills the
-  batches, so the TPOT of a Poisson run varies about twice as much as an offline one's in
-  demos O and P), a metric a class has no repeats of taking the pool of all;
+  batches, so the TPOT of a Poisson run varies about twice as much as an offline one's), a
+  metric a class has no repeats of taking the pool of all;
 - ``median_se``: the standard error of the median of n runs with that CV (n = 1, 2: the run,
   the mean; n = 3: sqrt(0.4487) sigma, the exact value for normal noise; more: the asymptotic
   1.2533 sigma / sqrt(n));
@@ -31,17 +31,18 @@ run judges.  This module puts a number on it:
 
 - ``calibration_se``: the calibration runs are noisy too, and their noise moves every
   prediction of one metric by one common error (the cost model's level is set by the
-  calibration runs' total time, ``validation.fit``'s ``match_total``).  Run speed does not
-  carry from one run to the next on the demo's machine (the speed autocorrelation of demos AG
-  and AH), so that level's standard error is the calibration configurations' pooled CV of the
-  metric over the square root of the calibration runs.  ``break_chance`` integrates over that
+  calibration runs' total time, ``validation.nnls_fit``'s ``match_total``).  Run speed does not
+  carry from one run to the next on the demo's machine (measured: neighbouring runs' speeds
+  are no closer than any two runs'), so that level's standard error is the calibration
+  configurations' pooled CV of the metric over the square root of the calibration runs.
+  ``break_chance`` integrates over that
   common shift (``common``) for the metrics of one configuration (throughput, TPOT, p99); a
   PSD/SD ratio (gain, speedup) is taken to cancel it, as both runs of a pair are predicted
   from one level.
 
 ``NoiseModel.at_repeats`` gives the same noise with n runs of every configuration (the
 rows' SEs, their links and the common shift as n runs would have them), from which
-``validation.noise_budget`` finds the repeats a bound would need.
+``validation.demo.noise_budget`` finds the repeats a bound would need.
 
 What the chance still leaves out, so it stays a lower bound: the acceptance model's own
 sampling error on a new prompt set (``validation.set_level`` reports it separately), the
@@ -86,12 +87,13 @@ def pooled_cv(groups: Iterable[Sequence[float | None]]) -> float | None:
     fewer than two values, a missing value or a zero mean are skipped); None without any."""
     ss, dof = 0.0, 0
     for vals in groups:
-        if len(vals) < 2 or any(v is None for v in vals):
+        known = [v for v in vals if v is not None]
+        if len(vals) < 2 or len(known) < len(vals):
             continue
-        mean = sum(vals) / len(vals)                          # type: ignore[arg-type]
+        mean = sum(known) / len(known)
         if mean == 0:
             continue
-        ss += sum((v / mean - 1.0) ** 2 for v in vals)        # type: ignore[operator]
+        ss += sum((v / mean - 1.0) ** 2 for v in known)
         dof += len(vals) - 1
     return math.sqrt(ss / dof) if dof else None
 
@@ -207,9 +209,13 @@ def row_noise(row: Any, values: Mapping[str, Sequence[Mapping[str, Any]]],
     (relative, or percentage points for a gain); None when it cannot be told.  ``cvs``: the
     pooled CVs; ``config_cvs``: per configuration, the CVs to use instead (``class_cvs``);
     ``repeats``: the number of runs every configuration is taken to have (None: its own)."""
-    count = (lambda name: len(values[name]) if repeats is None else repeats)
+    def count(name: str) -> int:
+        return len(values[name]) if repeats is None else repeats
+
+    def of(name: str) -> Mapping[str, float | None]:
+        return (config_cvs or {}).get(name, cvs)
+
     metric = base_metric(row.metric)
-    of = (lambda name: (config_cvs or {}).get(name, cvs))
     if metric in _RATIO_OF:
         if row.run not in pairs:
             return None
@@ -221,9 +227,9 @@ def row_noise(row: Any, values: Mapping[str, Sequence[Mapping[str, Any]]],
         n_sd, n_psd = count(sd), count(psd)
         if paired is not None and n_sd == n_psd and n_sd >= 2:
             rel = median_se(paired, n_sd)
-        elif of(sd).get(base) is not None and of(psd).get(base) is not None:
-            rel = math.hypot(median_se(of(sd)[base], n_sd),       # type: ignore[arg-type]
-                             median_se(of(psd)[base], n_psd))     # type: ignore[arg-type]
+        elif ((cv_sd := of(sd).get(base)) is not None
+              and (cv_psd := of(psd).get(base)) is not None):
+            rel = math.hypot(median_se(cv_sd, n_sd), median_se(cv_psd, n_psd))
         else:
             return None
         if metric.startswith("gain."):
@@ -365,9 +371,10 @@ class NoiseModel:
         """P(noise alone breaks ``bound`` on at least one of ``rows``) (`break_chance` with
         the rows' SEs, their links and the common shift); None when a row's SE is unknown."""
         ses = [self.se(r) for r in rows]
-        if not ses or any(se is None or se <= 0 for se in ses):
+        known = [se for se in ses if se is not None and se > 0]
+        if not ses or len(known) < len(ses):
             return None
-        return break_chance(ses, bound, self.links(rows), self.common_se(rows[0]))
+        return break_chance(known, bound, self.links(rows), self.common_se(rows[0]))
 
     def links(self, rows: Sequence[Any]) -> list[tuple[int, int, float]]:
         """(i, j, correlation of their medians) for rows i, j of one metric that are the SD

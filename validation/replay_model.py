@@ -4,7 +4,7 @@ step-time spread.
 Measured by ``validation.calibrate`` on its traces (``replay_params_of``), stored in the model
 file's ``meta.replay`` and read back by ``load_replay_params`` (defaults: no overlap effect, no
 overhead).  The cost fits themselves are already unbiased for the mean (``match_total`` of
-``validation.fit``), so the serial and prefill scales below are 1 for a model written by
+``validation.nnls_fit``), so the serial and prefill scales below are 1 for a model written by
 ``psdlab calibrate`` (older model files stored the mean correction here; it is still applied).
 
 - **Overlap contention**: when the drafter and the target run at the same time each runs
@@ -35,7 +35,7 @@ overhead).  The cost fits themselves are already unbiased for the mean (``match_
   the same for prefill steps (``prefill_overheads``: runs with a drafter and AR runs apart),
   added to the target's prefill pass.
 - **Spread**: PSD's step is the longer of two phases, and E[max(t, V)] > max(E t, E V) when
-  they vary (``analysis.theory.jitter``); the step-to-step CV of measured / solo decode
+  they vary (``analysis.theory.jitter_max``); the step-to-step CV of measured / solo decode
   phase times (relative to a rolling median, so slow drift is not counted) is kept as
   ``jitter_cv`` and the replay draws gamma step-time jitter with it (mean 1, so the mean
   times stay as calibrated).
@@ -44,12 +44,14 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from psdlab.analysis.trace import Trace
+from psdlab.validation.phase_model import (calibration_view, predict_phases, serial_only,
+                                           with_draft_forwards)
 from psdlab.validation.solo_times import (is_decode as _is_decode, overlapped_solo,
                                             serial_reference, solo as _solo,
                                             strict as _strict)
@@ -144,7 +146,7 @@ def fit_contention(cal: Any, traces: Sequence[Trace],
     of a role are left out of that role's median (all phases pooled when no run has enough).
     A median over runs, not one fit over all phases: on a shared machine a run's overlapped
     phases as a whole can run 10-20% slower or faster than its back-to-back serial run's
-    (demos AD-AF, ``results/demo/2026-12-02-overlap-by-run.txt``), and one such run among the
+    (``results/demo/2026-12-03-dc5cb53-overlap-by-run.txt``), and one such run among the
     three or four a demo calibrates on would move a pooled fit by a third of that."""
     return _contention(overlapped_solo(cal, traces, ref))
 
@@ -239,14 +241,8 @@ def prefill_overheads(traces: Sequence[Trace]) -> tuple[float, float]:
     return (float(np.mean(drafting)) if drafting else 0.0, float(np.mean(ar)) if ar else 0.0)
 
 
-def serial_only(trace: Trace) -> Trace:
-    """The trace without its overlapped steps (for fitting the cost models)."""
-    return replace(trace, steps=[s for s in trace.steps if not s.overlapped])
-
-
 def _scales(cal: Any, traces: Sequence[Trace]) -> dict[str, float]:
     """(total measured) / (total predicted) per fit name over the traces' phases."""
-    from psdlab.validation.calibrate import predict_phases
     out = {}
     for fit, (pred, meas) in predict_phases(cal, traces).items():
         total = float(np.sum(pred))
@@ -293,11 +289,10 @@ def _spread(cal: Any, traces: Sequence[Trace],
     return float(np.std(r) / np.mean(r)) if r.size > 1 and np.mean(r) > 0 else 0.0
 
 
-def replay_params(traces: Sequence[Trace], model_path: str) -> ReplayParams:
-    """Replay parameters of a model file's fits on (calibration) traces (module doc)."""
-    from psdlab.validation.calibrate import with_draft_forwards
-    from psdlab.validation.model_file import read_model
-    return replay_params_of(calibration_view(read_model(model_path)),
+def replay_params(traces: Sequence[Trace], model: Mapping[str, Any]) -> ReplayParams:
+    """Replay parameters of a model file's fits (the read file, ``model_file.read_model``) on
+    (calibration) traces (module doc)."""
+    return replay_params_of(calibration_view(model),
                             [with_draft_forwards(t) for t in traces])
 
 
@@ -352,21 +347,3 @@ def load_replay_params(model: dict[str, Any]) -> ReplayParams:
     return ReplayParams(**vals)
 
 
-def calibration_view(model: Mapping[str, Any]) -> Any:
-    """A Calibration holding the model file's fits (for predict_phases)."""
-    from psdlab.validation.calibrate import FITS, Calibration
-    from psdlab.validation.fit import LinearFit
-    costs = {}
-    for name, fit in ((model.get("meta") or {}).get("fits") or {}).items():
-        if name not in FITS:
-            continue
-        order = FITS[name][1]
-        coef = fit.get("coef") or {}
-        costs[name] = LinearFit(names=tuple(order), coef=tuple(float(coef.get(t) or 0.0)
-                                                               for t in order),
-                                ci_low=(0.0,) * len(order), ci_high=(0.0,) * len(order),
-                                identified=(True,) * len(order), n=0,
-                                heldout_error=float("nan"), heldout_total_error=float("nan"),
-                                n_heldout=0, fit_error=float("nan"),
-                                residual_cv=float("nan"))
-    return Calibration(costs=costs, acceptance=None, sources=(), ks=(), ms=())

@@ -18,9 +18,10 @@ from typing import Any
 import numpy as np
 
 from psdlab.analysis.trace import Trace
+from psdlab.sim.costs.fitted import FitFile
 
 
-def solo_step_times(trace: Trace, model_path: str) -> tuple[float | None, float | None]:
+def solo_step_times(trace: Trace, model: str | FitFile) -> tuple[float | None, float | None]:
     """(draft, verify) solo times of one full step of the run (m sequences, k tokens each, the
     workload's mean context) under the model file's decode fits; (None, None) when absent."""
     import psdlab.sim.costs.calibrated as sc
@@ -29,8 +30,8 @@ def solo_step_times(trace: Trace, model_path: str) -> tuple[float | None, float 
     if not reqs or run.k < 1:
         return None, None
     try:
-        drafter = sc.calibrated_cost(model_path, "drafter")
-        target = sc.calibrated_cost(model_path, "target")
+        drafter = sc.calibrated_cost(model, "drafter")
+        target = sc.calibrated_cost(model, "target")
     except ValueError:
         return None, None
     m, k = float(run.m), int(run.k)
@@ -55,11 +56,11 @@ def overlap_share(sim_trace: Trace) -> tuple[float, float]:
                  for k in ("verify", "draft"))
 
 
-def decode_scales(trace: Trace, model_path: str, params: Any,
+def decode_scales(trace: Trace, model: str | FitFile, params: Any,
                   share: tuple[float, float] | None = None) -> tuple[float, float]:
     """(target, drafter) decode multipliers of a replay of ``trace`` (module docstring)."""
     mode = trace.run.mode
-    draft, verify = solo_step_times(trace, model_path) if mode == "psd" else (None, None)
+    draft, verify = solo_step_times(trace, model) if mode == "psd" else (None, None)
     t_scale, d_scale = params.scales(mode, draft, verify)
     if mode == "psd" and share is not None:
         t_scale = params.serial_target + share[0] * (t_scale - params.serial_target)

@@ -14,13 +14,13 @@
 """
 from __future__ import annotations
 
-import csv
 import os
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from psdlab.validation.compare import Row
+from psdlab.validation.tables import md_table, write_csv
 
 ROW_COLUMNS = ("run", "metric", "label", "unit", "measured", "predicted", "error",
                "error_kind", "source")
@@ -28,15 +28,6 @@ RUN_COLUMNS = ("run", "role", "mode", "k", "m", "arrivals", "load_1min", "reques
                "output_tokens",
                "throughput_tok_s", "decode_throughput_tok_s", "tpot.mean", "e2e.p99",
                "acceptance_rate", "mean_draft_time_s", "mean_verify_time_s")
-
-
-def write_csv(path: str, columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(columns)
-        for r in rows:
-            w.writerow(["" if r.get(c) is None else r.get(c) for c in columns])
-    return path
 
 
 def fmt_value(x: float | None, unit: str = "") -> str:
@@ -76,12 +67,6 @@ def _text_table(header: list[str], body: list[list[str]]) -> str:
               for i, h in enumerate(header)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in body]
-    return "\n".join(lines)
-
-
-def md_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in body]
     return "\n".join(lines)
 
 
@@ -254,17 +239,16 @@ def write_report(out_dir: str, validation: Any, named: Sequence[tuple[str, Any]]
     """Write the CSVs, figures and ``report.md`` (module docstring); returns the file paths.
     ``alternatives``: (what differs, Validation) replays of the same runs under another
     model, whose summaries over ``summary_runs`` are shown after the targets; ``sections``:
-    markdown lines put after them (e.g. ``validation.report_transfer``)."""
-    from psdlab.validation.model_file import read_model
+    markdown lines put after them (e.g. ``validation.demo.report_sections``)."""
     roles = dict(roles or {})
     os.makedirs(out_dir, exist_ok=True)
-    model = read_model(validation.model_path)
+    model = validation.model.doc
     runs = run_rows(named, roles)
     files = write_tables(out_dir, validation, runs, model, summary_runs)
     figs: dict[str, str] = {}
     if figures:
         from psdlab.validation.report_figs import all_figures
-        figs = all_figures(out_dir, validation, validation.model_path, named, roles)
+        figs = all_figures(out_dir, validation, named, roles)
     files.update(figs)
     md = [f"# {title}", ""] + list(intro) + [""]
     if headline:

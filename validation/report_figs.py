@@ -18,7 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from psdlab.validation.report import write_csv  # noqa: E402
+from psdlab.validation.tables import write_csv  # noqa: E402
 
 DPI = 110
 SCATTER = (("throughput_tok_s", "throughput (tok/s)", 0.05),
@@ -141,13 +141,12 @@ def throughput_vs_k(out_dir: str, validation: Any, m: int, offline: bool = True,
     return _save(fig, out_dir, "throughput_vs_k")
 
 
-def phase_fit(out_dir: str, model_path: str, named: Sequence[tuple[str, Any]],
+def phase_fit(out_dir: str, model: Mapping[str, Any], named: Sequence[tuple[str, Any]],
               roles: Mapping[str, str]) -> str | None:
-    """Calibrated vs measured phase times on every trace (held-out ones in red)."""
-    from psdlab.validation.calibrate import predict_phases
-    from psdlab.validation.model_file import read_model
-    from psdlab.validation.replay_model import calibration_view
-    model = read_model(model_path)
+    """Calibrated vs measured phase times on every trace (held-out ones in red); ``model``:
+    the model file's document."""
+    from psdlab.validation.phase_model import predict_phases
+    from psdlab.validation.phase_model import calibration_view
     roles_of_fit = {"verify": "target", "draft": "drafter", "prefill": "target:prefill",
                     "drafter_prefill": "drafter:prefill"}
     rows = []
@@ -183,7 +182,7 @@ def phase_fit(out_dir: str, model_path: str, named: Sequence[tuple[str, Any]],
     return _save(fig, out_dir, "phase_fit")
 
 
-def all_figures(out_dir: str, validation: Any, model_path: str,
+def all_figures(out_dir: str, validation: Any,
                 named: Sequence[tuple[str, Any]], roles: Mapping[str, str]) -> dict[str, str]:
     out = {"predicted_vs_measured": predicted_vs_measured(out_dir, validation, roles)}
     g = gains(out_dir, validation)
@@ -195,7 +194,7 @@ def all_figures(out_dir: str, validation: Any, model_path: str,
         if t:
             out["throughput_vs_k"] = t
             break
-    p = phase_fit(out_dir, model_path, named, roles)
+    p = phase_fit(out_dir, validation.model.doc, named, roles)
     if p:
         out["phase_fit"] = p
     return out

@@ -44,7 +44,8 @@ def _load() -> list[float] | None:
 
 def machine_info(load_before: Sequence[float] | None = None) -> dict[str, Any]:
     """CPU model, flags (of ``FLAGS``), cores, load averages (1 / 5 / 15 min)."""
-    model, flags = "unknown", set()
+    model = "unknown"
+    flags: set[str] = set()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
             for line in fh:

@@ -11,9 +11,8 @@ contention, overlap factors and step-time spread against.
 - **Same time**: a shared machine's speed drifts between runs (the demo's repeats of one
   configuration differ by up to ~15-20% on a 2-core VM); compared with the serial phases of
   every calibration run, the overlapped phases of a PSD run that ran on a slow minute read
-  that drift as contention (demo AF: fitted per calibration round, the contention was
-  0.05 / 0.04 on the first round and 0.14 / 0.20 on the second; one round's PSD run against
-  the other round's SD runs gave -0.01 and 0.19-0.29).  So an overlapped trace's reference is
+  that drift as contention (measured: fitted per calibration round, the contention was
+  0.05 / 0.04 on one round and 0.14 / 0.20 on the next).  So an overlapped trace's reference is
   its **neighbour** first (``neighbour``: the serial run of the same workload -- same k, m,
   arrivals and prompts, ``run.extra["workload_key"]`` -- that started nearest in time, which
   in the demo is its back-to-back SD run), and the pooled serial reference only for shapes the
@@ -27,6 +26,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from psdlab.validation.phase_model import design
 from psdlab.analysis.trace import Trace
 
 #: fewest serial phases of one shape for a same-shape solo reference
@@ -100,7 +100,6 @@ def solo(cal: Any, ref: Reference, ph: Any, strict: bool = False) -> float | Non
     hit = ref.get(shape(ph))
     if hit is not None or strict:
         return hit
-    from psdlab.validation.calibrate import design
     name = ph.kind
     if name not in cal.costs or ph.seqs <= 0 or ph.tokens <= 0:
         return None

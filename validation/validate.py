@@ -24,6 +24,8 @@ import numpy as np
 
 from psdlab.analysis.metrics import summarize
 from psdlab.analysis.trace import Trace
+from psdlab.sim.costs.fitted import FitFile
+from psdlab.validation.model_file import acceptance_spec, load_model, read_model
 from psdlab.validation.compare import (DEFAULT_SEEDS, Row, TraceComparison, compare_trace, flatten,
                                 merged)
 from psdlab.validation.gains import (GainResult, closed_form, gain_rows, pair_traces,
@@ -55,12 +57,16 @@ UNJUDGED: tuple[tuple[str, str, str], ...] = (
 class Validation:
     comparisons: list[TraceComparison]
     gains: list[GainResult]
-    model_path: str
+    model: FitFile
     params: ReplayParams
     seeds: tuple[int, ...]
     notes: list[str] = field(default_factory=list)
     #: the configurations the model was calibrated on (their noise: ``noise.calibration_se``)
     calibration: frozenset[str] = frozenset()
+
+    @property
+    def model_path(self) -> str:
+        return self.model.path
 
     @property
     def rows(self) -> list[Row]:
@@ -124,7 +130,7 @@ class Validation:
         return dict(self.noise_model.cvs)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model_path, "replay_params": self.params.to_dict(),
+        return {"model": self.model.path, "replay_params": self.params.to_dict(),
                 "seeds": list(self.seeds), "rows": [r.to_dict() for r in self.rows],
                 "gains": [{"name": g.name, "sd": g.sd, "psd": g.psd,
                            "closed_form": g.closed_form.to_dict() if g.closed_form else None,
@@ -134,10 +140,9 @@ class Validation:
                 "summary": self.summary(), "notes": list(self.notes)}
 
 
-def model_params(model_path: str) -> ReplayParams:
+def model_params(model: str | FitFile) -> ReplayParams:
     """The replay parameters stored in a model file (defaults when absent)."""
-    from psdlab.validation.model_file import read_model
-    return load_replay_params(read_model(model_path))
+    return load_replay_params(read_model(model))
 
 
 def trace_name(path: str, trace: Trace, used: set[str]) -> str:
@@ -187,7 +192,7 @@ def group_repeats(traces: Sequence[tuple[str, Trace]], groups: dict[str, str] | 
     return list(out.items())
 
 
-def validate(model_path: str, traces: Sequence[tuple[str, Trace]], *,
+def validate(model: str | FitFile, traces: Sequence[tuple[str, Trace]], *,
              seeds: Sequence[int] = DEFAULT_SEEDS, params: ReplayParams | None = None,
              acceptance: dict[str, Any] | None = None, jitter: dict[str, Any] | None = None,
              progress: Any = None, groups: dict[str, str] | None = None,
@@ -198,14 +203,15 @@ def validate(model_path: str, traces: Sequence[tuple[str, Trace]], *,
     enters the chance that noise alone breaks a bound, ``validation.noise``)."""
     if not traces:
         raise ValueError("traces: need at least one trace")
-    params = model_params(model_path) if params is None else params
+    model = load_model(model)           # read once; every replay below is handed the object
+    params = model_params(model) if params is None else params
     comps: list[TraceComparison] = []
     notes: list[str] = []
     for name, reps in group_repeats(traces, groups):
         if not all(tr.requests for tr in reps):
             notes.append(f"{name}: no request records; skipped")
             continue
-        comps.append(compare_trace(name, reps, model_path, seeds=tuple(seeds), params=params,
+        comps.append(compare_trace(name, reps, model, seeds=tuple(seeds), params=params,
                                    acceptance=acceptance, jitter=jitter))
         if progress is not None:
             progress(name)
@@ -220,30 +226,28 @@ def validate(model_path: str, traces: Sequence[tuple[str, Trace]], *,
         rows = gain_rows(label, a.measured, b.measured, a.predicted, b.predicted, cf)
         pcf = None
         if cf is not None:        # offline pairs only, as the consistency check
-            pcf = predicted_closed_form(a.trace, model_path, params,
-                                        acceptance or _default_acceptance(model_path))
+            pcf = predicted_closed_form(a.trace, model, params,
+                                        acceptance or _default_acceptance(model))
             if pcf is not None:
                 rows += predicted_rows(label, a.measured, b.measured, pcf)
         gains.append(GainResult(label, sd, psd, rows, cf, pcf))
-    return Validation(comps, gains, model_path, params, tuple(seeds), notes,
-                      frozenset(calibration or calibration_configs(model_path, traces, groups)))
+    return Validation(comps, gains, model, params, tuple(seeds), notes,
+                      frozenset(calibration or calibration_configs(model, traces, groups)))
 
 
-def calibration_configs(model_path: str, traces: Sequence[tuple[str, Trace]],
+def calibration_configs(model: str | FitFile, traces: Sequence[tuple[str, Trace]],
                         groups: dict[str, str] | None = None) -> set[str]:
     """The configurations of the named traces that the model file says it was fitted on
     (``meta.calibration.traces``: file names, matched on their stem)."""
-    from psdlab.validation.model_file import read_model
-    meta = (read_model(model_path).get("meta") or {}).get("calibration") or {}
+    meta = (read_model(model).get("meta") or {}).get("calibration") or {}
     stems = {os.path.splitext(os.path.basename(str(t)))[0] for t in meta.get("traces") or ()}
     return {(groups or {}).get(name) or config_name(name) for name, _ in traces
             if os.path.splitext(os.path.basename(name))[0] in stems}
 
 
-def _default_acceptance(model_path: str) -> dict[str, Any] | None:
-    from psdlab.validation.model_file import acceptance_spec, read_model
+def _default_acceptance(model: str | FitFile) -> dict[str, Any] | None:
     try:
-        return acceptance_spec(read_model(model_path))
+        return acceptance_spec(read_model(model))
     except ValueError:
         return None
 

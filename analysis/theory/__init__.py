@@ -17,7 +17,7 @@ from psdlab.analysis.theory.exponential import (exact_ratio, exact_saving, expon
                                          t_psd_exponential, t_sd_exponential)
 from psdlab.analysis.theory.frontiers import (EmpiricalFrontier, ExponentialFrontier,
                                        LeviathanFrontier, MixtureFrontier)
-from psdlab.analysis.theory.jitter import DISTRIBUTIONS, JitterResult, expected_max, jitter_gain
+from psdlab.analysis.theory.jitter_max import DISTRIBUTIONS, JitterResult, expected_max, jitter_gain
 from psdlab.analysis.theory.optimum import (KOptimum, Optimum, optimal_k, optimal_times,
                                      psd_objective, sd_objective)
 from psdlab.analysis.theory.paper import (THEOREM1_RATIO, THEOREM1_SAVING, Peak, Theorem1Check,

@@ -145,7 +145,7 @@ def optimal_k(frontier: Any, V: float, R: float = 1.0, k_max: int = 64) -> KOpti
     """Optimal integer draft length k in 1..k_max for a frontier with per-token draft time `c`
     (e.g. `LeviathanFrontier`): drafting time per step t = c*k."""
     k_max = check_int("k_max", k_max, minimum=1)
-    c = check_positive("c", getattr(frontier, "c"))
+    c = check_positive("c", frontier.c)
     ks = np.arange(1, k_max + 1)
     opt = optimal_times(frontier, V, R, candidates=c * ks)
     return KOptimum(k_sd=int(round(opt.t_sd / c)), k_psd=int(round(opt.t_psd / c)), optimum=opt)

@@ -128,6 +128,7 @@ def _intervals(func: Callable[[np.ndarray], np.ndarray], level: float, x_min: fl
         if inside[i] and not inside[i - 1]:
             start = brentq(g, grid[i - 1], grid[i], xtol=1e-14, rtol=1e-14)
         elif inside[i - 1] and not inside[i]:
+            assert start is not None          # set when the interval opened
             out.append([float(start), brentq(g, grid[i - 1], grid[i], xtol=1e-14, rtol=1e-14)])
             start = None
     if start is not None:

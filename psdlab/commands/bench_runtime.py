@@ -43,9 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from psdlab.analysis.checks import check_int
-    from psdlab.runtime import session
-    from psdlab.runtime.bench import bench_runtime, cycle_requests, format_report
-    from psdlab.runtime.engine import EngineConfig
+    from psdlab.runtime import run_setup as session
+    from psdlab.runtime.overlap_bench import bench_runtime, cycle_requests, format_report
+    from psdlab.runtime.controller import EngineConfig
     from psdlab.runtime.runner import ModelSpec
     check_int("num_prompts", args.num_prompts, minimum=1)
     check_int("rounds", args.rounds, minimum=1)

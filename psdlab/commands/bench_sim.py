@@ -1,5 +1,5 @@
 """`psdlab bench-sim`: how fast the simulator runs (simulated requests and events per wall
-second) on a fixed ShareGPT-like PSD workload; the setup is in sim/bench.py and is printed."""
+second) on a fixed ShareGPT-like PSD workload; the setup is in sim/speed_bench.py and is printed."""
 from __future__ import annotations
 
 import argparse
@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from psdlab.sim.bench import run_bench
+    from psdlab.sim.speed_bench import run_bench
 
     out = run_bench(args.requests, args.load, args.seed, args.path,
                     progress=sys.stderr.isatty() and not args.json)

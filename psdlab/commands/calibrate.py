@@ -54,7 +54,7 @@ _UNITS = {"base": "ms", "per_seq": "ms/seq", "per_token": "ms/token",
 
 
 def _cost_lines(fits: dict) -> list[str]:
-    from psdlab.validation.calibrate import FITS
+    from psdlab.validation.phase_model import FITS
     lines = [f"{'fit':<16}{'role':<9}{'term':<13}{'estimate':>12}  {'95% CI':<24}unit"]
     for name, fit in fits.items():
         for term in ("base", "per_seq", "per_token", "per_context"):
@@ -107,7 +107,7 @@ def _replay_lines(rp: dict | None) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from psdlab.analysis.checks import check_range
     from psdlab.validation.calibrate import calibrate
-    from psdlab.validation.context_probe import read_probe, read_probe_file
+    from psdlab.validation.context_slopes import read_probe, read_probe_file
     from psdlab.validation.importers import load_traces
     from psdlab.validation.model_file import write_model
 

@@ -23,9 +23,9 @@ def register(subparsers) -> None:
                     "calibration-side prompts' acceptance, then 40 runs: 5 calibration "
                     "configurations twice on split fresh3, 4 held-out ones seven times on 240 "
                     "fresh prompts (split fresh11) and 2 references once, 32 requests x up to "
-                    "16 tokens each, in seeded random order) takes about 13 minutes on a "
-                    "2-core machine "
-                    "(--time-budget, 780 s, skips late repeats past it); --prompts and "
+                    "16 tokens each, in seeded random order) takes at most about 12 minutes "
+                    "on a 2-core machine, analysis included "
+                    "(--time-budget, 700 s, skips late repeats past it); --prompts and "
                     "--max-new-tokens scale it, --quick runs a short plan.")
     p.add_argument("-o", "--output", default="psdlab-demo", metavar="REPORT_DIR",
                    help="report folder (default ./psdlab-demo)")
@@ -53,11 +53,15 @@ def register(subparsers) -> None:
                    help="seed of the run order (default 0)")
     p.add_argument("--time-budget", type=float, default=None, metavar="S",
                    help="seconds for the whole demo; repeats that would not finish in time "
-                        "are skipped (default validation.demo.BUDGET_S, 780: 15 minutes "
-                        "less the set-up; 0 = no limit)")
+                        "are skipped (default 700: 15 minutes less the set-up and a minute "
+                        "to spare; 0 = no limit)")
     p.add_argument("--traces", default=None, metavar="TRACE_DIR",
                    help="do not run anything: calibrate, validate and report again on the "
                         "traces an earlier demo wrote (REPORT_DIR/traces)")
+    p.add_argument("--diagnostics", action="store_true",
+                   help="add the report's diagnostic sections (acceptance candidates, replays "
+                        "under diagnostic acceptance models, the noise budget, the closed "
+                        "form's inputs, the calibration's fits); the analysis takes longer")
     p.add_argument("--json", action="store_true",
                    help="print the result (summary, runs, files) as one JSON object")
     p.set_defaults(func=run)
@@ -70,12 +74,13 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from psdlab.analysis.checks import check_int, check_range
-    from psdlab.validation.demo import BUDGET_S, demo, reanalyse
-    from psdlab.validation.runs import default_plan
+    from psdlab.validation.demo.run_demo import BUDGET_S, demo, reanalyse
+    from psdlab.validation.demo.measurement_plan import default_plan
     if args.traces is not None:
         if not os.path.isdir(args.traces):
             raise FileNotFoundError(f"--traces: no such directory: {args.traces}")
-        return _print(reanalyse(args.traces, args.output, quiet=True), args.json)
+        return _print(reanalyse(args.traces, args.output, quiet=True,
+                                diagnostics=args.diagnostics), args.json)
     repeats = None if args.repeats is None else check_int("--repeats", args.repeats, 1, 20)
     seed = 0 if args.seed is None else check_int("--seed", args.seed, 0)
     plan = default_plan(args.quick, repeats=repeats, seed=seed)
@@ -89,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     budget = (BUDGET_S if args.time_budget is None else
               check_range("--time-budget", args.time_budget, 0.0, 86400.0))
     result = demo(args.output, plan=plan, target=args.target, draft=args.draft,
-                  quiet=args.json, budget_s=budget or None)
+                  quiet=args.json, budget_s=budget or None, diagnostics=args.diagnostics)
     return _print(result, args.json)
 
 

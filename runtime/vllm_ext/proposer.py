@@ -1,6 +1,6 @@
 """A no-op proposer for vLLM's ``speculative_config.method="custom_class"``.
 
-PSD drafts outside the model runner (in the drafter process, see `runtime.vllm_ext.drafter`)
+PSD drafts outside the model runner (in the drafter process, see `runtime.vllm_ext.psd_drafter`)
 and hands the drafts to the scheduler; the runner only needs speculative decoding switched on
 so that scheduled draft tokens are verified by vLLM's own rejection sampler.  This proposer
 therefore proposes nothing and costs nothing.

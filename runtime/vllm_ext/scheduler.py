@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any
+from typing import Any, Hashable
 
 from vllm.v1.core.sched.scheduler import Scheduler
 
@@ -119,19 +119,19 @@ class PSDScheduler(TracingScheduler):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        from psdlab.runtime.vllm_ext.drafter import DraftClient
+        from psdlab.runtime.vllm_ext.psd_drafter import DraftClient
         from psdlab.runtime.vllm_ext.halves import Halves
         cap = (self.scheduler_config.max_num_seqs + 1) // 2
         self.halves = Halves(cap)
         self.drafter = DraftClient(self.psd.draft_config(self.scheduler_config.max_num_seqs,
                                                          self.vllm_config.model_config
                                                          .max_model_len))
-        self._drafts: dict[str, tuple[int, list[int]]] = {}
+        self._drafts: dict[Hashable, tuple[int, list[int]]] = {}   # request id: (base, drafts)
         self.step_index = 0
         # (event, step, half): "submit" (drafting of a half dispatched), "scheduled" (the
         # verify half handed to vLLM), "output" (its result back), "collect" (drafts back).
         # The PSD structure is their order; the last 10,000 are kept.
-        self.events: deque[tuple[str, int, int]] = deque(maxlen=10_000)
+        self.events: deque[tuple[str, int, int | None]] = deque(maxlen=10_000)
         self._submitted: tuple[int, int] | None = None    # (step, half) being drafted
 
     def _half(self, rid: str) -> int | None:

@@ -53,7 +53,7 @@ class PsdSettings:
         return cls(**raw)
 
     def draft_config(self, max_slots: int, max_len: int):
-        from psdlab.runtime.vllm_ext.drafter import DraftConfig
+        from psdlab.runtime.vllm_ext.psd_drafter import DraftConfig
         return DraftConfig(model=str(self.draft_model), k=self.k, max_slots=max_slots,
                            max_len=max_len, device=self.drafter_device,
                            core=self.drafter_core, dtype=self.dtype,

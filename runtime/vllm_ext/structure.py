@@ -41,7 +41,7 @@ def psd_structure(events: Iterable[tuple[str, int, int | None]]) -> Structure:
             problems.append(f"step {step}: two {kind!r} events")
         pos[(kind, step)] = (i, half)
     steps = sorted(s for (k, s) in pos if k == "scheduled")
-    overlapped: dict[int, tuple[int, int]] = {}
+    overlapped: dict[int, tuple[int | None, int | None]] = {}
     sequential = 0
     for n in steps:
         i_sched, v = pos[("scheduled", n)]
@@ -67,7 +67,7 @@ def psd_structure(events: Iterable[tuple[str, int, int | None]]) -> Structure:
         if out is not None and col[0] < out[0]:
             problems.append(f"step {n}: drafts of half {d} collected before half {v}'s output")
     alternations = 0
-    for n, (v, d) in overlapped.items():
+    for n, (_v, d) in overlapped.items():
         nxt = overlapped.get(n + 1)
         if nxt is not None:
             alternations += 1

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Hashable
 
 from psdlab.analysis.version import __version__
-from psdlab.analysis.trace import Phase, RequestRecord, RunInfo, StepRecord, Trace, TraceWriter, Verified
+from psdlab.analysis.trace import (Phase, RequestRecord, RunInfo, StepRecord, Trace, TraceWriter,
+                                   Verified)
 
 
 def versions() -> dict[str, str]:

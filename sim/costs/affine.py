@@ -63,7 +63,8 @@ def affine_from_coefficients(coef: Mapping[str, Any], where: str) -> AffineCost:
     values = {k: check_nonnegative(f"{where}.{k}", coef.get(k, 0.0)) for k in AFFINE_TERMS}
     if not any(values.values()):
         raise ValueError(f"{where}: at least one of {', '.join(AFFINE_TERMS)} must be > 0")
-    return AffineCost(**values)
+    return AffineCost(base=values["base"], per_seq=values["per_seq"],
+                      per_token=values["per_token"], per_context=values["per_context"])
 
 
 @register_cost_model("affine")

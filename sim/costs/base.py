@@ -17,7 +17,7 @@ not issue such passes.
 from __future__ import annotations
 
 import abc
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 import numpy as np
 
@@ -73,7 +73,8 @@ def prepare_inputs(seqs, new_tokens, context_tokens):
         if seqs < 0 or new_tokens < 0 or context_tokens < 0:
             raise ValueError(_negative_message(seqs, new_tokens, context_tokens))
         return float(seqs), float(new_tokens), float(context_tokens), True
-    s, t, c = np.broadcast_arrays(np.asarray(seqs, dtype=float), np.asarray(new_tokens, dtype=float),
+    s, t, c = np.broadcast_arrays(np.asarray(seqs, dtype=float),
+                                  np.asarray(new_tokens, dtype=float),
                                   np.asarray(context_tokens, dtype=float))
     if s.ndim == 0:
         return prepare_inputs(float(s), float(t), float(c))
@@ -100,11 +101,12 @@ def vmax(a, b):
 
 CostFactory = Callable[[Mapping[str, Any], str], CostModel]
 COST_MODELS: dict[str, CostFactory] = {}
+_Factory = TypeVar("_Factory", bound=CostFactory)   # keeps the factory's own return type
 
 
-def register_cost_model(name: str) -> Callable[[CostFactory], CostFactory]:
+def register_cost_model(name: str) -> Callable[[_Factory], _Factory]:
     """Decorator: make a factory ``f(spec, where) -> CostModel`` available by name."""
-    def deco(factory: CostFactory) -> CostFactory:
+    def deco(factory: _Factory) -> _Factory:
         COST_MODELS[name] = factory
         return factory
     return deco

@@ -44,7 +44,7 @@ import numpy as np
 from psdlab.analysis.checks import check_nonnegative, check_range
 from psdlab.analysis.chunking import Chunking, chunkings_from
 from psdlab.sim.costs.base import CostModel, check_fields, register_cost_model
-from psdlab.sim.costs.fitted import cost_from_role, load_fit
+from psdlab.sim.costs.fitted import FitFile, cost_from_role, read_fit_file
 
 NAME = "calibrated"
 
@@ -154,10 +154,13 @@ class CalibratedCost(CostModel):
                 **({"prefill_chunking": self.chunking.to_list()} if self.chunking else {})}
 
 
-def calibrated_cost(path: str, role: str, overhead: float = 0.0, scale: float = 1.0,
+def calibrated_cost(source: str | FitFile, role: str, overhead: float = 0.0, scale: float = 1.0,
                     prefill_scale: float = 1.0, where: str = "cost",
                     table: bool = True, prefill_overhead: float = 0.0) -> CalibratedCost:
-    doc = load_fit(path, f"{where}.path")
+    """The cost model of ``role`` in a calibrated model file (a path, or the `FitFile` read
+    once by the caller)."""
+    fit = read_fit_file(source, f"{where}.path")
+    doc, path = fit.doc, fit.path
     roles = doc["roles"]
     if role not in roles:
         raise ValueError(f"{where}.role: {role!r} not in {path}; has: {', '.join(sorted(roles))}")
@@ -183,17 +186,18 @@ def calibrated_cost(path: str, role: str, overhead: float = 0.0, scale: float = 
 def _make(spec: Mapping[str, Any], where: str) -> CostModel:
     check_fields(spec, where, required=("path", "role"),
                  optional=("overhead", "scale", "prefill_scale", "table", "prefill_overhead"))
-    return calibrated_cost(str(spec["path"]), str(spec["role"]), spec.get("overhead", 0.0),
+    source = spec["path"] if isinstance(spec["path"], FitFile) else str(spec["path"])
+    return calibrated_cost(source, str(spec["role"]), spec.get("overhead", 0.0),
                            spec.get("scale", 1.0), spec.get("prefill_scale", 1.0), where,
                            bool(spec.get("table", True)), spec.get("prefill_overhead", 0.0))
 
 
-def cost_spec(path: str, role: str, overhead: float = 0.0, scale: float = 1.0,
+def cost_spec(path: str | FitFile, role: str, overhead: float = 0.0, scale: float = 1.0,
               prefill_scale: float = 1.0, prefill_overhead: float = 0.0) -> dict[str, Any]:
-    """The ``sim.costs.make_cost_model`` spec of this model."""
-    return {"name": NAME, "path": str(path), "role": role, "overhead": float(overhead),
-            "scale": float(scale), "prefill_scale": float(prefill_scale),
-            "prefill_overhead": float(prefill_overhead)}
+    """The ``sim.costs.make_cost_model`` spec of this model (``path``: a path or a `FitFile`)."""
+    return {"name": NAME, "path": path if isinstance(path, FitFile) else str(path), "role": role,
+            "overhead": float(overhead), "scale": float(scale),
+            "prefill_scale": float(prefill_scale), "prefill_overhead": float(prefill_overhead)}
 
 
 register_cost_model(NAME)(_make)

@@ -12,7 +12,8 @@ from typing import Any
 from psdlab.analysis.checks import check_int
 
 from .base import make_cost_model
-from .engine import GpuCost, engine_presets
+from .gpu import GpuCost, engine_presets
+from .roofline import RooflineCost
 from .public_check import (MINEDRAFT_DRAFTS, MINEDRAFT_VERIFY, check_rows, minedraft_gains,
                            minedraft_step, per_step_gain, point_by_id)
 
@@ -38,6 +39,7 @@ def one_pass(*, model: str, hardware: str, tp: int, dtype: str, engine: str,
     except ValueError as exc:
         msg = str(exc)
         raise ValueError("--" + msg[len("cost."):] if msg.startswith("cost.") else msg) from None
+    assert isinstance(cost, (GpuCost, RooflineCost))     # what a "gpu" spec makes
     seconds = cost.forward_time(seqs, tokens, context)
     parts = cost.breakdown(seqs, tokens, context)
     if isinstance(cost, GpuCost):

@@ -154,8 +154,27 @@ def table_from_dict(raw: Mapping[str, Any], where: str, info: dict | None = None
     return TableCost(axes=axes, time=time, fit_info=dict(info or {}))  # type: ignore[arg-type]
 
 
-def load_fit(path: str | os.PathLike, where: str = "cost.path") -> dict[str, Any]:
-    """Read and check the envelope of a fit file; returns the parsed JSON."""
+@dataclass(frozen=True)
+class FitFile:
+    """A fit file read and checked once (``read_fit_file``): its path and parsed document.  A
+    cost spec's ``path`` may hold one instead of a path, so a caller that builds many cost
+    models from one file (a validation's replays) parses it once."""
+    path: str
+    doc: dict[str, Any]
+
+
+def read_fit_file(source: str | os.PathLike | FitFile, where: str = "cost.path") -> FitFile:
+    """``source`` as a `FitFile` (read and checked now unless it already is one)."""
+    if isinstance(source, FitFile):
+        return source
+    return FitFile(os.fspath(source), load_fit(source, where))
+
+
+def load_fit(path: str | os.PathLike | FitFile, where: str = "cost.path") -> dict[str, Any]:
+    """Read and check the envelope of a fit file; returns the parsed JSON (a `FitFile`'s
+    document as it is)."""
+    if isinstance(path, FitFile):
+        return path.doc
     try:
         with open(path, encoding="utf-8") as fh:
             doc = json.load(fh)

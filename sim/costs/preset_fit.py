@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .engine import EnginePreset, engine_presets, with_engine
+from .gpu import EnginePreset, engine_presets, with_engine
 from .public_check import point_by_id, predict_seconds
 
 #: search bounds of each fittable parameter

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .catalog import _read_toml
-from .engine import IDEAL_PRESET, GpuCost, engine_presets, gpu_cost
+from .gpu import IDEAL_PRESET, GpuCost, engine_presets, gpu_cost
 
 POINTS_TOML = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                            "public_measurements.toml")

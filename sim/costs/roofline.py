@@ -41,7 +41,7 @@ fit in the GPUs' memory is rejected.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
@@ -68,6 +68,8 @@ class RooflineCost(CostModel):
     eff_network: float = 1.0
     overhead: float = 0.0
     allreduce_latency: float = 0.0
+    #: the formula's coefficients, derived from the fields by __post_init__
+    _c: dict[str, float] = field(init=False, repr=False, compare=False)
     kind = "roofline"
 
     # ------------------------------------------------------------------ derived constants

@@ -86,7 +86,7 @@ def test_llm_kwargs_use_the_v1_runner_and_vllms_gpu_defaults(monkeypatch):
     always (0.32's V2 runner has no custom_class proposer)."""
     import os
 
-    from psdlab.runtime.vllm_ext.engine import VllmRunConfig, _env, llm_kwargs
+    from psdlab.runtime.vllm_ext.vllm_runner import VllmRunConfig, _env, llm_kwargs
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
     gpu = VllmRunConfig(mode="psd", target="T", draft="D", device="cuda:0",
                         drafter_device="cuda:1")
@@ -120,7 +120,7 @@ def test_hide_running_restores_limits_and_keeps_admitted_and_preempted_changes()
 @pytest.mark.parametrize("text,cores", [("1", [1]), ("0-1", [0, 1]), ("1,0", [0, 1]),
                                         (" 0 - 0 ", [0])])
 def test_parse_cores_reads_cpu_lists(text, cores):
-    from psdlab.runtime.vllm_ext.engine import parse_cores
+    from psdlab.runtime.vllm_ext.vllm_runner import parse_cores
     if not set(cores) <= os.sched_getaffinity(0):
         pytest.skip("needs CPUs 0 and 1")
     assert parse_cores("target_cores", text) == cores
@@ -128,7 +128,7 @@ def test_parse_cores_reads_cpu_lists(text, cores):
 
 @pytest.mark.parametrize("text", ["", "a", "1-0", "-1", "0,,1", "4096"])
 def test_bad_target_cores_is_a_one_line_error_naming_the_field(text):
-    from psdlab.runtime.vllm_ext.engine import VllmRunConfig
+    from psdlab.runtime.vllm_ext.vllm_runner import VllmRunConfig
     with pytest.raises(ValueError) as err:
         VllmRunConfig(mode="ar", target="T", target_cores=text)
     assert str(err.value).startswith("target_cores:") and "\n" not in str(err.value)
@@ -142,7 +142,7 @@ def test_bind_pins_every_thread_and_torch_then_restores():
 
     import torch
 
-    from psdlab.runtime.vllm_ext.engine import bind_target_cpus, restore_cpus
+    from psdlab.runtime.vllm_ext.vllm_runner import bind_target_cpus, restore_cpus
     if not {0, 1} <= os.sched_getaffinity(0):
         pytest.skip("needs CPUs 0 and 1")
     before, threads = os.sched_getaffinity(0), torch.get_num_threads()

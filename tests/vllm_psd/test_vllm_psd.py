@@ -13,7 +13,7 @@ import pytest
 vllm = pytest.importorskip("vllm")
 
 from psdlab.analysis.trace import read_trace  # noqa: E402
-from psdlab.runtime.vllm_ext.engine import (VllmRunConfig, run_vllm,  # noqa: E402
+from psdlab.runtime.vllm_ext.vllm_runner import (VllmRunConfig, run_vllm,  # noqa: E402
                                             run_vllm_isolated)
 from psdlab.runtime.vllm_ext.tiny import tiny_pair, tiny_prompts  # noqa: E402
 
@@ -126,7 +126,7 @@ def test_arrivals_finishes_and_aborts_keep_halves_balanced(pair, runs, tmp_path)
     running requests; the survivors' output equals the no-speculation output."""
     from vllm.inputs import TokensPrompt
 
-    from psdlab.runtime.vllm_ext.engine import build_llm, close_llm, sampling_params
+    from psdlab.runtime.vllm_ext.vllm_runner import build_llm, close_llm, sampling_params
     from psdlab.runtime.vllm_ext.patches import engine_scheduler
     cfg = _cfg(pair, "psd", tmp_path / "live.jsonl")
     llm = build_llm(cfg)

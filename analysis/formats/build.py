@@ -1,0 +1,37 @@
+"""Turning a reader's raw rows into a :class:`~.records.Workload`: sort by arrival (stably,
+noting rows that were out of order) and count arrivals from the first request."""
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from .records import RequestRecord, Workload
+
+
+def make_workload(fmt: str, path: str | os.PathLike[str],
+                  rows: Sequence[tuple[float, dict[str, Any]]],
+                  notes: Sequence[str] = ()) -> Workload:
+    """``rows`` are ``(arrival in seconds on any origin, RequestRecord fields but
+    arrival_s)`` in file order."""
+    notes = list(notes)
+    order = sorted(range(len(rows)), key=lambda i: rows[i][0])
+    if order != list(range(len(rows))):
+        moved = sum(1 for k, i in enumerate(order) if k != i)
+        notes.append(f"{moved} rows were out of arrival order; sorted by arrival")
+    base = rows[order[0]][0] if rows else 0.0
+    records = tuple(RequestRecord(arrival_s=max(0.0, rows[i][0] - base), **rows[i][1])
+                    for i in order)
+    return Workload(records, fmt, os.fspath(path), tuple(notes))
+
+
+def even_arrivals(n: int, rate: float | None) -> tuple[list[float], str]:
+    """Arrival times for ``n`` requests sent at ``rate`` per second when the file keeps no
+    times, and the note that says so."""
+    if rate is None:
+        return [0.0] * n, "the file keeps no arrival times and no request rate: all at 0 s"
+    if rate == float("inf"):
+        return [0.0] * n, "request rate inf: all requests arrive at 0 s"
+    return ([i / rate for i in range(n)],
+            (f"the file keeps no arrival times: evenly spaced at the request rate {rate:g}/s "
+            "(the run drew random gaps, which are lost)"))

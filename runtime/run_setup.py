@@ -1,0 +1,116 @@
+"""Glue for the `psdlab run` and `psdlab bench-runtime` commands: which models, which prompts,
+which requests, and one call that runs them (with a controlled-acceptance reference pass when
+asked).  Kept out of psdlab/ so the commands stay free of logic.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from psdlab.runtime.controller import Engine, EngineConfig, EngineResult
+from psdlab.runtime.requests import Request, arrival_times
+from psdlab.runtime.runner import ModelSpec
+
+
+@dataclass(frozen=True)
+class Models:
+    target: str
+    drafter: str | None
+    tokenizer: str | None
+
+
+def resolve_models(target: str | None, draft: str | None, need_draft: bool,
+                   progress: bool = True) -> Models:
+    """``--target/--draft`` directories, or the real pair of `runtime.model_pair` by default."""
+    if target is None:
+        if draft is not None:
+            raise ValueError("target: --draft needs --target as well")
+        from psdlab.runtime.model_pair import prepare_pair
+        pair = prepare_pair(progress=progress)
+        return Models(str(pair.target_dir), str(pair.drafter_dir), str(pair.tokenizer_dir))
+    for name, path in (("target", target), ("draft", draft)):
+        if path is not None and not (Path(path) / "config.json").is_file():
+            raise FileNotFoundError(f"{name}: no config.json in {path}")
+    if need_draft and draft is None:
+        raise ValueError("draft: this mode needs a drafter; give --draft DIR with --target")
+    return Models(target, draft, tokenizer_dir(target))
+
+
+def tokenizer_dir(path: str) -> str | None:
+    """``path`` when the model directory holds a tokenizer, else None."""
+    return path if any((Path(path) / f).is_file()
+                       for f in ("tokenizer.json", "tokenizer_config.json")) else None
+
+
+def load_tokenizer(path: str | None) -> Any:
+    if path is None:
+        return None
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(path)
+
+
+def load_requests(path: str | None, tokenizer: Any, arrivals: str = "offline",
+                  limit: int | None = None, seed: int = 0) -> list[Request]:
+    """Requests from a prompts file: lines with ``prompt_ids`` (token ids, no tokenizer needed)
+    or `runtime.prompts` lines with text (wrapped in the chat template and tokenized)."""
+    if path is not None and _has_prompt_ids(Path(path)):
+        rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+        items: list[tuple[str, list[int], str | None]] = [
+            (str(r.get("id", i)), [int(x) for x in r["prompt_ids"]], None)
+            for i, r in enumerate(rows)]
+    else:
+        if tokenizer is None:
+            raise ValueError("prompts: text prompts need a tokenizer (the target directory has "
+                             "none); give prompt_ids lines instead")
+        from psdlab.runtime.prompts import load_prompts
+        items = []
+        for p in load_prompts(path):
+            text = p.chat_text(tokenizer)
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            items.append((p.id, list(ids), p.text))
+    if limit is not None:
+        items = items[:limit]
+    times = arrival_times(arrivals, len(items), seed)
+    return [Request(i, tuple(ids), t, text) for (i, ids, text), t in zip(items, times)]
+
+
+def _has_prompt_ids(path: Path) -> bool:
+    if not path.is_file():
+        raise FileNotFoundError(f"prompts file not found: {path}")
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                try:
+                    return "prompt_ids" in json.loads(line)
+                except json.JSONDecodeError:
+                    raise ValueError(f"{path}:1: not valid JSON") from None
+    raise ValueError(f"prompts: {path} is empty")
+
+
+def run_requests(cfg: EngineConfig, models: Models, requests: Sequence[Request],
+                 trace_path: Any = None, tokenizer: Any = None,
+                 progress: Callable[[int, int], None] | None = None,
+                 run_extra: dict[str, Any] | None = None) -> EngineResult:
+    """Start the workers, run the requests, stop the workers.  With ``controlled_alpha`` a
+    target-only greedy pass first gives the reference continuation (not traced)."""
+    reference = None
+    if cfg.controlled_alpha is not None:
+        ar_cfg = replace(cfg, mode="ar", controlled_alpha=None, max_num_seqs=cfg.slots)
+        with Engine(ar_cfg, ModelSpec(models.target)) as eng:
+            ref = eng.run(requests, None)
+        reference = {o.id: o.token_ids for o in ref.outputs}
+    drafter = ModelSpec(models.drafter) if models.drafter and cfg.mode != "ar" else None
+    with Engine(cfg, ModelSpec(models.target), drafter, tokenizer) as eng:
+        return eng.run(requests, trace_path, reference=reference, progress=progress,
+                       run_extra=run_extra)
+
+
+def eos_of(tokenizer: Any, model_dir: str) -> int | None:
+    """The end-of-sequence id: the tokenizer's, else the model config's."""
+    if tokenizer is not None and getattr(tokenizer, "eos_token_id", None) is not None:
+        return int(tokenizer.eos_token_id)
+    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    eos = cfg.get("eos_token_id")
+    return int(eos[0] if isinstance(eos, list) else eos) if eos is not None else None

@@ -1,0 +1,289 @@
+"""Capacity planning (``psdlab plan``): the highest request rate each configuration sustains
+under a latency SLO, and the tokens per second per device it then delivers.
+
+For every combination of mode x k x m x drafter (x replicas) in the config's ``[plan]`` table:
+
+1. Simulate a Poisson workload of ``plan.requests`` requests (the config's workload lengths)
+   at rate r and check the SLO (``plan.slo``, e.g. ``{ttft_p99 = 2.0, tpot_p50 = 0.05}``:
+   each ``<ttft|tpot|e2e>_<mean|p50|p90|p99>`` must be <= its bound, seconds).
+2. Find the highest sustainable r by bisection: an offline run gives the saturated throughput
+   C; the bracket starts at [0, 1.2 C] (widened by doubling if 1.2 C still passes) and is
+   halved ``plan.iterations`` times.  All rates use the same seed (common random numbers), and
+   bisection assumes the SLO metrics grow with the rate -- true of queueing, but a noisy run can
+   break it near the boundary; more requests make it smoother.
+3. Replicas: R independent replicas behind a random (Poisson-splitting) load balancer each see
+   rate r / R, so R replicas sustain R times the one-replica rate with the same per-replica
+   latency -- computed, not simulated.  Devices per replica: the target's tensor-parallel degree
+   (cost spec ``tp``, default 1) plus the drafter's for ``sd-sep`` and ``psd`` (its own device);
+   ``sd`` shares the target's devices, ``ar`` has no drafter.
+
+The Pareto set is over (devices: fewer is better, sustainable rate: higher is better).
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from psdlab.analysis.checks import check_int, check_positive
+from psdlab.sim.sim_config import MODES, ModelConfig, SimConfig
+
+SLO_METRICS = ("ttft", "tpot", "e2e")
+SLO_STATS = ("mean", "p50", "p90", "p99")
+_PLAN_KEYS = ("modes", "k", "m", "drafters", "replicas", "slo", "requests", "iterations",
+              "jobs", "csv")
+
+
+@dataclass(frozen=True)
+class PlanSpec:
+    modes: tuple[str, ...]
+    ks: tuple[int, ...]
+    ms: tuple[int, ...]
+    drafters: tuple[tuple[ModelConfig, Mapping[str, Any] | None], ...]   # (drafter, acceptance)
+    replicas: tuple[int, ...]
+    slo: tuple[tuple[str, str, float], ...]
+    requests: int = 300
+    iterations: int = 7
+    jobs: int = 1
+    csv: str | None = None
+
+
+def _int_list(raw: Any, name: str, lo: int) -> tuple[int, ...]:
+    vals = raw if isinstance(raw, list) else [raw]
+    if not vals:
+        raise ValueError(f"plan.{name}: must not be empty")
+    return tuple(check_int(f"plan.{name}[{i}]", v, lo) for i, v in enumerate(vals))
+
+
+def parse_slo(raw: Any) -> tuple[tuple[str, str, float], ...]:
+    if not isinstance(raw, dict) or not raw:
+        raise ValueError("plan.slo: expected a table like {ttft_p99 = 2.0, tpot_p50 = 0.05}")
+    out = []
+    for key, bound in raw.items():
+        metric, _, stat = key.partition("_")
+        if metric not in SLO_METRICS or stat not in SLO_STATS:
+            raise ValueError(f"plan.slo.{key}: unknown SLO; use <{'|'.join(SLO_METRICS)}>_"
+                             f"<{'|'.join(SLO_STATS)}>")
+        out.append((metric, stat, check_positive(f"plan.slo.{key}", bound)))
+    return tuple(out)
+
+
+def parse_plan(raw: Mapping[str, Any] | None, cfg: SimConfig) -> PlanSpec:
+    """The ``[plan]`` table of a config (unknown keys rejected, one-line errors)."""
+    if raw is None:
+        raise ValueError("plan: missing table [plan] (modes, k, m, slo, ...)")
+    for key in raw:
+        if key not in _PLAN_KEYS:
+            raise ValueError(f"plan.{key}: unknown key (allowed: {', '.join(_PLAN_KEYS)})")
+    modes = tuple(raw.get("modes", [cfg.server.mode]))
+    for i, mode in enumerate(modes):
+        if mode not in MODES:
+            raise ValueError(f"plan.modes[{i}]: must be one of {', '.join(MODES)}, got {mode!r}")
+    drafters = []
+    for i, d in enumerate(raw.get("drafters", [])):
+        if not isinstance(d, dict) or not isinstance(d.get("cost"), dict):
+            raise ValueError(f"plan.drafters[{i}]: expected {{name = ..., cost = {{...}}}}")
+        for key in d:
+            if key not in ("name", "cost", "acceptance"):
+                raise ValueError(f"plan.drafters[{i}].{key}: unknown key (allowed: name, cost, "
+                                 f"acceptance)")
+        acc = d.get("acceptance")
+        if acc is not None and not isinstance(acc, dict):
+            raise ValueError(f"plan.drafters[{i}].acceptance: expected a table, got {acc!r}")
+        drafters.append((ModelConfig(name=str(d.get("name", d["cost"].get("model", i))),
+                                     device="sim:drafter", cost=d["cost"]), acc))
+    if not drafters and cfg.drafter is not None:
+        drafters = [(cfg.drafter, None)]
+    if not drafters and any(mo != "ar" for mo in modes):
+        raise ValueError("plan.drafters: needed for modes other than ar (or a [drafter] table)")
+    csv = raw.get("csv")
+    if csv is not None and not isinstance(csv, str):
+        raise ValueError(f"plan.csv: expected a file name, got {csv!r}")
+    return PlanSpec(modes=modes, ks=_int_list(raw.get("k", [cfg.server.k]), "k", 1),
+                    ms=_int_list(raw.get("m", [cfg.server.m]), "m", 1),
+                    drafters=tuple(drafters), replicas=_int_list(raw.get("replicas", [1]),
+                                                                 "replicas", 1),
+                    slo=parse_slo(raw.get("slo")),
+                    requests=check_int("plan.requests", raw.get("requests", 300), 10),
+                    iterations=check_int("plan.iterations", raw.get("iterations", 7), 1, 40),
+                    jobs=check_int("plan.jobs", raw.get("jobs", 1), 1, 256), csv=csv)
+
+
+def combos(spec: PlanSpec) -> list[tuple[str, int, int, Any]]:
+    """(mode, k, m, (drafter, acceptance) or None) for every point of the sweep."""
+    out: list[tuple[str, int, int, Any]] = []
+    for mode, k, m in itertools.product(spec.modes, spec.ks, spec.ms):
+        if mode == "ar":
+            if k == spec.ks[0]:
+                out.append((mode, 0, m, None))
+            continue
+        out.extend((mode, k, m, d) for d in spec.drafters)
+    return out
+
+
+def _tp(cost: Mapping[str, Any]) -> int:
+    return int(cost.get("tp", 1)) if isinstance(cost, Mapping) else 1
+
+
+def cost_label(cost: Any) -> str:
+    """How a row names its cost model: "gpu:vllm-eager" (engine preset), "roofline", ..."""
+    if not isinstance(cost, Mapping):
+        return str(cost)
+    engine = cost.get("engine")
+    name = str(cost.get("name", "?"))
+    return f"{name}:{engine}" if isinstance(engine, str) else (
+        f"{name}:inline" if engine is not None else name)
+
+
+def devices_per_replica(cfg: SimConfig, mode: str, drafter: ModelConfig | None) -> int:
+    n = _tp(cfg.target.cost)
+    if mode in ("sd-sep", "psd") and drafter is not None:
+        n += _tp(drafter.cost)
+    return n
+
+
+# ---------------------------------------------------------------------------- search
+
+def _lengths(cfg: SimConfig) -> dict[str, Any]:
+    return {key: cfg.workload[key] for key in ("prompt", "output") if key in cfg.workload}
+
+
+def _variant(cfg: SimConfig, spec: PlanSpec, combo, workload: dict[str, Any]) -> SimConfig:
+    mode, k, m, pair = combo
+    drafter, acceptance = pair if pair is not None else (cfg.drafter, None)
+    return cfg.replace(server_mode=mode, server_k=k, server_m=m, requests=spec.requests,
+                       drafter=drafter, acceptance=acceptance or cfg.acceptance,
+                       workload=workload, trace_level="none", trace_path=None)
+
+
+def slo_values(metrics: Mapping[str, Any], spec: PlanSpec) -> dict[str, float | None]:
+    return {f"{mt}_{st}": (metrics.get(mt) or {}).get(st) for mt, st, _ in spec.slo}
+
+
+def meets_slo(metrics: Mapping[str, Any], spec: PlanSpec) -> bool:
+    for mt, st, bound in spec.slo:
+        value = (metrics.get(mt) or {}).get(st)
+        if value is None or value > bound:
+            return False
+    return True
+
+
+def evaluate(cfg: SimConfig, spec: PlanSpec, combo) -> dict[str, Any]:
+    """Highest sustainable Poisson rate of one configuration (one replica)."""
+    from psdlab.sim.simulation import simulate
+
+    lengths = _lengths(cfg)
+    offline = simulate(_variant(cfg, spec, combo, {"name": "offline", **lengths}))
+    capacity = spec.requests / offline.makespan_s
+
+    def trial(rate: float):
+        res = simulate(_variant(cfg, spec, combo, {"name": "poisson", "rate": rate, **lengths}))
+        return meets_slo(res.metrics, spec), res.metrics
+
+    lo, hi, best = 0.0, 1.2 * capacity, None
+    ok, metrics = trial(hi)
+    while ok and hi < 1e3 * capacity:
+        lo, best, hi = hi, metrics, 2 * hi
+        ok, metrics = trial(hi)
+    for _ in range(spec.iterations):
+        mid = 0.5 * (lo + hi)
+        ok, metrics = trial(mid)
+        if ok:
+            lo, best = mid, metrics
+        else:
+            hi = mid
+    mode, k, m, pair = combo
+    drafter = pair[0] if pair is not None else None
+    row = {"mode": mode, "k": k, "m": m, "drafter": drafter.name if drafter else "",
+           "capacity_req_s": capacity, "max_rate_req_s": lo,
+           "tok_s": best["throughput_tok_s"] if best else 0.0,
+           "devices_per_replica": devices_per_replica(cfg, mode, drafter),
+           "cost_model": cost_label(cfg.target.cost) + (
+               f" + {cost_label(drafter.cost)}" if drafter else "")}
+    row.update(slo_values(best or {}, spec))
+    return row
+
+
+def _evaluate_star(args):
+    return evaluate(*args)
+
+
+def expand_replicas(rows: list[dict[str, Any]], spec: PlanSpec) -> list[dict[str, Any]]:
+    out = []
+    for row in rows:
+        for r in spec.replicas:
+            d = row["devices_per_replica"]
+            out.append({**row, "replicas": r, "devices": r * d,
+                        "total_rate_req_s": r * row["max_rate_req_s"],
+                        "tok_s_per_device": (row["tok_s"] or 0.0) / d})
+    return out
+
+
+def mark_pareto(rows: list[dict[str, Any]]) -> None:
+    """Pareto over (devices: fewer better, total sustainable rate: higher better)."""
+    for a in rows:
+        a["pareto"] = not any(
+            b["devices"] <= a["devices"] and b["total_rate_req_s"] >= a["total_rate_req_s"]
+            and (b["devices"] < a["devices"] or b["total_rate_req_s"] > a["total_rate_req_s"])
+            for b in rows)
+
+
+def run_plan(cfg: SimConfig, spec: PlanSpec, jobs: int = 1,
+             progress: bool = False) -> list[dict[str, Any]]:
+    """All rows (one per combination x replicas), Pareto flags set, in sweep order."""
+    tasks = [(cfg, spec, c) for c in combos(spec)]
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=len(tasks), unit="config", desc="plan", leave=False)
+    rows = []
+    if jobs > 1 and len(tasks) > 1:
+        import multiprocessing as mp
+        with mp.get_context("spawn").Pool(min(jobs, len(tasks))) as pool:
+            for row in pool.imap(_evaluate_star, tasks):
+                rows.append(row)
+                if bar:
+                    bar.update()
+    else:
+        for t in tasks:
+            rows.append(evaluate(*t))
+            if bar:
+                bar.update()
+    if bar:
+        bar.close()
+    rows = expand_replicas(rows, spec)
+    mark_pareto(rows)
+    return rows
+
+
+COLUMNS = ("mode", "k", "m", "drafter", "replicas", "devices", "total_rate_req_s",
+           "max_rate_req_s", "tok_s", "tok_s_per_device", "capacity_req_s", "pareto",
+           "cost_model")
+
+
+def write_csv(rows: list[dict[str, Any]], path: str) -> None:
+    import csv
+    keys = list(COLUMNS) + sorted({k for r in rows for k in r} - set(COLUMNS))
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=keys)
+        w.writeheader()
+        w.writerows(rows)
+
+
+def format_table(rows: list[dict[str, Any]], only_pareto: bool = True) -> str:
+    shown = [r for r in rows if r["pareto"] or not only_pareto]
+    shown.sort(key=lambda r: (r["devices"], -r["total_rate_req_s"]))
+    slo_keys = sorted({k for r in rows for k in r} - set(COLUMNS) - {"devices_per_replica"})
+    head = (f"{'mode':<7}{'k':>3}{'m':>5} {'drafter':<14}{'repl':>5}{'dev':>5}"
+            f"{'rate req/s':>12}{'tok/s/dev':>11}" + "".join(f"{k:>11}" for k in slo_keys))
+    lines = [head]
+    for r in shown:
+        lines.append(f"{r['mode']:<7}{r['k']:>3}{r['m']:>5} {r['drafter'][:13]:<14}"
+                     f"{r['replicas']:>5}{r['devices']:>5}{r['total_rate_req_s']:>12.3f}"
+                     f"{r['tok_s_per_device']:>11.1f}"
+                     + "".join(f"{_fmt(r.get(k)):>11}" for k in slo_keys))
+    return "\n".join(lines)
+
+
+def _fmt(x) -> str:
+    return "-" if x is None else f"{x:.4g}"

@@ -1,0 +1,219 @@
+"""Simulator configuration: frozen dataclasses and TOML loading.
+
+Every error is one line that names the offending field (``server.k: must be >= 1, got 0``);
+unknown keys are rejected.  The model specs (``target.cost``, ``drafter.cost``,
+``acceptance``, ``workload``, ``jitter``) are passed through as dicts to the registries in
+``sim.costs``, ``sim.acceptance`` and ``sim.workloads``, which validate their own fields.
+
+Layout of a config file (see ``sim/configs/*.toml``)::
+
+    seed = 0
+    requests = 200
+    [server]      mode, k, k_choices, m, policy, kv_blocks, block_size, max_interval_steps,
+                  cap_proposals (as psdlab's runtime: a sequence proposes min(k, tokens it
+                  still needs - 1) and the verification computes every row at the longest
+                  row's width; plans advance one step at a time)
+    [target]      name, device, cost = {name = "roofline", ...}
+    [drafter]     name, device, cost = {...}          (not needed for mode = "ar")
+    [acceptance]  name = "geometric", alpha = 0.8, ...
+    [workload]    name = "poisson", rate = 5.0, ...
+    [jitter]      optional, passed to sim.costs.make_jitter
+    [trace]       path, level = "step" | "request" | "none"
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping, cast, overload
+
+from psdlab.analysis.checks import check_choice, check_int
+
+MODES = ("ar", "sd", "sd-sep", "psd")
+POLICIES = ("paper", "rebalance")
+TRACE_LEVELS = ("step", "request", "none")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    mode: str = "psd"
+    k: int = 4                     # draft tokens per step (ignored for ar)
+    k_choices: tuple[int, ...] = ()  # optional: each request draws its k uniformly from these
+    m: int = 16                    # max_num_seqs; per batch for psd
+    policy: str = "paper"          # psd batch manager: paper | rebalance
+    kv_blocks: int = 0             # KV-cache capacity in blocks; 0 = unlimited
+    block_size: int = 16           # tokens per KV block
+    max_interval_steps: int = 512  # fast path: most steps advanced at once
+    cap_proposals: bool = False    # propose min(k, remaining - 1), pad the verification
+
+    def __post_init__(self) -> None:
+        check_choice("server.mode", self.mode, MODES)
+        check_int("server.k", self.k, 1 if self.mode != "ar" else 0, 64)
+        if not isinstance(self.k_choices, (list, tuple)):
+            raise ValueError(f"server.k_choices: expected a list of integers, got "
+                             f"{self.k_choices!r}")
+        object.__setattr__(self, "k_choices", tuple(
+            check_int(f"server.k_choices[{i}]", v, 1, 64) for i, v in enumerate(self.k_choices)))
+        if self.k_choices and self.mode == "ar":
+            raise ValueError("server.k_choices: not allowed for server.mode = 'ar'")
+        check_int("server.m", self.m, 1, 4096)
+        check_choice("server.policy", self.policy, POLICIES)
+        check_int("server.kv_blocks", self.kv_blocks, 0)
+        check_int("server.block_size", self.block_size, 1, 4096)
+        check_int("server.max_interval_steps", self.max_interval_steps, 1, 1 << 16)
+        if not isinstance(self.cap_proposals, bool):
+            raise ValueError(f"server.cap_proposals: expected true or false, got "
+                             f"{self.cap_proposals!r}")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str
+    device: str
+    cost: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class TraceConfig:
+    path: str | None = None
+    level: str = "step"
+
+    def __post_init__(self) -> None:
+        check_choice("trace.level", self.level, TRACE_LEVELS)
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    server: ServerConfig
+    target: ModelConfig
+    drafter: ModelConfig | None
+    acceptance: Mapping[str, Any]
+    workload: Mapping[str, Any]
+    requests: int = 100
+    seed: int = 0
+    jitter: Mapping[str, Any] | None = None
+    trace: TraceConfig = field(default_factory=TraceConfig)
+
+    def __post_init__(self) -> None:
+        check_int("requests", self.requests, 1, 100_000_000)
+        check_int("seed", self.seed, 0)
+        if self.server.mode != "ar" and self.drafter is None:
+            raise ValueError(f"drafter: missing (required for server.mode = "
+                             f"{self.server.mode!r})")
+
+    def replace(self, **changes: Any) -> "SimConfig":
+        """A copy with top-level fields or ``server_<field>`` / ``trace_<field>`` changed."""
+        server = {k[7:]: v for k, v in changes.items() if k.startswith("server_")}
+        trace = {k[6:]: v for k, v in changes.items() if k.startswith("trace_")}
+        top = {k: v for k, v in changes.items()
+               if not k.startswith("server_") and not k.startswith("trace_")}
+        if server:
+            top["server"] = dataclasses.replace(self.server, **server)
+        if trace:
+            top["trace"] = dataclasses.replace(self.trace, **trace)
+        return dataclasses.replace(self, **top)
+
+
+# ---------------------------------------------------------------------------- loading
+
+_TOP_KEYS = ("seed", "requests", "server", "target", "drafter", "acceptance", "workload",
+             "jitter", "trace", "plan")
+_MODEL_KEYS = ("name", "device", "cost")
+
+
+def _reject_unknown(table: Mapping[str, Any], allowed, where: str) -> None:
+    for key in table:
+        if key not in allowed:
+            prefix = f"{where}." if where else ""
+            raise ValueError(f"{prefix}{key}: unknown key (allowed: {', '.join(allowed)})")
+
+
+@overload
+def _table(raw: Mapping[str, Any], name: str, *, required: Literal[True]) -> dict[str, Any]: ...
+@overload
+def _table(raw: Mapping[str, Any], name: str, *, required: bool) -> dict[str, Any] | None: ...
+def _table(raw: Mapping[str, Any], name: str, *, required: bool) -> dict[str, Any] | None:
+    value = raw.get(name)
+    if value is None:
+        if required:
+            raise ValueError(f"{name}: missing table [{name}]")
+        return None
+    if not isinstance(value, dict):
+        raise ValueError(f"{name}: expected a table, got {value!r}")
+    return value
+
+
+def _resolve_paths(spec: Any, base_dir: str) -> Any:
+    """Make relative ``path`` / ``trace`` file names in a spec relative to the config file."""
+    if isinstance(spec, dict):
+        out = {}
+        for key, value in spec.items():
+            if key in ("path", "trace") and isinstance(value, str) and not os.path.isabs(value):
+                value = os.path.join(base_dir, value)
+            out[key] = _resolve_paths(value, base_dir)
+        return out
+    return spec
+
+
+@overload
+def _model(raw: dict[str, Any], where: str, default_device: str) -> ModelConfig: ...
+@overload
+def _model(raw: dict[str, Any] | None, where: str, default_device: str) -> ModelConfig | None: ...
+def _model(raw: dict[str, Any] | None, where: str, default_device: str) -> ModelConfig | None:
+    if raw is None:
+        return None
+    _reject_unknown(raw, _MODEL_KEYS, where)
+    cost = raw.get("cost")
+    if not isinstance(cost, dict):
+        raise ValueError(f"{where}.cost: expected a table like {{name = \"affine\", ...}}, "
+                         f"got {cost!r}")
+    name = raw.get("name", cost.get("model", cost.get("name")))
+    device = raw.get("device", default_device)
+    for key, value in (("name", name), ("device", device)):
+        if not isinstance(value, str):
+            raise ValueError(f"{where}.{key}: expected a string, got {value!r}")
+    return ModelConfig(name=cast(str, name), device=device, cost=cost)  # checked just above
+
+
+def _server(raw: dict[str, Any] | None) -> ServerConfig:
+    raw = raw or {}
+    names = [f.name for f in dataclasses.fields(ServerConfig)]
+    _reject_unknown(raw, names, "server")
+    return ServerConfig(**raw)
+
+
+def config_from_dict(raw: Mapping[str, Any], base_dir: str = ".") -> SimConfig:
+    """Build a SimConfig from a parsed TOML document (``base_dir`` resolves relative paths)."""
+    _reject_unknown(raw, _TOP_KEYS, "")
+    # input files named in model specs are relative to the config file; outputs (trace.path,
+    # plan.csv) to the current directory
+    raw = {key: (_resolve_paths(value, base_dir) if key not in ("trace", "plan") else value)
+           for key, value in raw.items()}
+    server = _server(_table(raw, "server", required=False))
+    target = _model(_table(raw, "target", required=True), "target", "sim:target")
+    # the drafter's device is resolved per mode by the engine (co-located for mode = "sd")
+    drafter = _model(_table(raw, "drafter", required=False), "drafter", "sim:drafter")
+    acceptance = _table(raw, "acceptance", required=server.mode != "ar") or {"name": "none"}
+    workload = _table(raw, "workload", required=True)
+    trace_raw = _table(raw, "trace", required=False) or {}
+    _reject_unknown(trace_raw, ("path", "level"), "trace")
+    return SimConfig(server=server, target=target, drafter=drafter, acceptance=acceptance,
+                     workload=workload, requests=raw.get("requests", 100),
+                     seed=raw.get("seed", 0), jitter=_table(raw, "jitter", required=False),
+                     trace=TraceConfig(**trace_raw))
+
+
+def read_toml(path: str | os.PathLike) -> dict[str, Any]:
+    """Parse a TOML file; syntax errors become one-line ValueErrors naming the file."""
+    with open(path, "rb") as fh:
+        try:
+            return tomllib.load(fh)
+        except tomllib.TOMLDecodeError as exc:
+            raise ValueError(f"{os.fspath(path)}: invalid TOML: {exc}") from None
+
+
+def load_config(path: str | os.PathLike) -> SimConfig:
+    """Read and validate a simulator config file."""
+    raw = read_toml(path)
+    return config_from_dict(raw, os.path.dirname(os.path.abspath(path)))

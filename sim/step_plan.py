@@ -1,0 +1,323 @@
+"""Step planning: the servers' step structure, vectorised over the steps of an interval.
+
+A *plan* covers S steps during which no batch changes membership (S = 1 for irregular steps).
+Each step is a sequence of *segments*; a segment runs phases in parallel on their devices and
+lasts as long as its longest phase:
+
+========================  =======================================================
+AR                        [prefill_t] [verify]
+SD co-located             [prefill_t] [prefill_d] [draft] [verify]   (one device)
+SD on a separate device   [prefill_t | prefill_d] [draft] [verify]
+PSD overlapped            [prefill_t | prefill_d] [verify X | draft Y]
+PSD start-up              [prefill_t | prefill_d] [draft Y]          (first batch alone)
+PSD verify alone          [prefill_t | prefill_d] [verify X]         (other batch empty)
+PSD fallback to SD        as SD on a separate device                 (other batch empty)
+========================  =======================================================
+
+Prefill (of requests admitted at the plan's first boundary) happens only in its first step;
+later steps have zero-length prefill segments.  Times are accumulated as one running sum over
+all segments, which is exactly what the SimPy processes do (``now + d`` per segment), so the
+fast path and the SimPy path give bit-identical clocks.
+
+Costs (``sim.costs`` contract): verify = target.forward_time(n, sum_i (k_i + 1), ctx); drafting
+= sum over passes j < max k_i of drafter.forward_time(n_j, n_j, ctx_j + j n_j) over the n_j
+sequences with k_i > j (for one k: k passes over all n, contexts ctx + j n), plus the
+drafter's ``phase_overhead`` once per drafting phase; prefill = forward_time(n, tokens, 0),
+with n the prompts' passes (their number, for a model without a chunking rule: ``prefill_time``).
+k_i is per request (``server.k_choices``) or the same for all.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from psdlab.sim.kv import blocks
+
+
+@dataclass
+class PhaseArr:
+    kind: str
+    device: str
+    seg: int
+    dur: np.ndarray        # [S] seconds
+    seqs: np.ndarray       # [S]
+    tokens: np.ndarray     # [S]
+    ctx: np.ndarray        # [S]
+
+
+@dataclass
+class VerifySet:
+    batch: int | None
+    ids: np.ndarray        # request ids
+    flat: np.ndarray       # flat trajectory index of their next verification
+
+
+@dataclass
+class SetWork:
+    """A fixed set of sequences: size, context per row, verify / draft tokens per step, and
+    per drafter pass j the sequences (k_i > j) and their contexts (+ j each) per row."""
+    n: int
+    C: np.ndarray        # [Q]
+    vtok: np.ndarray     # [Q] tokens the verification computes
+    dtok: np.ndarray     # [Q] draft tokens proposed
+    npass: np.ndarray    # [K, Q]
+    cpass: np.ndarray    # [K, Q]
+
+
+@dataclass
+class Plan:
+    kind: str              # overlap | sd | startup | verify | prefill
+    S: int
+    nseg: int
+    phases: list[PhaseArr]
+    vsets: list[VerifySet]
+    vset_of_step: np.ndarray   # [S] index into vsets (-1: no verification)
+    q_of_step: np.ndarray      # [S] verifications of that set already done in the plan
+    verify_batch: np.ndarray | None = None   # [S] PSD batch ids (-1 none)
+    draft_batch: np.ndarray | None = None
+    overlapped: bool = False
+    prefill_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    starts: np.ndarray | None = None   # [S, nseg] segment start times
+    ends: np.ndarray | None = None     # [S, nseg] segment end times
+    rows: Any = None       # optional j -> (ids, flat) of the verified rows (lanes plans)
+    lanes: Any = None      # lanes plans: their layout (sim.lanes)
+    detail: bool = True    # False: only what commit needs (no step records; sim.sweep)
+
+    def step_end(self, j: int) -> float:
+        assert self.ends is not None, "the plan is not timed yet"
+        return float(self.ends[j, -1])
+
+
+def proposal_caps(core, ids: np.ndarray, ctx: np.ndarray) -> np.ndarray:
+    """Draft tokens each sequence proposes under ``server.cap_proposals``: min(k_i, R - 1),
+    R = output tokens it still needs, from its KV context ``ctx`` (prompt + tokens so far;
+    any shape ending in len(ids))."""
+    made = ctx - core.prompt[ids]
+    return np.clip(np.minimum(core.karr[ids], core.output[ids] - made - 1), 0, None)
+
+
+def cost_time(model, seqs, tokens, ctx) -> np.ndarray:
+    """``model.forward_time`` on arrays of one shape (always the array path, so a step's time
+    is the same float whichever way steps are grouped).  The planner's counts are valid by
+    construction (non-negative integers), so the cost model's ``time_unchecked`` is called when
+    the model has it, skipping the per-call input validation that dominates the cost of small
+    calls."""
+    s = np.asarray(seqs, dtype=float)
+    t = np.asarray(tokens, dtype=float)
+    c = np.asarray(ctx, dtype=float)
+    formula = getattr(model, "time_unchecked", None)
+    if formula is None:
+        return np.asarray(model.forward_time(s, t, c), dtype=float)
+    return np.asarray(formula(s, t, c), dtype=float)
+
+
+def prefill_time(model, passes, tokens) -> np.ndarray:
+    """A prefill of prompts, ``tokens`` tokens in all, that the engine feeds in ``passes``
+    passes (the sum of ``model.prefill_passes``: one a prompt for a model without a chunking
+    rule, so it is charged per sequence; ``sim.costs``)."""
+    return cost_time(model, passes, tokens, np.zeros(np.shape(tokens)))
+
+
+class Planner:
+    """Builds plans for one server; holds the cost models and the run's constants."""
+
+    def __init__(self, core):
+        self.c = core
+
+    # ------------------------------------------------------------------ costs
+    def verify_time(self, n, tokens, ctx):
+        """One target pass over ``tokens`` = sum of (k_i + 1) for ``n`` sequences."""
+        ctx = np.asarray(ctx)
+        n = np.broadcast_to(np.asarray(n), ctx.shape)
+        return cost_time(self.c.target, n, np.broadcast_to(np.asarray(tokens), ctx.shape), ctx)
+
+    def draft_time(self, npass, cpass):
+        """Sequential drafter passes j = 0..K-1 over the ``npass[j]`` sequences with k_i > j
+        (contexts ``cpass[j]``), evaluated in one vectorised call and summed in pass order, so
+        a step's time does not depend on how many steps are evaluated together."""
+        per = cost_time(self.c.drafter, npass, npass, cpass)
+        total = np.where(npass[0] > 0, per[0], 0.0)
+        for j in range(1, per.shape[0]):
+            total = total + np.where(npass[j] > 0, per[j], 0.0)
+        phase = float(getattr(self.c.drafter, "phase_overhead", 0.0))
+        if phase:
+            total = total + np.where(npass[0] > 0, phase, 0.0)
+        return total
+
+    def set_work(self, ids: np.ndarray, M: np.ndarray) -> SetWork:
+        """Per context row of M [Q, n] (the sequences ``ids``): what drafting and verifying
+        that set costs in tokens and passes."""
+        c = self.c
+        kk = c.karr[ids]
+        n = ids.size
+        Q = M.shape[0]
+        C = M.sum(axis=1)
+        j = np.arange(c.k)[:, None]
+        if c.cap_proposals:
+            return self._capped_work(ids, M, C)
+        if c.uniform_k:
+            npass = np.full((c.k, Q), n, np.int64)
+            cpass = C[None, :] + j * n
+        else:
+            sel = kk[None, :] > j                                   # [K, n]
+            npass = np.broadcast_to(sel.sum(axis=1)[:, None], (c.k, Q))
+            cpass = (M[None, :, :] * sel[:, None, :]).sum(axis=2) + j * npass
+        return SetWork(n=n, C=C, vtok=np.full(Q, int((kk + 1).sum()), np.int64),
+                       dtok=np.full(Q, int(kk.sum()), np.int64), npass=npass, cpass=cpass)
+
+    def _capped_work(self, ids: np.ndarray, M: np.ndarray, C: np.ndarray) -> SetWork:
+        """``server.cap_proposals``: row q of M proposes min(k_i, remaining - 1) per sequence
+        (remaining = output tokens still to generate, from its context) and the verification
+        computes every row at the longest row's width (the runtime pads them)."""
+        c = self.c
+        kq = proposal_caps(c, ids, M)                               # [Q, n]
+        sel = kq[None, :, :] > np.arange(c.k)[:, None, None]        # [K, Q, n]
+        npass = sel.sum(axis=2)
+        cpass = (M[None, :, :] * sel).sum(axis=2) + np.arange(c.k)[:, None] * npass
+        n = ids.size
+        return SetWork(n=n, C=C, vtok=n * (kq.max(axis=1) + 1), dtok=kq.sum(axis=1),
+                       npass=npass, cpass=cpass)
+
+    def _lookahead(self, ids: np.ndarray) -> np.ndarray:
+        return self.c.karr[ids] + 1
+
+    # ------------------------------------------------------------------ pieces
+    def _ctx_rows(self, ids: np.ndarray, Q: int) -> tuple[np.ndarray, np.ndarray]:
+        """(flat index of next verification [n], context matrix [Q, n]) for q = 0..Q-1."""
+        c = self.c
+        f = c.traj.off[ids] + c.v[ids]
+        last = c.traj.off[ids] + c.traj.nsteps[ids]
+        idx = np.minimum(f[None, :] + np.arange(Q)[:, None], last[None, :])
+        return f, c.traj.ctx[idx]
+
+    def _prefill_phases(self, S: int, seg_t: int, seg_d: int) -> list[PhaseArr]:
+        c = self.c
+        ids = np.asarray(c.pending, dtype=np.int64)
+        n = ids.size
+        if n == 0:
+            return []
+        lengths = c.prefill_tokens(ids)
+        tokens = int(lengths.sum())
+        out = []
+        for kind_dev, model, seg, key in ((c.target_dev, c.target, seg_t, "prefill_t"),
+                                          (c.drafter_dev, c.drafter, seg_d, "prefill_d")):
+            if model is None:
+                continue
+            dur = np.zeros(S)
+            passes = int(model.prefill_passes(lengths).sum())
+            dur[0] = float(prefill_time(model, np.array([passes]), np.array([tokens]))[0]
+                           * c.jitter_at(key, c.step, 1)[0])
+            seqs = np.zeros(S, np.int64)
+            seqs[0] = n
+            toks = np.zeros(S, np.int64)
+            toks[0] = tokens
+            out.append(PhaseArr("prefill", kind_dev, seg, dur, seqs, toks, np.zeros(S, np.int64)))
+        return out
+
+    def _kv_cut(self, S: int, per_boundary) -> int:
+        """First boundary j in 1..S-1 where the blocks needed exceed the capacity (else S)."""
+        c = self.c
+        if c.cap <= 0 or S <= 1:
+            return S
+        need = per_boundary(np.arange(1, S))
+        over = np.flatnonzero(need > c.cap)
+        return int(over[0]) + 1 if over.size else S
+
+    # ------------------------------------------------------------------ regimes
+    def sd(self, batch: int | None, ids: np.ndarray, S_max: int) -> Plan:
+        """Draft (unless AR) then verify the whole batch, every step."""
+        c = self.c
+        rem = c.traj.nsteps[ids] - c.v[ids]
+        S = int(min(S_max, rem.min()))
+        f, M = self._ctx_rows(ids, S + 1)
+        if c.cap > 0:
+            B = blocks(M, self._lookahead(ids)[None, :], c.block_size).sum(axis=1)
+            S = self._kv_cut(S, lambda j: B[j])
+        w = self.set_work(ids, M[:S])
+        ar = c.mode == "ar"
+        seg_pf_t, seg_pf_d = 0, (1 if c.mode == "sd" else 0)
+        seg_d = seg_pf_d + 1
+        seg_v = seg_d + (0 if ar else 1)
+        phases = self._prefill_phases(S, seg_pf_t, seg_pf_d)
+        nn = np.full(S, w.n, np.int64)
+        if not ar:
+            phases.append(PhaseArr("draft", c.drafter_dev, seg_d,
+                                   self.draft_time(w.npass, w.cpass)
+                                   * c.jitter_at("draft", c.step, S),
+                                   np.asarray(w.npass[0, :S], np.int64), w.dtok[:S], w.C))
+        phases.append(PhaseArr("verify", c.target_dev, seg_v,
+                               self.verify_time(w.n, w.vtok[:S], w.C)
+                               * c.jitter_at("verify", c.step, S),
+                               nn, w.vtok[:S], w.C))
+        vb = None if batch is None else np.full(S, batch)
+        return Plan("sd", S, seg_v + 1, phases, [VerifySet(batch, ids, f)],
+                    np.zeros(S, np.int64), np.arange(S), verify_batch=vb, draft_batch=vb)
+
+    def overlap(self, X: int, idsX: np.ndarray, allX: bool, Y: int, idsY: np.ndarray,
+                S_max: int) -> Plan:
+        """PSD: verify X (drafted last step) while drafting Y; swap every step."""
+        c = self.c
+        rX = int((c.traj.nsteps[idsX] - c.v[idsX]).min())
+        rY = int((c.traj.nsteps[idsY] - c.v[idsY]).min())
+        S = min(S_max if allX else 1, 2 * rX - 1, 2 * rY)
+        Q = (S + 1) // 2 + 1
+        fX, MX = self._ctx_rows(idsX, Q)
+        fY, MY = self._ctx_rows(idsY, Q)
+        if c.cap > 0 and S > 1:
+            BX = blocks(MX, self._lookahead(idsX)[None, :], c.block_size).sum(axis=1)
+            BY = blocks(MY, self._lookahead(idsY)[None, :], c.block_size).sum(axis=1)
+            S = self._kv_cut(S, lambda j: BX[(j + 1) // 2] + BY[j // 2])
+        wX, wY = self.set_work(idsX, MX), self.set_work(idsY, MY)
+        j = np.arange(S)
+        even = (j % 2) == 0
+        qv, qd = j // 2, np.where(even, j // 2, (j + 1) // 2)
+        v_ctx = np.where(even, wX.C[qv], wY.C[qv])
+        v_n, v_tok = np.where(even, wX.n, wY.n), np.where(even, wX.vtok[qv], wY.vtok[qv])
+        d_ctx = np.where(even, wY.C[qd], wX.C[qd])
+        d_tok = np.where(even, wY.dtok[qd], wX.dtok[qd])
+        npass = np.where(even[None, :], wY.npass[:, qd], wX.npass[:, qd])
+        d_n = npass[0]
+        cpass = np.where(even[None, :], wY.cpass[:, qd], wX.cpass[:, qd])
+        phases = self._prefill_phases(S, 0, 0)
+        phases.append(PhaseArr("verify", c.target_dev, 1,
+                               self.verify_time(v_n, v_tok, v_ctx)
+                               * c.jitter_at("verify", c.step, S), v_n, v_tok, v_ctx))
+        phases.append(PhaseArr("draft", c.drafter_dev, 1,
+                               self.draft_time(npass, cpass) * c.jitter_at("draft", c.step, S),
+                               d_n, d_tok, d_ctx))
+        return Plan("overlap", S, 2, phases, [VerifySet(X, idsX, fX), VerifySet(Y, idsY, fY)],
+                    np.where(even, 0, 1), j // 2, verify_batch=np.where(even, X, Y),
+                    draft_batch=np.where(even, Y, X), overlapped=True)
+
+    def startup(self, Y: int, idsY: np.ndarray) -> Plan:
+        """PSD: draft one batch alone (nothing is ready to verify)."""
+        c = self.c
+        _, M = self._ctx_rows(idsY, 1)
+        w = self.set_work(idsY, M)
+        phases = self._prefill_phases(1, 0, 0)
+        phases.append(PhaseArr("draft", c.drafter_dev, 1,
+                               self.draft_time(w.npass, w.cpass) * c.jitter_at("draft", c.step, 1),
+                               np.asarray(w.npass[0, :1], np.int64), w.dtok[:1], w.C))
+        return Plan("startup", 1, 2, phases, [], np.array([-1]), np.array([0]),
+                    verify_batch=np.array([-1]), draft_batch=np.array([Y]))
+
+    def verify_alone(self, X: int, idsX: np.ndarray) -> Plan:
+        """PSD: verify the drafted batch while the other batch is empty."""
+        c = self.c
+        f, M = self._ctx_rows(idsX, 1)
+        w = self.set_work(idsX, M)
+        n = np.array([w.n])
+        phases = self._prefill_phases(1, 0, 0)
+        phases.append(PhaseArr("verify", c.target_dev, 1,
+                               self.verify_time(n, w.vtok[:1], w.C)
+                               * c.jitter_at("verify", c.step, 1), n, w.vtok[:1], w.C))
+        return Plan("verify", 1, 2, phases, [VerifySet(X, idsX, f)], np.array([0]),
+                    np.array([0]), verify_batch=np.array([X]), draft_batch=np.array([-1]))
+
+    def prefill_only(self) -> Plan:
+        c = self.c
+        seg_d = 1 if c.mode == "sd" else 0
+        phases = self._prefill_phases(1, 0, seg_d)
+        return Plan("prefill", 1, seg_d + 1, phases, [], np.array([-1]), np.array([0]))
