@@ -223,7 +223,8 @@ def build_drafter_model(target: Any, spec: Any, mlp_width: int | None = None) ->
 def prune_mlp(mlp: Any, width: int) -> None:
     """Keep the ``width`` neurons of a SwiGLU MLP with the largest ||up row|| x ||down column||,
     moved to the front, and zero the others.  Zero neurons stay zero under training (their
-    gradients are zero), so the layer can be stored slim (`runtime.drafter_build.slim_mlp_state`)."""
+    gradients are zero), so the layer can be stored slim
+    (`runtime.drafter_build.slim_mlp_state`)."""
     n = mlp.down_proj.weight.shape[1]
     if not 1 <= width <= n:
         raise ValueError(f"mlp_width: must be in [1, {n}], got {width}")

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -64,6 +64,21 @@ class AcceptanceModel:
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.kind}
+
+
+class KeyedAcceptanceModel(AcceptanceModel):
+    """Base class of the pattern-based models (``matches``, ``fitted``, ``resampled``):
+    ``request_params`` also takes the workload's request keys, and ``sample_at(rng, params, k,
+    pos)`` gives the accepted counts when drafting from output positions ``pos``."""
+    needs_keys = True
+
+    def request_params(self, rng: np.random.Generator, n: int,
+                       keys: Sequence[Any] | None = None) -> np.ndarray:
+        raise NotImplementedError
+
+    def sample_at(self, rng: np.random.Generator, params: np.ndarray, k,
+                  pos) -> np.ndarray:
+        raise NotImplementedError
 
 
 def _geometric_counts(rng: np.random.Generator, alpha: np.ndarray, k: np.ndarray) -> np.ndarray:

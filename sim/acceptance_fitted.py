@@ -38,6 +38,7 @@ import numpy as np
 from scipy.special import ndtri
 
 from psdlab.analysis.checks import check_int, check_range
+from psdlab.sim.acceptance import KeyedAcceptanceModel
 from psdlab.sim.acceptance_draws import KMAX, leading_accepted
 
 #: the expectation over u: a midpoint rule over z = u / sigma in [-7, 7] (the acceptance
@@ -68,7 +69,7 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class FittedAcceptance:
+class FittedAcceptance(KeyedAcceptanceModel):
     styles: tuple[tuple[str, float], ...]
     default: float
     draft: tuple[float, ...]

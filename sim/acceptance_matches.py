@@ -29,7 +29,13 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from psdlab.analysis.checks import check_range
-from psdlab.sim.acceptance import check_fields, make_basic_acceptance
+from psdlab.sim.acceptance import (
+    GeometricAcceptance,
+    KeyedAcceptanceModel,
+    PositionalAcceptance,
+    check_fields,
+    make_basic_acceptance,
+)
 from psdlab.sim.acceptance_draws import KMAX, leading_accepted
 
 SYMBOLS = {"1": 1, "0": 0, ".": -1}
@@ -51,7 +57,7 @@ def pattern_text(values: Sequence[int]) -> str:
 
 
 @dataclass(eq=False)
-class MatchAcceptance:
+class MatchAcceptance(KeyedAcceptanceModel):
     keys: tuple[str, ...]
     table: np.ndarray            # int8 [n_keys, width]: 1, 0, -1 unknown (padding: -1)
     rates: tuple[float, ...]     # fallback conditional rate per draft position
@@ -114,7 +120,9 @@ def _fallback_rates(spec: Any, where: str) -> tuple[float, ...]:
                          f"got {spec!r}")
     model = make_basic_acceptance(spec, where)
     if spec["name"] == "geometric":
+        assert isinstance(model, GeometricAcceptance)
         return (float(model.alpha),)
+    assert isinstance(model, PositionalAcceptance)
     return tuple(float(r) for r in model.rates)
 
 
@@ -132,6 +140,6 @@ def make_matches(spec: Mapping[str, Any], where: str) -> MatchAcceptance:
     rows = [parse_pattern(v, f"{where}.requests.{k}") for k, v in reqs.items()]
     width = max((r.size for r in rows), default=0)
     table = np.full((len(rows), width), -1, dtype=np.int8)
-    for i, r in enumerate(rows):
-        table[i, :r.size] = r
+    for i, row in enumerate(rows):
+        table[i, :row.size] = row
     return MatchAcceptance(keys, table, rates, dict(spec["fallback"]))

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from psdlab.analysis.checks import check_int
-from psdlab.sim.acceptance import check_fields
+from psdlab.sim.acceptance import KeyedAcceptanceModel, check_fields
 from psdlab.sim.acceptance_draws import KMAX
 from psdlab.sim.acceptance_fitted import style_of
 from psdlab.sim.acceptance_matches import MatchAcceptance, make_matches
@@ -33,7 +33,7 @@ _EXPECT_SEED = 0
 
 
 @dataclass(eq=False)
-class ResampledAcceptance:
+class ResampledAcceptance(KeyedAcceptanceModel):
     pool: MatchAcceptance                   # every pattern, one table row each
     rows_by_style: dict[str, np.ndarray]    # style -> rows of ``pool``
     kind = "resampled"

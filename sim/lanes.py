@@ -79,7 +79,11 @@ def layout(c, order: list[int], period: int, T: np.ndarray, S_max: int) -> Layou
         members = c.bm.batches[B]
         rem = (c.traj.nsteps[members] - c.v[members]).tolist()
         for lane, r in enumerate(members):
-            sb.append(bi), sl.append(lane), sr.append(r), sq.append(0), sa.append(0)
+            sb.append(bi)
+            sl.append(lane)
+            sr.append(r)
+            sq.append(0)
+            sa.append(0)
             heap.append((period * (rem[lane] - 1) + bi + 1, bi, lane))
         free.append(list(range(c.m - 1, len(members) - 1, -1)))
         size.append(len(members))
@@ -126,7 +130,11 @@ def layout(c, order: list[int], period: int, T: np.ndarray, S_max: int) -> Layou
             lane = free[tgt].pop()
             n_free -= 1
             q0 = -(-(b - tgt) // period)
-            sb.append(tgt), sl.append(lane), sr.append(r), sq.append(q0), sa.append(b)
+            sb.append(tgt)
+            sl.append(lane)
+            sr.append(r)
+            sq.append(q0)
+            sa.append(b)
             events.append((b, r))
             size[tgt] += 1
             heapq.heappush(heap, (period * (q0 + nsteps[r] - 1) + tgt + 1, tgt, lane))
@@ -156,6 +164,7 @@ def _boundaries(c, p: Plan, S_max: int) -> np.ndarray:
     """T[b] for b = 0..S_max: the plan's exact step ends, then extrapolated."""
     T = np.empty(S_max + 1)
     T[0] = c.now
+    assert p.ends is not None, "the plan is not timed yet"
     T[1:p.S + 1] = p.ends[:, -1]
     if p.S < S_max:
         step = (T[p.S] - T[0]) / p.S

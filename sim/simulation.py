@@ -76,6 +76,7 @@ def _versions() -> dict[str, str]:
 
 def build(config: SimConfig) -> Built:
     """Models, requests and trajectories for a config (no simulation yet)."""
+    from psdlab.sim.acceptance import KeyedAcceptanceModel
     from psdlab.sim.acceptance_registry import make_acceptance
     from psdlab.sim.costs import make_cost_model, make_jitter
     from psdlab.sim.workloads import make_workload
@@ -105,7 +106,7 @@ def build(config: SimConfig) -> Built:
         drafter = make_cost_model(dict(config.drafter.cost), "drafter.cost")
         acceptance = make_acceptance(dict(config.acceptance))
     params = np.zeros(n)
-    if acceptance is not None and getattr(acceptance, "needs_keys", False):
+    if isinstance(acceptance, KeyedAcceptanceModel) and acceptance.needs_keys:
         params = acceptance.request_params(np.random.default_rng(s_par), n, keys=reqs.keys)
     elif acceptance is not None:
         params = acceptance.request_params(np.random.default_rng(s_par), n)

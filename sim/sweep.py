@@ -93,9 +93,10 @@ def sweep(c, order: list[int], period: int, S_max: int) -> Plan:
     jit = c.jitter.active
     if jit:
         jv = c.jitter_at("verify", c.step, S_max).tolist()
-        jd = c.jitter_at("draft", c.step, S_max).tolist() if has_draft else None
+        # the draft factors are read only when has_draft (has_pd): empty otherwise
+        jd: list[float] = c.jitter_at("draft", c.step, S_max).tolist() if has_draft else []
         jpt = c.jitter_at("prefill_t", c.step, S_max).tolist()
-        jpd = c.jitter_at("prefill_d", c.step, S_max).tolist() if has_pd else None
+        jpd: list[float] = c.jitter_at("prefill_d", c.step, S_max).tolist() if has_pd else []
     rebalance = nb == 2 and c.bm.policy_name == "rebalance"
     m = c.m
     kind = _kind(c, nb)

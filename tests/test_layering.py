@@ -149,8 +149,9 @@ def test_no_import_cycles():
 
 def test_the_cycle_finder_finds_the_old_engine_loop_cycle():
     graph = _graph(GRAPH)
-    graph["psdlab.runtime.controller"] = graph["psdlab.runtime.controller"] | {"psdlab.runtime.step_loop"}
-    graph["psdlab.runtime.step_loop"] = graph["psdlab.runtime.step_loop"] | {"psdlab.runtime.controller"}
+    controller, step_loop = "psdlab.runtime.controller", "psdlab.runtime.step_loop"
+    graph[controller] = graph[controller] | {step_loop}
+    graph[step_loop] = graph[step_loop] | {controller}
     assert frozenset({"psdlab.runtime.controller", "psdlab.runtime.step_loop"}) in _cycles(graph)
 
 

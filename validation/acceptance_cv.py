@@ -76,8 +76,10 @@ def prompt_draws(spec: dict[str, Any], test: Trials, rng: np.random.Generator,
                  draws: int = _DRAWS) -> np.ndarray:
     """[draws] of a model's accepted tokens per verification over one prompt's verification
     rows (their k and starting output positions), a request drawn afresh per draw."""
+    from psdlab.sim.acceptance import KeyedAcceptanceModel
     from psdlab.sim.acceptance_registry import make_acceptance
     acc = make_acceptance(spec)
+    assert isinstance(acc, KeyedAcceptanceModel)      # a fitted or resampled spec
     rp, rk, rn, _ = test.rows
     prompt = str(rp[0])
     params = np.asarray(acc.request_params(rng, draws, keys=[prompt] * draws), dtype=float)

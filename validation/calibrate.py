@@ -103,7 +103,8 @@ def fit_costs(groups: dict[str, list[tuple[Phase, float]]], *, holdout: float,
     ``"probe"`` (``probe``, a ``runtime.context_timing`` result), the number of phases of its
     within-shape slope, or None (too few: the joint fit's slope)."""
     probed = probe_slopes(probe)
-    fits, within_rows = {}, {}
+    fits: dict[str, LinearFit] = {}
+    within_rows: dict[str, int | str | None] = {}
     for name, rows in groups.items():
         if not rows:
             continue

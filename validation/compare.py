@@ -189,7 +189,8 @@ def predict(trace: Trace, model: str | FitFile, *, seeds: Sequence[int] = DEFAUL
             probe = simulate(sim_config(trace, model, replay, seed=seeds[0],
                                         params=params, acceptance=acceptance, jitter=jitter))
             share = overlap_share(probe.trace)
-        runs, first = [], None
+        runs: list[dict[str, float | None]] = []
+        first: Trace | None = None
         for seed in seeds:
             cfg = sim_config(trace, model, replay, seed=seed, params=params,
                              acceptance=acceptance, jitter=jitter, overlap_share=share)
@@ -197,10 +198,12 @@ def predict(trace: Trace, model: str | FitFile, *, seeds: Sequence[int] = DEFAUL
             runs.append(flatten(res.metrics))
             first = first or res.trace
     keys = runs[0].keys()
-    mean = {}
+    mean: dict[str, float | None] = {}
     for key in keys:
         vals = [r.get(key) for r in runs]
-        mean[key] = None if any(v is None for v in vals) else float(np.mean(vals))
+        known = [v for v in vals if v is not None]
+        mean[key] = None if len(known) < len(vals) else float(np.mean(known))
+    assert first is not None            # seeds is not empty: every seed sets it
     return mean, first
 
 
@@ -238,12 +241,13 @@ def median_metrics(traces: Sequence[Trace]) -> tuple[dict[str, float | None],
     spread: dict[str, float | None] = {}
     for key in runs[0]:
         vals = [r.get(key) for r in runs]
-        if any(v is None for v in vals):
+        known = [v for v in vals if v is not None]
+        if len(known) < len(vals):
             med[key] = spread[key] = None
             continue
-        med[key] = float(np.median(vals))
-        spread[key] = (float((max(vals) - min(vals)) / abs(med[key]))
-                       if med[key] and len(vals) > 1 else None)
+        m = med[key] = float(np.median(known))
+        spread[key] = (float((max(known) - min(known)) / abs(m))
+                       if m and len(known) > 1 else None)
     return med, spread
 
 
@@ -281,7 +285,8 @@ def predict_repeats(reps: Sequence[Trace], model: str | FitFile, **kw: Any
     med: dict[str, float | None] = {}
     for key in preds[0]:
         vals = [p.get(key) for p in preds]
-        med[key] = None if any(v is None for v in vals) else float(np.median(vals))
+        known = [v for v in vals if v is not None]
+        med[key] = None if len(known) < len(vals) else float(np.median(known))
     return med, sims
 
 

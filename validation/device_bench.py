@@ -6,7 +6,8 @@ Layouts (`layouts`): ``two-devices`` (drafter on the second GPU, one process per
 GIL) when there are two GPUs, and ``two-streams`` (both on the first GPU, one process, a CUDA
 stream each).  A dry run (``device="cpu"``) runs the same layouts on CPU with tiny models --
 ``two-devices`` as two pinned processes on cores 0 and 1, ``two-streams`` as two threads -- so
-every line but the CUDA-only ones runs in CI.  Each layout runs `runtime.overlap_bench.bench_runtime`
+every line but the CUDA-only ones runs in CI.  Each layout runs
+`runtime.overlap_bench.bench_runtime`
 (AR for the reference output, then SD-sep at m, PSD at 2 x m and PSD at 2 x m/2, ``rounds``
 times interleaved), then `psdlab calibrate` on round 1 and `psdlab validate` on round 2 (with
 one round, on round 1 itself: a consistency check, not held out; the summary says which).

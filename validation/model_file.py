@@ -140,7 +140,8 @@ def cost_spec(path: str | os.PathLike, role: str) -> dict[str, Any]:
 
 
 def acceptance_spec(model: dict[str, Any], name: str | None = None) -> dict[str, Any]:
-    """The ``sim.acceptance_registry.make_acceptance`` spec stored in a model (default: the file's)."""
+    """The ``sim.acceptance_registry.make_acceptance`` spec stored in a model (default: the
+    file's)."""
     acc = (model.get("meta") or {}).get("acceptance") or {}
     name = name or acc.get("default")
     if not name or name == "default" or name not in acc:

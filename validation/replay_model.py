@@ -158,8 +158,8 @@ def _contention(solo_rows: Iterable[tuple[int, Any, float, float]]) -> tuple[flo
         rows[ph.kind].setdefault(i, []).append((o, (ph.end - ph.start) - w))
     out = []
     for name in ("verify", "draft"):
-        per_run = [_least_squares(r) for r in rows[name].values() if len(r) >= MIN_PHASES]
-        per_run = [c for c in per_run if c is not None]
+        fitted = [_least_squares(r) for r in rows[name].values() if len(r) >= MIN_PHASES]
+        per_run = [c for c in fitted if c is not None]
         pooled = _least_squares([x for r in rows[name].values() for x in r])
         c = float(np.median(per_run)) if per_run else (pooled or 0.0)
         out.append(float(np.clip(c, *C_RANGE)))
@@ -211,7 +211,9 @@ def step_overheads(traces: Sequence[Trace]) -> tuple[float, float, float]:
     the simulator's back-to-back steps would otherwise leave out.  Serial steps that drafted
     (SD: two hand-offs) and those that did not (AR: one) are told apart; "serial" falls back
     to all serial steps when none drafted."""
-    serial, overlapped, nodraft = [], [], []
+    serial: list[float] = []
+    overlapped: list[float] = []
+    nodraft: list[float] = []
     for tr in traces:
         for s, pause in _steps_with_pause(tr):
             if not _is_decode(s):
@@ -230,7 +232,8 @@ def prefill_overheads(traces: Sequence[Trace]) -> tuple[float, float]:
     """Mean (with a drafter, AR) uncovered time per prefill step: the step's time beyond its
     longest prefill phase plus the pause before the next step (up to MAX_STEP_GAP), as
     ``step_overheads`` for decode steps; 0 when there is none."""
-    drafting, ar = [], []
+    drafting: list[float] = []
+    ar: list[float] = []
     for tr in traces:
         for s, pause in _steps_with_pause(tr):
             pre = [p.end - p.start for p in s.phases if p.kind == "prefill"]
@@ -285,8 +288,9 @@ def _spread(cal: Any, traces: Sequence[Trace],
             if len(r) >= 3:
                 arr = np.array(r)
                 ratios.append(arr / _local(arr))
-    r = np.concatenate(ratios) if ratios else np.zeros(0)
-    return float(np.std(r) / np.mean(r)) if r.size > 1 and np.mean(r) > 0 else 0.0
+    allr = np.concatenate(ratios) if ratios else np.zeros(0)
+    return (float(np.std(allr) / np.mean(allr)) if allr.size > 1 and np.mean(allr) > 0
+            else 0.0)
 
 
 def replay_params(traces: Sequence[Trace], model: Mapping[str, Any]) -> ReplayParams:

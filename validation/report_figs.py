@@ -149,7 +149,7 @@ def phase_fit(out_dir: str, model: Mapping[str, Any], named: Sequence[tuple[str,
     from psdlab.validation.phase_model import calibration_view
     roles_of_fit = {"verify": "target", "draft": "drafter", "prefill": "target:prefill",
                     "drafter_prefill": "drafter:prefill"}
-    rows = []
+    rows: list[dict[str, Any]] = []
     cal = calibration_view(model)
     for name, tr in named:
         for fit, (pred, meas) in predict_phases(cal, [tr]).items():

@@ -77,9 +77,9 @@ def neighbour(tr: Trace, traces: Sequence[Trace]) -> Trace | None:
     key, t0 = tr.run.extra.get("workload_key"), _started(tr)
     if key is None or t0 is None:
         return None
-    same = [t for t in traces if t is not tr and t.run.extra.get("workload_key") == key
-            and _started(t) is not None and _has_serial_drafts(t)]
-    return min(same, key=lambda t: abs(_started(t) - t0)) if same else None
+    same = [(start, t) for t in traces if t is not tr and t.run.extra.get("workload_key") == key
+            and (start := _started(t)) is not None and _has_serial_drafts(t)]
+    return min(same, key=lambda st: abs(st[0] - t0))[1] if same else None
 
 
 def references(traces: Sequence[Trace], pooled: Reference | None = None

@@ -96,11 +96,11 @@ class Validation:
         within None) over the rows of the runs named in ``only`` (all runs when None)."""
         out = []
         for label, metric, source, bound, kind, rows in self.target_rows(only):
-            errs = [(abs(r.error), r.run) for r in rows]
+            errs = [(abs(r.error), r.run) for r in rows if r.error is not None]  # all of them
             worst, run = max(errs)
             mean = float(np.mean([e for e, _ in errs]))
             noisy = [(abs(r.error), se) for r in rows if (se := self.noise(r)) is not None
-                     and se > 0]
+                     and se > 0 and r.error is not None]
             ses = [se for _, se in noisy]
             z = (float(np.sqrt(np.mean([(e / se) ** 2 for e, se in noisy]))) if noisy
                  else None)

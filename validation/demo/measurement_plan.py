@@ -105,7 +105,8 @@ class Plan:
     seed: int = 0
     controlled_alpha: float | None = None   # controlled acceptance (runtime.controlled_drafts)
     output_spread: float = 0.5          # output lengths uniform in [(1 - s) max, max]
-    probe: bool = False                 # measure the acceptance pool first (validation.demo.pool_probe)
+    # measure the acceptance pool first (validation.demo.pool_probe)
+    probe: bool = False
     context_probe: bool = False         # time passes at two contexts first (runtime.context_timing)
 
     def __post_init__(self) -> None:
@@ -230,7 +231,8 @@ def block_of(runs: Sequence[RunSpec], i: int) -> list[RunSpec]:
 #: default repeats: calibration, held-out (judged) offline and Poisson, reference (reported,
 #: not judged).  Each repeat serves other prompts, so a median over few repeats carries which
 #: prompts they drew (measured: a held-out TPOT's run-to-run CV of about 4%, so five repeats
-#: left a 12-19% chance that noise alone breaks its 5% bound on one of four runs): the judged pairs get seven each, which the budget buys by
+#: left a 12-19% chance that noise alone breaks its 5% bound on one of four runs): the judged
+#: pairs get seven each, which the budget buys by
 #: shorter requests (``DEMO_MAX_NEW_TOKENS``; what sets the noise of a median is how many
 #: prompts it averages, not how long each is served).  Calibration runs twice and the
 #: references once: the acceptance pool's probe (``validation.demo.prompt_sides``) needs the

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from psdlab.validation.acceptance_pool import POOL_FILE, read_pool, write_pool
 from psdlab.validation.acceptance_transfer import prompt_of
@@ -20,7 +20,8 @@ from psdlab.validation.demo.prompt_sides import (POOL_SPLITS, PROMPT_SIDES, pool
                                             prompt_windows, side_prompts, window)
 
 
-def served_calibration(plan: Any, sides: dict[str, Sequence[tuple[str, Any]]]) -> set[str]:
+def served_calibration(plan: Any, sides: Mapping[str, Sequence[tuple[str, Any]]]
+                       ) -> set[str]:
     """The prompts the plan's timed calibration-side runs serve (their windows)."""
     starts = prompt_windows(plan.runs, {s: len(p) for s, p in sides.items()}, plan.num_prompts)
     return {prompt_of(rid) for r in plan.runs if r.prompts == "calibration"

@@ -21,6 +21,7 @@ class Bars:
     def on_run(self, spec: Any, i: int, n: int) -> None:
         if not self.enabled:
             return
+        assert self.outer is not None            # made in __init__ when enabled
         if self.inner is not None:
             self.inner.close()
             self.outer.update(1)

@@ -138,7 +138,8 @@ def transfer_sections(validation: Any, held: set[str], cal: set[str],
         for r in cf:
             c, p = r["check_inputs"], r["prediction_inputs"] or {}
             body.append([r["pair"], x(r["measured_steady_speedup"]),
-                         f"{x(r['consistency_check'])} ({error_text('rel', r['consistency_error'])})",
+                         f"{x(r['consistency_check'])} "
+                         f"({error_text('rel', r['consistency_error'])})",
                          f"{x(r['prediction'])} ({error_text('rel', r['prediction_error'])})",
                          f"{1e3 * c['t']:.1f} / {1e3 * c['V']:.1f}",
                          "n/a" if not p else f"{1e3 * p['t']:.1f} / {1e3 * p['V']:.1f}"])

@@ -4,8 +4,8 @@
    drafter; converted once and cached) unless model directories are given.
 2. Measure the acceptance pool untimed (``validation.demo.pool_probe``: the greedy match patterns
    of calibration-side prompts no timed run serves), then run the plan of
-   ``validation.demo.measurement_plan`` on this machine: AR, SD (drafter on its own core, no overlap) and
-   PSD, the calibration runs over one set of shipped prompts and the held-out runs over
+   ``validation.demo.measurement_plan`` on this machine: AR, SD (drafter on its own core, no
+   overlap) and PSD, the calibration runs over one set of shipped prompts and the held-out runs over
    prompts written after every earlier demo (``validation.demo.prompt_sides``), at several k and
    arrival patterns, one trace per run.
 3. Calibrate the simulator on the ``calibrate`` runs (``validation.calibrate``: cost models on
@@ -82,7 +82,8 @@ class DemoResult:
     measured: list[Measured]
     files: dict[str, str]
     headline: list[str]
-    timings: dict[str, float] = field(default_factory=dict)
+    # seconds and counts by name, and load_before (a list of load averages)
+    timings: dict[str, Any] = field(default_factory=dict)
     held_out: tuple[str, ...] = ()
     repeats: tuple[str, ...] = ()
 
@@ -171,10 +172,11 @@ def demo(out_dir: str, *, quick: bool = False, plan: Plan | None = None,
          seeds: Sequence[int] = SEEDS, budget_s: float | None = BUDGET_S,
          diagnostics: bool = False) -> DemoResult:
     """The whole main job (module docstring); ``quiet`` silences stderr, ``progress`` the
-    bars, ``diagnostics`` adds the report's diagnostic sections.  ``budget_s``: seconds for the whole demo (model preparation included); repeats
-    that would run past it less ANALYSIS_S are skipped (``validation.demo.measurement_plan.run_plan``)."""
+    bars, ``diagnostics`` adds the report's diagnostic sections.  ``budget_s``: seconds for
+    the whole demo (model preparation included); repeats that would run past it less
+    ANALYSIS_S are skipped (``validation.demo.measurement_plan.run_plan``)."""
     t0 = time.perf_counter()
-    timings: dict[str, float] = {}
+    timings: dict[str, Any] = {}        # seconds, counts, load_before: a list
     plan = plan or default_plan(quick)
     os.makedirs(out_dir, exist_ok=True)
     trace_dir = os.path.join(out_dir, "traces")
@@ -217,7 +219,7 @@ def demo(out_dir: str, *, quick: bool = False, plan: Plan | None = None,
 
 def analyse(out_dir: str, measured: Sequence[Measured], plan: Plan, target_dir: str = "",
             drafter_dir: str = "", *, seeds: Sequence[int] = SEEDS,
-            quiet: bool = True, timings: dict[str, float] | None = None,
+            quiet: bool = True, timings: dict[str, Any] | None = None,
             t0: float | None = None, pool: dict[str, str] | None = None,
             diagnostics: bool = False) -> DemoResult:
     """Steps 3-5 on measured runs: calibrate (the acceptance model on the calibration runs
@@ -324,7 +326,7 @@ def _configs(measured: Sequence[Measured], role: str) -> list[str]:
     return list(dict.fromkeys(m.spec.config for m in measured if m.spec.role == role))
 
 
-def _intro(plan: Plan, target: str, drafter: str, timings: dict[str, float],
+def _intro(plan: Plan, target: str, drafter: str, timings: dict[str, Any],
            measured: Sequence[Measured]) -> list[str]:
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     rate = next((m.rate for m in measured if m.rate), None)
@@ -360,8 +362,8 @@ def _intro(plan: Plan, target: str, drafter: str, timings: dict[str, float],
         lines.append(f"{timings['skipped_runs']:.0f} repeat run(s) skipped to stay within the "
                      f"time budget (every configuration ran at least once).")
     if "runs_s" not in timings:
-        loads = [(read_trace(m.path).run.extra or {}).get("load_1min") for m in measured]
-        loads = [x for x in loads if isinstance(x, (int, float))]
+        recorded = [(read_trace(m.path).run.extra or {}).get("load_1min") for m in measured]
+        loads = [x for x in recorded if isinstance(x, (int, float))]
         lines[-1] = ("Re-analysed from the traces of an earlier demo (nothing was run now); "
                      "load average (1 min) at the start of its runs: "
                      + (f"{min(loads):.2f} to {max(loads):.2f}." if loads else "not recorded."))
