@@ -56,7 +56,7 @@ def _shard(job: tuple) -> dict[str, str]:
     if core is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {core})
     torch.set_num_threads(1)
-    from psdlab.runtime.drafter_build import preferred_dtype
+    from psdlab.runtime.drafter_build import preferred_dtype, runnable_dtype
     from psdlab.runtime.controller import Engine, EngineConfig
     from psdlab.runtime.requests import Request
     from psdlab.runtime.runner import ModelSpec
@@ -69,7 +69,7 @@ def _shard(job: tuple) -> dict[str, str]:
         raise RuntimeError(f"acceptance probe: {res.error}")
     outputs = {str(o.id): tuple(o.token_ids) for o in res.outputs}
     # the dtype the runs' drafter uses (``runtime.controller``: the directory's, else the runs')
-    dtype = getattr(torch, preferred_dtype(drafter_dir) or cfg.dtype)
+    dtype = getattr(torch, runnable_dtype(preferred_dtype(drafter_dir) or cfg.dtype))
     drafter, _ = load_model(drafter_dir, dtype=dtype)
     pairs = [(str(rid), tuple(ids), outputs[str(rid)]) for rid, ids in items]
     found: dict[str, str] = {}
@@ -116,12 +116,12 @@ def prompt_agreement(target_dir: str, drafter_dir: str,
     prefix -- where both models' greedy next tokens are equal) and ``overlap`` (the mean of
     sum_v min(p_target, p_drafter), the chance a sampled draft token would be accepted).  A
     candidate covariate of a prompt's acceptance that needs the prompt only."""
-    from psdlab.runtime.drafter_build import preferred_dtype
+    from psdlab.runtime.drafter_build import preferred_dtype, runnable_dtype
     from psdlab.runtime.weights import load_model
     check_int("skip", skip, 0)
     target, _ = load_model(target_dir, dtype=torch.float32)
-    drafter, _ = load_model(drafter_dir, dtype=getattr(torch, preferred_dtype(drafter_dir)
-                                                       or "float32"))
+    drafter, _ = load_model(drafter_dir, dtype=getattr(torch, runnable_dtype(
+        preferred_dtype(drafter_dir) or "float32")))
     out: dict[str, dict[str, float]] = {}
     for b in range(0, len(prompts), _PASS_BATCH):
         chunk = [(str(rid), list(ids)) for rid, ids in prompts[b:b + _PASS_BATCH]]

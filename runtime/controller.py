@@ -23,7 +23,7 @@ from typing import Any, Callable, Hashable, Sequence
 from psdlab.analysis.checks import check_choice, check_int, check_range
 from psdlab.analysis.trace import MODES, RunInfo
 from psdlab.runtime.devices import COMPILE_MODES
-from psdlab.runtime.drafter_build import preferred_dtype
+from psdlab.runtime.drafter_build import preferred_dtype, runnable_dtype
 from psdlab.runtime.step_loop import _Loop
 from psdlab.runtime.requests import Request
 from psdlab.runtime.run_state import EngineResult
@@ -123,7 +123,8 @@ class Engine:
         specs = [WorkerSpec("target", base, t_label, core=t_core, stream=streams, spin_s=spin)]
         if cfg.mode != "ar":
             assert drafter is not None                   # checked at the top
-            self.drafter_dtype = cfg.drafter_dtype or preferred_dtype(drafter.path) or cfg.dtype
+            self.drafter_dtype = cfg.drafter_dtype or runnable_dtype(
+                preferred_dtype(drafter.path) or cfg.dtype, d_device)
             specs.append(WorkerSpec("drafter", replace(base, spec=drafter, seed=cfg.seed + 1,
                                                        device=d_device, dtype=self.drafter_dtype),
                                     d_label, core=d_core, stream=streams, spin_s=spin))

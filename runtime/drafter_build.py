@@ -148,6 +148,24 @@ def preferred_dtype(model_dir: str | Path | None) -> str | None:
     return dtype if dtype in DTYPES else None
 
 
+def native_bf16_on_cpu() -> bool:
+    """True when this CPU runs bfloat16 matrix products natively (oneDNN's check: AVX512-BF16
+    or AMX); without it torch emulates them, several times slower than float32."""
+    import torch
+    ops = torch.ops.mkldnn
+    return bool(torch.backends.mkldnn.is_available()
+                and hasattr(ops, "_is_mkldnn_bf16_supported") and ops._is_mkldnn_bf16_supported())
+
+
+def runnable_dtype(asked: str, device: str = "cpu") -> str:
+    """The dtype to run a model in that asks for ``asked``: bfloat16 on a CPU without native
+    bfloat16 runs as float32 instead (same weights, wider arithmetic; greedy SD/PSD output stays
+    the target's), anything else as asked."""
+    if asked == "bfloat16" and device.startswith("cpu") and not native_bf16_on_cpu():
+        return "float32"
+    return asked
+
+
 def drafter_state_from_target(target_state: dict[str, Any], spec: DrafterSpec,
                               extra: dict[str, Any]) -> dict[str, Any]:
     """Drafter tensors: renamed kept target layers, shared tensors, then ``extra`` on top."""

@@ -217,7 +217,8 @@ def test_a_step_hook_that_returns_true_ends_the_run_after_that_step(models):
 
 
 def test_drafter_runs_in_the_dtype_it_asks_for_and_output_stays_lossless(models, tmp_path):
-    from psdlab.runtime.drafter_build import preferred_dtype
+    from psdlab.runtime.drafter_build import native_bf16_on_cpu, preferred_dtype
+    auto = "bfloat16" if native_bf16_on_cpu() else "float32"     # emulated bf16: run fp32
     draft = _bf16_drafter(models["noisy"], tmp_path / "bf16")
     assert preferred_dtype(draft) == "bfloat16" and preferred_dtype(models["noisy"]) is None
     reqs = [Request(f"r{i}", tuple(r), max_new_tokens=10) for i, r in enumerate(prompts(4, seed=3))]
@@ -231,11 +232,22 @@ def test_drafter_runs_in_the_dtype_it_asks_for_and_output_stays_lossless(models,
             result = eng.run(reqs)
             seen[name] = next(p.dtype for p in eng.drafter.runner.model.parameters())
         assert [o.token_ids for o in result.outputs] == ar      # greedy: target-only output
-        assert result.trace.run.extra["drafter_dtype"] == (override or "bfloat16")
+        assert result.trace.run.extra["drafter_dtype"] == (override or auto)
         assert result.trace.run.extra["dtype"] == "float32"
-    assert seen == {"auto": torch.bfloat16, "fp32": torch.float32}
+    assert seen == {"auto": getattr(torch, auto), "fp32": torch.float32}
     with pytest.raises(ValueError, match="drafter_dtype: must be one of"):
         EngineConfig(drafter_dtype="int8")
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_bf16_runs_as_fp32_only_on_a_cpu_without_native_bf16(monkeypatch, native):
+    from psdlab.runtime import drafter_build
+    monkeypatch.setattr(drafter_build, "native_bf16_on_cpu", lambda: native)
+    assert drafter_build.runnable_dtype("bfloat16", "cpu") == ("bfloat16" if native else
+                                                                 "float32")
+    assert drafter_build.runnable_dtype("bfloat16", "cuda:0") == "bfloat16"
+    assert drafter_build.runnable_dtype("float32", "cpu") == "float32"
+    assert drafter_build.runnable_dtype("float16", "cpu") == "float16"
 
 
 # ----------------------------------------------------------------------------- controlled

@@ -52,12 +52,12 @@ class DraftClient:
     """Submit-then-collect drafting of one batch of requests at a time."""
 
     def __init__(self, cfg: DraftConfig):
-        from psdlab.runtime.drafter_build import preferred_dtype
+        from psdlab.runtime.drafter_build import preferred_dtype, runnable_dtype
         from psdlab.runtime.runner import ModelSpec, RunnerConfig
         from psdlab.runtime.workers import WorkerSpec, InlineWorker, ProcessWorker, ThreadWorker
         self.cfg = cfg
         # the drafter runs in the dtype its directory asks for (the shipped one: bfloat16)
-        dtype = preferred_dtype(cfg.model) or cfg.dtype
+        dtype = runnable_dtype(preferred_dtype(cfg.model) or cfg.dtype)
         runner = RunnerConfig(spec=ModelSpec(path=cfg.model), device=cfg.device, dtype=dtype,
                               max_slots=cfg.max_slots, max_len=cfg.max_len + cfg.k + 1)
         proc = cfg.backend == "process"
