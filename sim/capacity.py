@@ -148,10 +148,35 @@ def _lengths(cfg: SimConfig) -> dict[str, Any]:
     return {key: cfg.workload[key] for key in ("prompt", "output") if key in cfg.workload}
 
 
-def _variant(cfg: SimConfig, spec: PlanSpec, combo, workload: dict[str, Any]) -> SimConfig:
+#: a file workload's rate scale for its offline run: every request there at once, in effect
+OFFLINE_SCALE = 1e6
+
+
+def _workloads(cfg: SimConfig, spec: PlanSpec) -> tuple[dict[str, Any], Any, int]:
+    """The offline workload, and the workload at a given request rate: Poisson with the
+    config's lengths, or, for a ``file`` workload (``psdlab plan --workload``), the file's own
+    requests (its first ``plan.requests``, or all when it has fewer) with their arrivals
+    scaled to that mean rate; and the number of requests a trial serves."""
+    if cfg.workload.get("name") != "file":
+        lengths = _lengths(cfg)
+        return ({"name": "offline", **lengths},
+                lambda rate: {"name": "poisson", "rate": rate, **lengths}, spec.requests)
+    from psdlab.sim.workloads import requests_from_file
+    base = {k: v for k, v in cfg.workload.items() if k != "rate_scale"}
+    arrival = requests_from_file(cfg.workload).arrival[:spec.requests]
+    span = float(arrival[-1] - arrival[0]) if arrival.size > 1 else 0.0
+    file_rate = (arrival.size - 1) / span if span > 0 else 1.0
+    scale = float(cfg.workload.get("rate_scale", 1.0))
+    return ({**base, "rate_scale": OFFLINE_SCALE},
+            lambda rate: {**base, "rate_scale": scale * rate / file_rate}, int(arrival.size))
+
+
+def _variant(cfg: SimConfig, spec: PlanSpec, combo, workload: dict[str, Any],
+             requests: int | None = None) -> SimConfig:
     mode, k, m, pair = combo
     drafter, acceptance = pair if pair is not None else (cfg.drafter, None)
-    return cfg.replace(server_mode=mode, server_k=k, server_m=m, requests=spec.requests,
+    return cfg.replace(server_mode=mode, server_k=k, server_m=m,
+                       requests=spec.requests if requests is None else requests,
                        drafter=drafter, acceptance=acceptance or cfg.acceptance,
                        workload=workload, trace_level="none", trace_path=None)
 
@@ -172,12 +197,12 @@ def evaluate(cfg: SimConfig, spec: PlanSpec, combo) -> dict[str, Any]:
     """Highest sustainable Poisson rate of one configuration (one replica)."""
     from psdlab.sim.simulation import simulate
 
-    lengths = _lengths(cfg)
-    offline = simulate(_variant(cfg, spec, combo, {"name": "offline", **lengths}))
-    capacity = spec.requests / offline.makespan_s
+    offline_workload, at_rate, n = _workloads(cfg, spec)
+    offline = simulate(_variant(cfg, spec, combo, offline_workload, n))
+    capacity = n / offline.makespan_s
 
     def trial(rate: float):
-        res = simulate(_variant(cfg, spec, combo, {"name": "poisson", "rate": rate, **lengths}))
+        res = simulate(_variant(cfg, spec, combo, at_rate(rate), n))
         return meets_slo(res.metrics, spec), res.metrics
 
     lo, hi, best = 0.0, 1.2 * capacity, None

@@ -9,6 +9,10 @@ Specs (``make_workload(spec)``; LEN is a length spec of sim/lengths.py, default 
 - ``{"name": "gamma", "rate": r, "cv": c, "prompt": LEN, "output": LEN, "start": 0.0}``: gamma
   inter-arrivals with mean 1/r and coefficient of variation c (shape 1/c^2; c = 1 is Poisson,
   c > 1 bursty, c < 1 smoother).
+- ``{"name": "file", "path": F, "format": ..., "rate_scale": ..., "start": ..., "end": ...}``:
+  the requests of a serving system's or public trace's file (``analysis.formats``: vLLM and
+  SGLang bench results, Azure, BurstGPT, Mooncake, ShareGPT, Spec-Bench, ...), their arrivals
+  and lengths.
 - ``{"name": "replay", "path": "w.csv" | "w.jsonl"}``: rows with arrival (s), prompt_len,
   output_len, and optionally ``key`` (the request's id in a measured trace; an acceptance model
   that knows requests by id, ``sim.acceptance_matches``, reads it).  CSV needs a header naming
@@ -31,6 +35,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from psdlab.analysis.checks import check_int, check_nonnegative, check_range
+from psdlab.analysis.formats.detect import read_workload
 
 from .lengths import LengthDist, make_length, sharegpt_like_lengths
 
@@ -165,8 +170,35 @@ def make_workload(spec: Mapping[str, Any], where: str = "workload") -> Workload:
         if "path" not in spec:
             raise ValueError(f"{where}.path: missing (a .csv or .jsonl file)")
         return Workload("replay", rows=read_requests(spec["path"]), spec=dict(spec))
+    if name == "file":
+        _fields(spec, where, ("path", "format", "rate_scale", "start", "end"))
+        if "path" not in spec:
+            raise ValueError(f"{where}.path: missing (a trace or benchmark file "
+                             f"psdlab.analysis.formats reads)")
+        return Workload("file", rows=requests_from_file(spec, where), spec=dict(spec))
     raise ValueError(f"{where}.name: unknown workload {name!r}; known: offline, poisson, gamma, "
-                     f"replay")
+                     f"replay, file")
+
+
+def requests_from_file(spec: Mapping[str, Any], where: str = "workload") -> RequestSet:
+    """The requests of a file in a format ``analysis.formats`` reads (detected by content, or
+    ``format``): arrivals in ``[start, end)`` seconds of the file (default: all), re-based to 0
+    and divided by ``rate_scale``; a length of 0 (a failed or empty request) counts as 1."""
+    fmt = spec.get("format")
+    wl = read_workload(str(spec["path"]), None if fmt in (None, "") else str(fmt))
+    start = check_nonnegative(f"{where}.start", spec.get("start", 0.0))
+    end = spec.get("end")
+    if end is not None or start > 0:
+        end_s = math.inf if end is None else check_range(f"{where}.end", end, start, math.inf)
+        wl = wl.window(start, end_s)
+    if "rate_scale" in spec:
+        wl = wl.scaled(check_range(f"{where}.rate_scale", spec["rate_scale"], 0.0, 1e6,
+                                   lo_open=True))
+    if not wl.records:
+        raise ValueError(f"{where}.path: {spec['path']}: no requests (in the window asked for)")
+    return RequestSet(np.array([r.arrival_s for r in wl.records], dtype=float),
+                      np.array([max(1, r.input_len) for r in wl.records], dtype=np.int64),
+                      np.array([max(1, r.output_len) for r in wl.records], dtype=np.int64))
 
 
 # ---------------------------------------------------------------------------- replay files

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -191,3 +192,67 @@ def test_generated_requests_satisfy_invariants(kind, rate, cv, prompt, output, n
         if s["name"] == "empirical":
             assert set(getattr(r, f).tolist()) <= set(s["values"])
     json.dumps(make_workload(spec).describe())
+
+
+# ---------------------------------------------------------------------------- file workloads
+
+FORMATS_DATA = Path(__file__).parent / "data" / "formats"
+
+
+def test_a_file_workload_takes_the_files_arrivals_and_lengths():
+    from psdlab.analysis.formats.detect import read_workload
+    from psdlab.sim.workloads import make_workload
+    path = FORMATS_DATA / "mooncake_trace.jsonl"
+    recs = read_workload(str(path)).records
+    rows = make_workload({"name": "file", "path": str(path)}).generate(None, None)
+    assert len(rows) == len(recs)
+    assert np.allclose(rows.arrival, [r.arrival_s for r in recs])
+    assert rows.prompt_len.tolist() == [max(1, r.input_len) for r in recs]
+    assert rows.output_len.tolist() == [max(1, r.output_len) for r in recs]
+    fast = make_workload({"name": "file", "path": str(path),
+                          "rate_scale": 4.0}).generate(None, None)
+    assert np.allclose(fast.arrival, rows.arrival / 4.0)
+    t = float(rows.arrival[len(rows) // 2])
+    late = make_workload({"name": "file", "path": str(path), "start": t}).generate(None, None)
+    assert late.arrival[0] == 0.0 and len(late) == int((rows.arrival >= t).sum())
+    with pytest.raises(ValueError, match="workload.end"):
+        make_workload({"name": "file", "path": str(path), "start": 5.0, "end": 1.0})
+    with pytest.raises(ValueError, match="unknown field"):
+        make_workload({"name": "file", "path": str(path), "rate": 1.0})
+
+
+def test_simulate_and_plan_take_a_trace_file_as_the_workload(tmp_path):
+    """`psdlab simulate --workload` serves every request of the file; `psdlab plan --workload`
+    keeps the file's lengths and only scales its arrivals; bad input is one line, exit 2."""
+    import json
+    import subprocess
+    import sys
+    azure = FORMATS_DATA / "azure_code_2023.csv"
+    cfg = Path(__file__).parents[1] / "sim" / "configs" / "psd_offline.toml"
+    run = [sys.executable, "-m", "psdlab"]
+    out = subprocess.run(run + ["simulate", str(cfg), "--workload", str(azure), "--json",
+                                "--trace", str(tmp_path / "t.jsonl")],
+                         capture_output=True, text=True, check=True)
+    from psdlab.analysis.formats.detect import read_workload
+    n = len(read_workload(str(azure)).records)
+    assert json.loads(out.stdout)["requests"] == n
+    bad = subprocess.run(run + ["simulate", str(cfg), "--workload", str(cfg)],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+    from psdlab.sim.capacity import _workloads, parse_plan
+    from psdlab.sim.sim_config import load_config
+    plan_cfg = load_config(str(Path(__file__).parents[1] / "sim" / "configs" /
+                               "plan_example.toml"))
+    plan_cfg = plan_cfg.replace(workload={"name": "file", "path": str(azure)})
+    import tomllib
+    raw = tomllib.loads((Path(__file__).parents[1] / "sim" / "configs" /
+                         "plan_example.toml").read_text())
+    spec = parse_plan(raw["plan"], plan_cfg)
+    offline, at_rate, n = _workloads(plan_cfg, spec)
+    from psdlab.sim.workloads import make_workload
+    rows = make_workload(at_rate(2.0)).generate(None, n)
+    assert (len(rows) - 1) / (rows.arrival[-1] - rows.arrival[0]) == pytest.approx(2.0)
+    base = make_workload({"name": "file", "path": str(azure)}).generate(None, n)
+    assert rows.prompt_len.tolist() == base.prompt_len.tolist()
+    assert make_workload(offline).generate(None, n).arrival[-1] < 1e-3

@@ -19,6 +19,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--jobs", type=int, help="worker processes (default: plan.jobs or 1)")
     p.add_argument("--csv", metavar="PATH", help="CSV of all rows (default: plan.csv)")
     p.add_argument("--requests", type=int, help="requests per trial (overrides plan.requests)")
+    p.add_argument("--workload", metavar="FILE",
+                   help="plan on the requests of FILE (a vLLM or SGLang bench result, an Azure, "
+                        "BurstGPT or Mooncake trace, ...: psdlab.analysis.formats): their "
+                        "lengths and arrival pattern, scaled in rate, instead of Poisson")
+    p.add_argument("--format", metavar="F", help="FILE's format (default: told by content)")
     p.add_argument("--all", action="store_true", help="print every row, not only the Pareto set")
     p.add_argument("--json", action="store_true", help="one JSON object with all rows")
     p.set_defaults(func=run)
@@ -34,6 +39,11 @@ def run(args: argparse.Namespace) -> int:
 
     raw = read_toml(args.config)
     cfg = config_from_dict(raw, os.path.dirname(os.path.abspath(args.config)))
+    if args.workload is not None:
+        cfg = cfg.replace(workload={"name": "file", "path": args.workload,
+                                    **({"format": args.format} if args.format else {})})
+    elif args.format is not None:
+        raise ValueError("--format: only with --workload")
     spec = parse_plan(raw.get("plan"), cfg)
     if args.requests is not None:
         spec = dataclasses.replace(spec, requests=check_int("--requests", args.requests, 10))

@@ -15,6 +15,12 @@ def add_override_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", choices=("paper", "rebalance"), help="server.policy (psd)")
     p.add_argument("--requests", type=int, help="number of requests")
     p.add_argument("--seed", type=int, help="random seed")
+    p.add_argument("--workload", metavar="FILE",
+                   help="replace the config's workload by the requests of FILE (a vLLM or SGLang "
+                        "bench result, an Azure, BurstGPT or Mooncake trace, ShareGPT, "
+                        "Spec-Bench, ...: psdlab.analysis.formats); all of them unless "
+                        "--requests caps it")
+    p.add_argument("--format", metavar="F", help="FILE's format (default: told by content)")
 
 
 def apply_overrides(cfg, args: argparse.Namespace):
@@ -25,6 +31,15 @@ def apply_overrides(cfg, args: argparse.Namespace):
     for name in ("requests", "seed"):
         if getattr(args, name, None) is not None:
             changes[name] = getattr(args, name)
+    if getattr(args, "workload", None) is not None:
+        from psdlab.sim.workloads import requests_from_file
+        spec = {"name": "file", "path": args.workload,
+                **({"format": args.format} if getattr(args, "format", None) else {})}
+        changes["workload"] = spec
+        if "requests" not in changes:
+            changes["requests"] = len(requests_from_file(spec, "--workload"))
+    elif getattr(args, "format", None) is not None:
+        raise ValueError("--format: only with --workload")
     if changes.get("server_mode") not in (None, "ar") and cfg.drafter is None:
         raise ValueError("drafter: missing (required for --mode " + changes["server_mode"] + ")")
     return cfg.replace(**changes) if changes else cfg
