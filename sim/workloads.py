@@ -26,6 +26,7 @@ first, then prompt lengths, then output lengths), so the same seed gives the sam
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import math
 import os
@@ -36,6 +37,7 @@ import numpy as np
 
 from psdlab.analysis.checks import check_int, check_nonnegative, check_range
 from psdlab.analysis.formats.detect import read_workload
+from psdlab.analysis.formats.records import Workload as FileWorkload
 
 from .lengths import LengthDist, make_length, sharegpt_like_lengths
 
@@ -180,12 +182,19 @@ def make_workload(spec: Mapping[str, Any], where: str = "workload") -> Workload:
                      f"replay, file")
 
 
+@functools.lru_cache(maxsize=8)
+def _read_file(path: str, fmt: str | None) -> FileWorkload:
+    """A trace file read once: ``psdlab plan`` builds a workload from it for every trial and
+    the command line counts its requests first (the records are immutable)."""
+    return read_workload(path, fmt)
+
+
 def requests_from_file(spec: Mapping[str, Any], where: str = "workload") -> RequestSet:
     """The requests of a file in a format ``analysis.formats`` reads (detected by content, or
     ``format``): arrivals in ``[start, end)`` seconds of the file (default: all), re-based to 0
     and divided by ``rate_scale``; a length of 0 (a failed or empty request) counts as 1."""
     fmt = spec.get("format")
-    wl = read_workload(str(spec["path"]), None if fmt in (None, "") else str(fmt))
+    wl = _read_file(str(spec["path"]), None if fmt in (None, "") else str(fmt))
     start = check_nonnegative(f"{where}.start", spec.get("start", 0.0))
     end = spec.get("end")
     if end is not None or start > 0:

@@ -11,7 +11,7 @@ from typing import Any
 
 from .build import make_workload
 from .fields import Field, to_int
-from .parsing import PathLike, first_line, iter_csv
+from .parsing import PathLike, csv_header_has, iter_csv
 from .records import Workload
 from .timestamps import TimeColumn
 
@@ -22,8 +22,7 @@ COLUMNS = ("Timestamp", "Request tokens", "Response tokens")
 
 def sniff(head: str) -> bool:
     """Whether ``head`` (the start of a file) is a BurstGPT trace: its header line."""
-    header = [h.strip() for h in first_line(head).split(",")]
-    return all(c in header for c in COLUMNS)
+    return csv_header_has(head, COLUMNS)
 
 
 def read(path: PathLike, *, model: str | None = None) -> Workload:

@@ -46,6 +46,12 @@ def first_line(head: str) -> str:
     return ""
 
 
+def csv_header_has(head: str, columns: tuple[str, ...]) -> bool:
+    """Whether the first line of ``head`` is a CSV header naming every one of ``columns``."""
+    header = {h.strip() for h in first_line(head).split(",")}
+    return all(c in header for c in columns)
+
+
 def json_keys_of_first_line(head: str) -> set[str]:
     """Top-level keys of the JSON object on the first line of ``head``; when that line does
     not hold a whole object (a detailed benchmark result longer than ``head``, or an indented

@@ -2,10 +2,9 @@
 
 ``transfer_sections`` gives markdown lines for ``validation.report.write_report``:
 
-- the targets over the held-out runs (held-out prompts and configurations) beside the same
-  targets over the calibration runs (in-sample), with each target's noise SE and the chance
-  that noise alone breaks its bound, and what that chance would need: the repeats of every
-  configuration at which it is at most 10% (``validation.demo.noise_budget``);
+- what the chance that noise alone breaks a bound would need: the repeats of every
+  configuration at which it is at most 10% (``validation.demo.noise_budget``; the held-out
+  beside calibration table itself, `side_by_side`, leads the report: ``demo_report``);
 - the acceptance-model candidates and their leave-one-prompt-out cross-validation scores over
   the calibration prompts (``validation.acceptance_cv``), the one chosen;
 - the held-out targets under the diagnostic acceptance models (the id-keyed replay of the
@@ -98,14 +97,8 @@ def transfer_sections(validation: Any, held: set[str], cal: set[str],
                       diagnostics: Sequence[tuple[str, Any]],
                       selection: Mapping[str, Any] | None,
                       budget: Sequence[Mapping[str, Any]] = ()) -> list[str]:
-    md = ["## Held-out prompts beside calibration prompts", "",
-          "Held out: the runs on prompts no calibration run served, at configurations no "
-          "calibration run used; calibration: the calibration runs themselves (in-sample). "
-          "Acceptance for both comes from the fitted model below, never from a request's "
-          "own match pattern.", "",
-          md_table(SIDE_HEADER, side_by_side(validation.summary(held),
-                                             validation.summary(cal))), ""]
-    md += budget_section(budget)
+    # the held-out beside calibration table itself leads the report (``demo_report``)
+    md = budget_section(budget)
     if selection:
         md += ["## The acceptance model: candidates", "",
                f"Chosen by {selection.get('method', 'cross-validation')} "
