@@ -1,7 +1,8 @@
 """Figure 2 (throughput vs k): simulated SD and PSD decode throughput for k = 1..5 in the paper's
 settings 1-3 (Qwen3-32B on 4x L40 TP 4, Qwen3-0.6B/1.7B/4B drafters on a fifth L40, m = 16,
-costs of the vllm-eager preset, which matches the paper's engine, ShareGPT-like prompts, 256
-output tokens, offline), with *assumed* per-drafter acceptance rates (paper_figs.simruns); and
+costs of the vllm-eager preset, which matches the paper's engine, and its engine step model
+``vllm-v0`` (host work around the passes, sim/costs/engine_steps.toml), ShareGPT-like prompts,
+256 output tokens, offline), with *assumed* per-drafter acceptance rates (paper_figs.simruns); and
 for the local real pair the simulator calibrated on the given traces (affine costs) with the
 measured throughput of each trace as points.
 
@@ -23,7 +24,7 @@ TITLE = "decode throughput vs k, SD vs PSD (paper settings 1-3 and the local pai
 COLUMNS = ("panel", "source", "target", "drafter", "alpha", "alpha_source", "mode",
            "comparison", "k", "m", "concurrent", "devices", "requests", "decode_throughput_tok_s",
            "throughput_tok_s", "decode_throughput_per_device", "acceptance_rate",
-           "mean_draft_time_s", "mean_verify_time_s", "cost_model")
+           "mean_draft_time_s", "mean_verify_time_s", "cost_model", "engine_step")
 M = 16
 #: (label, sim mode, m used by the server, comparison, devices)
 VARIANTS = (("PSD", "psd", M, "iso-batch", 5), ("SD", "sd", M, "iso-batch", 4),
@@ -48,7 +49,8 @@ def _row(panel: str, source: str, target: str, drafter: str, alpha: Any, alpha_s
             "acceptance_rate": met.get("acceptance_rate"),
             "mean_draft_time_s": met.get("mean_draft_time_s"),
             "mean_verify_time_s": met.get("mean_verify_time_s"),
-            "cost_model": simruns.ENGINE if source == "sim" else source}
+            "cost_model": simruns.ENGINE if source == "sim" else source,
+            "engine_step": simruns.ENGINE_STEP if source == "sim" else ""}
 
 
 def setting_rows(opts: FigOptions, tick: Tick) -> list[dict[str, Any]]:
@@ -57,7 +59,8 @@ def setting_rows(opts: FigOptions, tick: Tick) -> list[dict[str, Any]]:
         for _label, mode, m, comparison, devices in VARIANTS:
             n = simruns.requests_for(opts.quick, m)
             for k in simruns.KS:
-                met = simruns.run_metrics(simruns.paper_config(st, mode, k, m, n, opts.seed))
+                met = simruns.run_metrics(simruns.paper_config(st, mode, k, m, n, opts.seed,
+                                                               simruns.ENGINE_STEP))
                 rows.append(_row(f"setting {st.number}", "sim", simruns.TARGET, st.drafter,
                                  st.alpha, "assumed", mode, comparison, k, m, devices, n, met))
                 tick(1)
@@ -157,14 +160,15 @@ def make(opts: FigOptions, tick: Tick) -> FigureOutput:
     for ax, st in zip(axes, simruns.SETTINGS):
         _plot_panel(ax, [r for r in rows if r["panel"] == f"setting {st.number}"],
                     f"{st.label} (assumed alpha = {st.alpha}), m = {M}\n4x L40 TP4 + 1 L40, "
-                    f"{simruns.COST_LABEL}, ShareGPT-like prompts, 256 out")
+                    f"{simruns.COST_LABEL} + {simruns.ENGINE_STEP} step, ShareGPT-like, 256 out")
     if local:
         _plot_local(axes[3], local)
     else:
         note_panel(axes[3], "Local pair (measured)", NO_TRACES if not opts.traces else
                    "no usable SD/PSD traces\n(see the notes printed by psdlab figs)")
     fig.suptitle("Throughput vs k: PSD vs SD at the same m verified per step (iso-batch) and "
-                 "SD at 2m (iso-concurrency); simulated", fontsize=11)
+                 f"SD at 2m (iso-concurrency); simulated, engine step model "
+                 f"{simruns.ENGINE_STEP}", fontsize=11)
     out.csvs.append(write_csv(os.path.join(opts.outdir, "fig2_throughput_k.csv"), COLUMNS,
                               rows + local))
     out.pngs.append(save_png(fig, opts.outdir, "fig2_throughput_k"))

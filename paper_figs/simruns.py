@@ -48,6 +48,9 @@ KS = (1, 2, 3, 4, 5)
 #: the engine preset of the paper's runs (eager vLLM) and how titles and CSVs name it
 ENGINE = "vllm-eager"
 COST_LABEL = "vllm-eager costs"
+#: the engine step model (sim/costs/engine_steps.toml) of figures that predict whole systems
+#: (throughput vs k): vLLM V0's host work around the passes; phase-time figures use none
+ENGINE_STEP = "vllm-v0"
 
 
 def cost_spec(model: str, tp: int, engine: str = ENGINE) -> dict[str, Any]:
@@ -61,17 +64,18 @@ def requests_for(quick: bool, m: int) -> int:
 
 
 def paper_config(setting: Setting, mode: str, k: int, m: int, requests: int,
-                 seed: int = 0) -> Any:
+                 seed: int = 0, engine_step: Any = "none") -> Any:
     """The paper's setup in the simulator: Qwen3-32B on 4x L40 (TP 4), drafter on a fifth L40
     (TP 1; for mode "sd" it shares a target GPU), costs of the eager-vLLM preset (ENGINE),
-    ShareGPT-like prompts, 256 output tokens, all requests at t = 0."""
+    ShareGPT-like prompts, 256 output tokens, all requests at t = 0; ``engine_step``: the
+    server's engine step model (``sim.costs.engine_step``; "none": GPU phases only)."""
     from psdlab.sim.sim_config import config_from_dict
     from psdlab.sim.lengths import sharegpt_like_lengths
 
     prompt, _ = sharegpt_like_lengths()
     return config_from_dict({
         "seed": seed, "requests": requests,
-        "server": {"mode": mode, "k": k, "m": m},
+        "server": {"mode": mode, "k": k, "m": m, "engine_step": engine_step},
         "target": {"name": TARGET, "cost": cost_spec(TARGET, 4)},
         "drafter": {"name": setting.drafter, "cost": cost_spec(setting.drafter, 1)},
         "acceptance": {"name": "geometric", "alpha": setting.alpha},

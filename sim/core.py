@@ -42,6 +42,8 @@ class JitterStreams:
 
     def _draw(self, key: str, n: int) -> np.ndarray:
         rng = self.rngs[key]
+        if hasattr(self.jitter, "for_key"):        # one Jitter per phase kind (engine step)
+            return np.asarray(self.jitter.for_key(key).factors(rng, n), dtype=float)
         if hasattr(self.jitter, "factors"):
             return np.asarray(self.jitter.factors(rng, n), dtype=float)
         return np.asarray(self.jitter.apply(rng, np.ones(n)), dtype=float)
@@ -60,8 +62,11 @@ class Core:
     def __init__(self, *, mode: str, k: np.ndarray, m: int, policy: str, kv_blocks: int,
                  block_size: int, target, drafter, target_dev: str, drafter_dev: str,
                  arrival: np.ndarray, prompt: np.ndarray, output: np.ndarray,
-                 traj: Trajectories, jitter: JitterStreams, cap_proposals: bool = False):
+                 traj: Trajectories, jitter: JitterStreams, cap_proposals: bool = False,
+                 step_host=None):
         self.mode, self.m = mode, m
+        #: the engine step's host terms (sim.costs.engine_step.StepHost), None: none
+        self.step_host = step_host
         #: proposals capped at the output budget (``server.cap_proposals``): one step per plan
         self.cap_proposals = bool(cap_proposals)
         #: draft length per request (0 for AR); k = the largest (passes the drafter may run)

