@@ -397,10 +397,18 @@ def parse_record(obj: Any, where: str, *, after_run: bool) -> RunInfo | StepReco
     raise f.fail("type", f"must be 'run', 'step' or 'request', got {kind!r}")
 
 
+class TruncatedTraceWarning(UserWarning):
+    """The last line of a trace was cut short (a run that crashed mid-write) and was skipped."""
+
+
 def iter_records(lines: Iterable[str | bytes], name: str = "<trace>") -> Iterator[Any]:
     """Parse and validate records one by one; raises TraceFormatError('name:LINE: ...').
-    Lines may be str or UTF-8 bytes."""
+    Lines may be str or UTF-8 bytes.  A last line that is not valid JSON (a writer that
+    stopped mid-line) ends the trace with one TruncatedTraceWarning instead; an invalid line
+    with records after it is an error."""
     seen_run = False
+    cut: str | None = None          # the error of an invalid line, raised if any line follows
+    kept = 0
     for lineno, line in enumerate(lines, start=1):
         where = f"{name}:{lineno}"
         if isinstance(line, bytes):
@@ -411,15 +419,25 @@ def iter_records(lines: Iterable[str | bytes], name: str = "<trace>") -> Iterato
                                        f"{exc.start}); the file may be corrupt") from None
         if not line.strip():
             continue
+        if cut is not None:
+            raise TraceFormatError(cut)
         try:
             obj = json.loads(line)
         except (json.JSONDecodeError, RecursionError) as exc:
             why = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
-            raise TraceFormatError(f"{where}: not valid JSON ({why}); the file may be "
-                                   f"truncated or corrupt") from None
+            cut = f"{where}: not valid JSON ({why}); the file may be truncated or corrupt"
+            continue
         record = parse_record(obj, where, after_run=seen_run)
         seen_run = True
+        kept += 1
         yield record
+    if cut is not None:
+        if not seen_run:
+            raise TraceFormatError(cut)
+        import warnings
+        warnings.warn(f"{cut.split(': not valid JSON')[0]}: last line is cut short (a run that "
+                      f"stopped mid-write?); read the {kept} record(s) before it",
+                      TruncatedTraceWarning, stacklevel=2)
     if not seen_run:
         raise TraceFormatError(f"{name}: empty trace (no 'run' record)")
 

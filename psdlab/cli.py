@@ -27,12 +27,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line_warnings(command: str) -> None:
+    """Print warnings as ``psdlab CMD: warning: message`` (one line, no source line)."""
+    import warnings
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        text = " ".join(str(message).split("\n"))
+        print(f"psdlab {command}: warning: {text}", file=file or sys.stderr)
+    warnings.showwarning = show
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    _one_line_warnings(args.command)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

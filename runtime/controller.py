@@ -8,6 +8,9 @@ Modes (``EngineConfig.mode``):
 - ``psd``: two batches; each step the target verifies batch X with the drafts made in the
   previous step while the drafter drafts batch Y; then they swap (a sync point).  The first
   draft is not overlapped; when one batch is empty the engine falls back to SD steps.
+- ``adaptive``: before every step ``runtime.adaptive_driver`` chooses AR, SD(k) on separate
+  devices or PSD(k), from the live state and the step times measured in the run
+  (``analysis.adaptive_policy``); ``batch`` is then the most sequences running at once.
 
 Requests arrive offline or at given times and are admitted while fewer than ``max_num_seqs``
 run (PSD: also room in a batch); admission prefills them on the target (and on the drafter,
@@ -55,12 +58,16 @@ class EngineConfig:
     drafter_dtype: str | None = None    # default: what the drafter directory asks for, else dtype
     controlled_alpha: float | None = None
     compile: str = "off"                # torch.compile of the passes (runtime.runner)
+    adaptive_policy: Any = None         # mode adaptive: an analysis.adaptive_policy.PolicyConfig
+                                        # (default: k_choices 1..k)
+    adaptive_prior: Any = None          # mode adaptive: StepCosts to start from (default: none;
+                                        # one AR and one SD step measure them first)
     idle_spin_s: float = 1.0            # process backend: a worker waiting for its next command
                                         # busy-polls this long before it blocks (not when the
                                         # two workers share a core)
 
     def __post_init__(self) -> None:
-        check_choice("mode", self.mode, MODES)
+        check_choice("mode", self.mode, MODES + ("adaptive",))
         check_int("k", self.k, minimum=1, maximum=64)
         check_int("batch", self.batch, minimum=1)
         if self.max_num_seqs is not None:

@@ -52,9 +52,14 @@ def load_tokenizer(path: str | None) -> Any:
 
 
 def load_requests(path: str | None, tokenizer: Any, arrivals: str = "offline",
-                  limit: int | None = None, seed: int = 0) -> list[Request]:
-    """Requests from a prompts file: lines with ``prompt_ids`` (token ids, no tokenizer needed)
-    or `runtime.prompts` lines with text (wrapped in the chat template and tokenized)."""
+                  limit: int | None = None, seed: int = 0,
+                  format: str | None = None) -> list[Request]:
+    """Requests from a prompts file: lines with ``prompt_ids`` (token ids, no tokenizer needed),
+    `runtime.prompts` lines with text, or any format with prompt text that
+    ``analysis.formats`` reads (ShareGPT, Spec-Bench, vLLM custom JSONL; ``format`` names it,
+    else it is told by content); texts are wrapped in the chat template and tokenized."""
+    if path is not None and (format is not None or _foreign_prompts(Path(path))):
+        return _foreign_requests(path, format, tokenizer, arrivals, limit, seed)
     if path is not None and _has_prompt_ids(Path(path)):
         rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
         items: list[tuple[str, list[int], str | None]] = [
@@ -74,6 +79,42 @@ def load_requests(path: str | None, tokenizer: Any, arrivals: str = "offline",
         items = items[:limit]
     times = arrival_times(arrivals, len(items), seed)
     return [Request(i, tuple(ids), t, text) for (i, ids, text), t in zip(items, times)]
+
+
+def _foreign_prompts(path: Path) -> bool:
+    """Whether ``path`` is not psdlab's own prompt file (``prompt_ids`` or ``{"id", "style",
+    "text"}`` JSONL lines): a file another tool wrote."""
+    if not path.is_file():
+        raise FileNotFoundError(f"prompts file not found: {path}")
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                try:
+                    first = json.loads(line)
+                except json.JSONDecodeError:
+                    return True          # a JSON array (ShareGPT), a CSV, ...
+                return not (isinstance(first, dict)
+                            and ("prompt_ids" in first or {"id", "text"} <= set(first)))
+    raise ValueError(f"prompts: {path} is empty")
+
+
+def _foreign_requests(path: str, format: str | None, tokenizer: Any, arrivals: str,
+                      limit: int | None, seed: int) -> list[Request]:
+    from psdlab.analysis.formats.prompt_text import read_prompt_texts
+    from psdlab.runtime.prompts import Prompt
+    if tokenizer is None:
+        raise ValueError("prompts: text prompts need a tokenizer (the target directory has "
+                         "none); give prompt_ids lines instead")
+    texts = read_prompt_texts(path, format)
+    if limit is not None:
+        texts = texts[:limit]
+    items = []
+    for t in texts:
+        chat = Prompt(id=t.id, style="file", text=t.text).chat_text(tokenizer)
+        items.append((t.id, list(tokenizer(chat, add_special_tokens=False)["input_ids"]),
+                      t.text))
+    times = arrival_times(arrivals, len(items), seed)
+    return [Request(i, tuple(ids), tt, text) for (i, ids, text), tt in zip(items, times)]
 
 
 def _has_prompt_ids(path: Path) -> bool:

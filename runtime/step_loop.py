@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import deque
+from dataclasses import replace
 from typing import Any, Callable, Hashable, Sequence, cast
 
 import numpy as np
@@ -45,7 +46,12 @@ class _Loop:
         self.waiting = deque(sorted(requests, key=lambda r: r.arrival))
         self.active: dict[Hashable, Seq] = {}
         self.free = list(range(self.cfg.slots))
-        self.psd = self.cfg.mode == "psd"
+        self.psd = self.cfg.mode in ("psd", "adaptive")
+        self.k = self.cfg.k                             # draft length of the next drafting
+        self.adaptive = None                            # --mode adaptive: chooses each step
+        if self.cfg.mode == "adaptive":
+            from psdlab.runtime.adaptive_driver import AdaptiveDriver
+            self.adaptive = AdaptiveDriver(self.cfg, self)
         self.bm = BatchManager(self.cfg.batch) if self.psd else None
         self.pending: int | None = None
         self.admit_rank: dict[Hashable, int] = {}       # admission order (PSD rebalancing)
@@ -86,6 +92,10 @@ class _Loop:
             self._say(f"psdlab: {error}")
         finally:
             self.tracer.close()
+        if self.adaptive is not None:                   # the policy's counts, in memory
+            run = self.tracer.trace.run
+            self.tracer.trace.run = replace(run, extra={**run.extra,
+                                                        "adaptive": self.adaptive.summary()})
         return EngineResult(outputs=self._outputs(), trace=self.tracer.trace,
                             interrupted=interrupted, drafter_failure=self.failure,
                             wall_s=now() - self.t0, notes=self.notes, error=error)
@@ -147,7 +157,10 @@ class _Loop:
         as a step of its own so decode steps stay free of prefill work."""
         t = now()
         slots, rows = [s.slot for s in new], [list(s.tokens) for s in new]
-        if self.drafter is not None:
+        # adaptive: only while it speculates (the drafter catches up when speculation starts)
+        feed = self.drafter is not None and (self.adaptive is None or self.adaptive.feeds())
+        if feed:
+            assert self.drafter is not None
             self.drafter.submit("feed", slots, [0] * len(new), rows)
         self.target.submit("verify", slots, [0] * len(new), rows, [[] for _ in new], None)
         res = self.target.wait()
@@ -159,14 +172,19 @@ class _Loop:
             s.state["drafter"] = (len(s.tokens), [])
             s.first_token = res.end
             s.append(emitted)
-        if self.drafter is not None:
+        if feed:
+            assert self.drafter is not None
+            label = self.drafter.label
             d = self._dwait()
             if d is not None:
-                self.tracer.phase("prefill", self.drafter.label, d.start, d.end, len(new),
+                self.tracer.phase("prefill", label, d.start, d.end, len(new),
                                   sum(lengths), chunks=PREFILL_RULES["drafter"].passes(lengths))
             else:
                 for s in new:
                     s.state["drafter"] = (0, [])
+        elif self.drafter is not None:                  # not fed: nothing valid in its cache
+            for s in new:
+                s.state["drafter"] = (0, [])
         self.tracer.step(t, now())
         self._finish_done(new)
 
@@ -185,14 +203,14 @@ class _Loop:
             return None
 
     def _draft_submit(self, seqs: Sequence[Seq]) -> list[Seq]:
-        ds = [s for s in seqs if not s.done and s.num_draft(self.cfg.k) >= 1]
+        ds = [s for s in seqs if not s.done and s.num_draft(self.k) >= 1]
         if not ds or self.drafter is None:
             return []
         keep = [s.valid_len("drafter") for s in ds]
         self._dcontext = sum(keep)      # one draft is in flight at a time
         self.drafter.submit("draft", [s.slot for s in ds], keep,
                             [s.tokens[kp:] for s, kp in zip(ds, keep)],
-                            [s.num_draft(self.cfg.k) for s in ds])
+                            [s.num_draft(self.k) for s in ds])
         return ds
 
     def _draft_collect(self, ds: list[Seq], res: Any) -> None:
@@ -235,8 +253,13 @@ class _Loop:
         return out
 
     # ------------------------------------------------------------------ steps
+    def now_rel(self) -> float:
+        return now() - self.t0
+
     def _step(self) -> None:
-        if self.drafter is None:
+        if self.adaptive is not None:
+            self.adaptive.step(self)
+        elif self.drafter is None:
             self._serial_step(list(self.active.values()), draft=False)
         elif not self.psd:
             self._serial_step(list(self.active.values()), draft=True)

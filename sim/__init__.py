@@ -2,7 +2,9 @@
 
 Entry points: ``sim.sim_config.load_config(path) -> SimConfig`` and
 ``sim.simulation.simulate(config, path="fast"|"simpy") -> SimResult`` (trace + metrics from
-``analysis.metrics``); ``sim.capacity`` (capacity planning), ``sim.speed_bench`` (speed benchmark),
+``analysis.metrics``); ``sim.capacity`` (capacity planning; its sweep runs on
+``sim.sweep_backends``, local processes or Ray; its report ``sim.plan_report``, figure
+``sim.plan_figure`` and vLLM k table ``sim.vllm_k_table``), ``sim.speed_bench`` (speed benchmark),
 ``sim.closed_form`` (exact finite-run makespans for constant step times).
 
 Layout: ``config`` (TOML -> frozen dataclasses), ``trajectories`` (per-request accepted counts,

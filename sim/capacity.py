@@ -137,7 +137,7 @@ def cost_label(cost: Any) -> str:
 
 def devices_per_replica(cfg: SimConfig, mode: str, drafter: ModelConfig | None) -> int:
     n = _tp(cfg.target.cost)
-    if mode in ("sd-sep", "psd") and drafter is not None:
+    if mode in ("sd-sep", "psd", "adaptive") and drafter is not None:
         n += _tp(drafter.cost)
     return n
 
@@ -229,10 +229,6 @@ def evaluate(cfg: SimConfig, spec: PlanSpec, combo) -> dict[str, Any]:
     return row
 
 
-def _evaluate_star(args):
-    return evaluate(*args)
-
-
 def expand_replicas(rows: list[dict[str, Any]], spec: PlanSpec) -> list[dict[str, Any]]:
     out = []
     for row in rows:
@@ -253,29 +249,33 @@ def mark_pareto(rows: list[dict[str, Any]]) -> None:
             for b in rows)
 
 
-def run_plan(cfg: SimConfig, spec: PlanSpec, jobs: int = 1,
-             progress: bool = False) -> list[dict[str, Any]]:
-    """All rows (one per combination x replicas), Pareto flags set, in sweep order."""
-    tasks = [(cfg, spec, c) for c in combos(spec)]
+def combo_label(combo) -> str:
+    """How errors and the test hook name a configuration: "psd k=4 m=16 drafter=qwen3-1.7b"."""
+    mode, k, m, pair = combo
+    if pair is None:
+        return f"{mode} m={m}"
+    return f"{mode} k={k} m={m} drafter={pair[0].name}"
+
+
+def run_plan(cfg: SimConfig, spec: PlanSpec, jobs: int = 1, progress: bool = False,
+             backend: str = "local", address: str | None = None) -> list[dict[str, Any]]:
+    """All rows (one per combination x replicas), Pareto flags set, in sweep order.  Each
+    configuration is one task of ``backend`` (``sim.sweep_backends``: "local" processes or
+    "ray"); every trial uses the config's seed, so the rows do not depend on the backend."""
+    from psdlab.sim.sweep_backends import run_tasks
+
+    todo = combos(spec)
     bar = None
     if progress:
         from tqdm import tqdm
-        bar = tqdm(total=len(tasks), unit="config", desc="plan", leave=False)
-    rows = []
-    if jobs > 1 and len(tasks) > 1:
-        import multiprocessing as mp
-        with mp.get_context("spawn").Pool(min(jobs, len(tasks))) as pool:
-            for row in pool.imap(_evaluate_star, tasks):
-                rows.append(row)
-                if bar:
-                    bar.update()
-    else:
-        for t in tasks:
-            rows.append(evaluate(*t))
-            if bar:
-                bar.update()
-    if bar:
-        bar.close()
+        bar = tqdm(total=len(todo), unit="config", desc="plan", leave=False)
+    try:
+        rows = run_tasks(backend, evaluate, [(cfg, spec, c) for c in todo],
+                         [combo_label(c) for c in todo], jobs=jobs, address=address,
+                         on_done=bar.update if bar else None)
+    finally:
+        if bar:
+            bar.close()
     rows = expand_replicas(rows, spec)
     mark_pareto(rows)
     return rows

@@ -12,13 +12,17 @@ Layout of a config file (see ``sim/configs/*.toml``)::
     [server]      mode, k, k_choices, m, policy, kv_blocks, block_size, max_interval_steps,
                   cap_proposals (as psdlab's runtime: a sequence proposes min(k, tokens it
                   still needs - 1) and the verification computes every row at the longest
-                  row's width; plans advance one step at a time)
+                  row's width; plans advance one step at a time), engine_step (host work
+                  around the passes: "none" (default), a preset of sim/costs/engine_steps.toml,
+                  "preset" (the target GPU cost preset's) or an inline table; sim.costs.engine_step)
     [target]      name, device, cost = {name = "roofline", ...}
     [drafter]     name, device, cost = {...}          (not needed for mode = "ar")
     [acceptance]  name = "geometric", alpha = 0.8, ...
     [workload]    name = "poisson", rate = 5.0, ...
     [jitter]      optional, passed to sim.costs.make_jitter
     [trace]       path, level = "step" | "request" | "none"
+    [adaptive]    mode = "adaptive" only: modes, k_choices, margin, hold, ... (the policy's
+                  settings, analysis.adaptive_policy; the server: sim.adaptive)
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ from typing import Any, Literal, Mapping, cast, overload
 
 from psdlab.analysis.checks import check_choice, check_int
 
-MODES = ("ar", "sd", "sd-sep", "psd")
+MODES = ("ar", "sd", "sd-sep", "psd", "adaptive")
 POLICIES = ("paper", "rebalance")
 TRACE_LEVELS = ("step", "request", "none")
 
@@ -46,6 +50,9 @@ class ServerConfig:
     block_size: int = 16           # tokens per KV block
     max_interval_steps: int = 512  # fast path: most steps advanced at once
     cap_proposals: bool = False    # propose min(k, remaining - 1), pad the verification
+    #: host work around the passes (sim.costs.engine_step): "none" | a preset name |
+    #: "preset" (the target GPU cost preset's) | an inline table
+    engine_step: str | Mapping[str, Any] = "none"
 
     def __post_init__(self) -> None:
         check_choice("server.mode", self.mode, MODES)
@@ -65,6 +72,8 @@ class ServerConfig:
         if not isinstance(self.cap_proposals, bool):
             raise ValueError(f"server.cap_proposals: expected true or false, got "
                              f"{self.cap_proposals!r}")
+        from psdlab.sim.costs.engine_step import check_spec
+        check_spec(self.engine_step)
 
 
 @dataclass(frozen=True)
@@ -94,9 +103,17 @@ class SimConfig:
     seed: int = 0
     jitter: Mapping[str, Any] | None = None
     trace: TraceConfig = field(default_factory=TraceConfig)
+    #: mode = "adaptive": the policy's settings (analysis.adaptive_policy.policy_config)
+    adaptive: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         check_int("requests", self.requests, 1, 100_000_000)
+        if self.adaptive is not None:
+            from psdlab.analysis.adaptive_policy import policy_config
+            policy_config(self.adaptive)
+            if self.server.mode != "adaptive":
+                raise ValueError(f"adaptive: only with server.mode = 'adaptive', got "
+                                 f"{self.server.mode!r}")
         check_int("seed", self.seed, 0)
         if self.server.mode != "ar" and self.drafter is None:
             raise ValueError(f"drafter: missing (required for server.mode = "
@@ -118,7 +135,7 @@ class SimConfig:
 # ---------------------------------------------------------------------------- loading
 
 _TOP_KEYS = ("seed", "requests", "server", "target", "drafter", "acceptance", "workload",
-             "jitter", "trace", "plan")
+             "jitter", "trace", "plan", "adaptive")
 _MODEL_KEYS = ("name", "device", "cost")
 
 
@@ -201,7 +218,8 @@ def config_from_dict(raw: Mapping[str, Any], base_dir: str = ".") -> SimConfig:
     return SimConfig(server=server, target=target, drafter=drafter, acceptance=acceptance,
                      workload=workload, requests=raw.get("requests", 100),
                      seed=raw.get("seed", 0), jitter=_table(raw, "jitter", required=False),
-                     trace=TraceConfig(**trace_raw))
+                     trace=TraceConfig(**trace_raw),
+                     adaptive=_table(raw, "adaptive", required=False))
 
 
 def read_toml(path: str | os.PathLike) -> dict[str, Any]:

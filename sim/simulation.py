@@ -79,6 +79,7 @@ def build(config: SimConfig) -> Built:
     from psdlab.sim.acceptance import KeyedAcceptanceModel
     from psdlab.sim.acceptance_registry import make_acceptance
     from psdlab.sim.costs import make_cost_model, make_jitter
+    from psdlab.sim.costs.engine_step import StepHost, get_engine_step, preset_default
     from psdlab.sim.workloads import make_workload
 
     srv = config.server
@@ -112,7 +113,12 @@ def build(config: SimConfig) -> Built:
         params = acceptance.request_params(np.random.default_rng(s_par), n)
     traj = sample_trajectories(np.random.default_rng(s_acc), acceptance,
                                np.asarray(params, dtype=float), karr, prompt, output)
-    jitter = make_jitter(dict(config.jitter) if config.jitter else None)
+    step = get_engine_step(srv.engine_step, "server.engine_step",
+                           preset_default(config.target.cost))
+    # the engine step's per-phase CVs unless the config has its own [jitter]
+    jitter: Any = make_jitter(dict(config.jitter) if config.jitter else None)
+    if step is not None and not config.jitter:
+        jitter = step.jitter()
     # co-located SD shares the target's device; the other modes need the drafter's own device
     drafter_dev = config.drafter.device if config.drafter else "sim:drafter"
     if srv.mode == "sd":
@@ -123,7 +129,9 @@ def build(config: SimConfig) -> Built:
                 block_size=srv.block_size, target=target, drafter=drafter,
                 target_dev=config.target.device, drafter_dev=drafter_dev, arrival=arrival,
                 prompt=prompt, output=output, traj=traj, jitter=JitterStreams(jitter, s_jit),
-                cap_proposals=srv.cap_proposals and srv.mode != "ar")
+                cap_proposals=srv.cap_proposals and srv.mode != "ar",
+                step_host=None if step is None else StepHost(
+                    step, srv.mode, drafter_dev != config.target.device, drafter, target))
     devices = {"target": config.target.device}
     models = {"target": config.target.name}
     if drafter is not None:
@@ -136,6 +144,7 @@ def build(config: SimConfig) -> Built:
              "costs": {"target": target.describe(),
                        "drafter": drafter.describe() if drafter else None},
              "jitter": dict(config.jitter) if config.jitter else None,
+             **({"engine_step": step.describe()} if step is not None else {}),
              "trace_level": config.trace.level}
     run = RunInfo(mode=srv.mode, k=k, m=srv.m, source="sim", devices=devices, models=models,
                   workload=dict(config.workload), seed=config.seed, versions=_versions(),
@@ -153,6 +162,12 @@ def simulate(config: SimConfig, *, path: str = "fast", trace_path: str | None = 
 
     check_choice("path", path, PATHS)
     t0, c0 = time.perf_counter(), time.process_time()
+    if config.server.mode == "adaptive":              # the policy's server: sim.adaptive
+        from psdlab.sim.adaptive_run import run_adaptive
+        tr, counters, out = run_adaptive(config, path=path, trace_path=trace_path,
+                                         observer=observer, versions=_versions())
+        return SimResult(trace=tr, counters=counters, wall_s=time.perf_counter() - t0,
+                         path=path, trace_path=out, cpu_s=time.process_time() - c0)
     built = build(config)
     core = built.core
     level = config.trace.level

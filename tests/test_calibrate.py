@@ -413,11 +413,25 @@ def test_cli_calibrates_and_writes_a_loadable_model(tmp_path, capsys):
     assert {"contention_target", "overhead_serial", "jitter_cv"} <= set(replay)
 
 
-def test_cli_truncated_trace_names_the_line(tmp_path, capsys):
+def test_cli_truncated_trace_reads_up_to_the_cut_line_with_one_warning(tmp_path, capsys):
     path = _write(tmp_path, "t.jsonl", make_trace(2, seed=52, n_steps=20))
     lines = open(path).read().splitlines()
-    with open(path, "w") as fh:          # cut the 6th line in half, as a crash would
-        fh.write("\n".join(lines[:5]) + "\n" + lines[5][: len(lines[5]) // 2])
+    n = len(lines)
+    with open(path, "w") as fh:          # cut the last line in half, as a crash would
+        fh.write("\n".join(lines[:-1]) + "\n" + lines[-1][: len(lines[-1]) // 2])
+    assert main(["calibrate", path, "-o", str(tmp_path / "m.json")]) == 0
+    err = capsys.readouterr().err
+    warns = [line for line in err.splitlines() if "warning:" in line and "cut short" in line]
+    assert len(warns) == 1 and f"{path}:{n}:" in warns[0] and "Traceback" not in err
+    assert (tmp_path / "m.json").exists()
+
+
+def test_cli_invalid_line_before_the_last_is_still_an_error(tmp_path, capsys):
+    path = _write(tmp_path, "t.jsonl", make_trace(2, seed=52, n_steps=20))
+    lines = open(path).read().splitlines()
+    with open(path, "w") as fh:          # a line cut in half with records after it
+        fh.write("\n".join(lines[:5]) + "\n" + lines[5][: len(lines[5]) // 2] + "\n"
+                 + "\n".join(lines[6:]) + "\n")
     _one_line_error(capsys, ["calibrate", path, "-o", str(tmp_path / "m.json")],
                     f"{path}:6:", "truncated")
     assert not (tmp_path / "m.json").exists()

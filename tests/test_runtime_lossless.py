@@ -1,6 +1,7 @@
 """Must-show: speculative decoding in the runtime is lossless.
 
-Greedy: SD, SD-separate and PSD outputs equal target-only (AR) outputs token for token, and
+Greedy: SD, SD-separate, PSD and adaptive (AR / SD / PSD chosen per step) outputs equal
+target-only (AR) outputs token for token, and
 equal transformers' own greedy ``generate``, on tiny random models: several batch sizes, k
 values and prompt lengths, requests arriving mid-run, with a drafter that is a different random
 model (almost everything rejected), a noisy copy of the target (partly accepted) and the target
@@ -39,12 +40,12 @@ def reference(models):
 
 
 def _run(models, mode, drafter, k, batch, idx=None, arrivals=None, backend="inline",
-         max_num_seqs=None):
+         max_num_seqs=None, **more):
     idx = list(range(len(PROMPTS))) if idx is None else idx
     reqs = [Request(f"r{i}", tuple(PROMPTS[i]), arrivals[n] if arrivals else 0.0)
             for n, i in enumerate(idx)]
     cfg = EngineConfig(mode=mode, k=k, batch=batch, max_new_tokens=MAX_NEW, backend=backend,
-                       max_len=128, ignore_eos=True, max_num_seqs=max_num_seqs)
+                       max_len=128, ignore_eos=True, max_num_seqs=max_num_seqs, **more)
     draft = ModelSpec(str(models[drafter])) if mode != "ar" else None
     with Engine(cfg, ModelSpec(str(models["target"])), draft) as eng:
         return eng.run(reqs)
@@ -86,6 +87,60 @@ def test_speculative_modes_equal_target_greedy(models, reference, mode, drafter,
        idx=st.lists(st.integers(0, len(PROMPTS) - 1), min_size=1, max_size=6, unique=True))
 def test_any_schedule_is_lossless(models, reference, mode, drafter, k, batch, idx):
     result = _run(models, mode, drafter, k, batch, idx=idx)
+    assert [o.token_ids for o in result.outputs] == [reference[i] for i in idx]
+
+
+def _kinds(result):
+    """Per decode step: 'ar' (verified, nothing drafted), 'sd' (drafted then verified, one
+    batch) or 'psd' (one batch verified, the other drafted)."""
+    out = []
+    for s in result.trace.steps:
+        if not s.verified:
+            continue
+        drafted = any(p.kind == "draft" for p in s.phases)
+        if not drafted and all(v.proposed == 0 for v in s.verified):
+            out.append("ar")
+        elif s.draft_batch is not None and s.verify_batch is not None \
+                and s.draft_batch != s.verify_batch:
+            out.append("psd")
+        else:
+            out.append("sd")
+    return out
+
+
+def test_adaptive_runs_ar_sd_and_psd_steps_and_stays_lossless(models, reference):
+    """With no prior costs the driver first times one AR and one SD step, then runs what the
+    policy allows (here PSD only): all three kinds of step, switched between mid-run, and the
+    output is the target's."""
+    from psdlab.analysis.adaptive_policy import PolicyConfig
+    pcfg = PolicyConfig(modes=("psd",), k_choices=(3,), hold=1, margin=0.0)
+    arrivals = [0.0] * 4 + [0.01 * (i + 1) for i in range(len(PROMPTS) - 4)]
+    result = _run(models, "adaptive", "same", 3, 4, arrivals=arrivals, adaptive_policy=pcfg)
+    assert [o.token_ids for o in result.outputs] == reference
+    kinds = _kinds(result)
+    assert {"ar", "sd", "psd"} <= set(kinds)
+    summary = result.trace.run.extra["adaptive"]
+    # AR, then SD probes; an SD step that caught the drafter up is not a drafting time, so a
+    # second SD probe may follow
+    assert summary["switches"] >= 2 and 2 <= summary["probe_steps"] <= 3
+    assert summary["catch_up_tokens"] > 0       # admitted before speculation: caught up
+    decode_steps = sum(1 for s in result.trace.steps
+                       if s.verified or any(p.kind == "draft" for p in s.phases))
+    assert summary["steps_ar"] + summary["steps_sd"] + summary["steps_psd"] == decode_steps
+    assert summary["steps_ar"] == 1                     # the probe; the policy allows only PSD
+
+
+@settings(max_examples=8, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(drafter=st.sampled_from(["other", "noisy", "same"]), k=st.integers(1, 4),
+       batch=st.integers(1, 5), hold=st.integers(1, 3),
+       modes=st.sampled_from([("ar", "sd", "psd"), ("ar", "psd"), ("sd", "psd"), ("psd",)]),
+       idx=st.lists(st.integers(0, len(PROMPTS) - 1), min_size=1, max_size=6, unique=True))
+def test_adaptive_is_lossless_whatever_it_chooses(models, reference, drafter, k, batch, hold,
+                                                  modes, idx):
+    from psdlab.analysis.adaptive_policy import PolicyConfig
+    pcfg = PolicyConfig(modes=modes, k_choices=tuple(range(1, k + 1)), hold=hold, margin=0.0)
+    result = _run(models, "adaptive", drafter, k, batch, idx=idx, adaptive_policy=pcfg)
     assert [o.token_ids for o in result.outputs] == [reference[i] for i in idx]
 
 

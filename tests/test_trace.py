@@ -140,11 +140,22 @@ def _bad(lineno: int, line: str, pattern: str, tmp_path) -> None:
     assert "\n" not in message
 
 
-def test_truncated_last_line(tmp_path):
+def test_truncated_last_line_reads_up_to_it_with_one_warning(tmp_path):
+    from psdlab.analysis.trace import TruncatedTraceWarning
     lines = _lines(sample_trace())
     path = tmp_path / "cut.jsonl"
     path.write_text("\n".join(lines)[:-7])
-    with pytest.raises(TraceFormatError, match=rf"cut\.jsonl:{len(lines)}: not valid JSON"):
+    whole = sample_trace()
+    with pytest.warns(TruncatedTraceWarning, match=rf"cut\.jsonl:{len(lines)}: last line is cut"):
+        cut = read_trace(path)
+    assert len(cut.steps) + len(cut.requests) == len(whole.steps) + len(whole.requests) - 1
+
+
+def test_invalid_line_with_records_after_it_is_still_an_error(tmp_path):
+    lines = _lines(sample_trace())
+    path = tmp_path / "cut.jsonl"
+    path.write_text("\n".join(lines[:-1])[:-7] + "\n" + lines[-1] + "\n")
+    with pytest.raises(TraceFormatError, match=rf"cut\.jsonl:{len(lines) - 1}: not valid JSON"):
         read_trace(path)
 
 

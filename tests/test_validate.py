@@ -412,7 +412,8 @@ def test_cli_bad_input_one_line(cli_files, capsys, tmp_path):
     path, files, _ = cli_files
     bad = tmp_path / "bad.jsonl"
     lines = open(files[0]).read().splitlines()
-    bad.write_text("\n".join(lines[:3] + [lines[3][:20]]) + "\n")     # truncated line 4
+    # line 4 cut short with records after it (a cut LAST line is read up to, with a warning)
+    bad.write_text("\n".join(lines[:3] + [lines[3][:20]] + lines[4:6]) + "\n")
     assert main(["validate", "--model", path, str(bad)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and ":4:" in err

@@ -102,3 +102,31 @@ def read(path: PathLike) -> SpecCounters:
 def read_delta(before: PathLike, after: PathLike) -> SpecCounters:
     """The counts between two scrapes (before and after a run)."""
     return read(after).minus(read(before))
+
+
+def label_sets(path: PathLike) -> dict[str, frozenset[tuple[tuple[str, str], ...]]]:
+    """Per spec-decode counter, the label sets its samples carry (``position`` left out):
+    two snapshots of one server have the same ones (a different model name or engine count
+    means another server)."""
+    out: dict[str, set[tuple[tuple[str, str], ...]]] = {}
+    for lineno, raw in enumerate(read_text(path).splitlines(), 1):
+        line = raw.strip()
+        m = _SAMPLE.match(line) if line.startswith(PREFIX) else None
+        if m is None or m.group(1) not in (DRAFTS, DRAFT_TOKENS, ACCEPTED, PER_POS):
+            continue
+        labels = _labels(m.group(2) or "", path, lineno, m.group(1))
+        labels.pop("position", None)
+        out.setdefault(m.group(1), set()).add(tuple(sorted(labels.items())))
+    return {k: frozenset(v) for k, v in out.items()}
+
+
+def check_same_server(before: PathLike, after: PathLike) -> None:
+    """A one-line error when two snapshots do not come from the same server (different
+    label sets on a counter)."""
+    a, b = label_sets(after), label_sets(before)
+    for name in (DRAFTS, DRAFT_TOKENS, ACCEPTED, PER_POS):
+        if a.get(name, frozenset()) != b.get(name, frozenset()):
+            only = sorted(a.get(name, frozenset()) ^ b.get(name, frozenset()))
+            shown_labels = ",".join(f'{k}="{v}"' for k, v in only[0]) if only else ""
+            raise fail(after, f"labels differ from {before}'s ({{{shown_labels}}} in one "
+                       f"snapshot only): not the same server", field=name)

@@ -17,4 +17,8 @@ COMMANDS: list[str] = [
     "demo",
     "cost",
     "frontier",
+    "policy",
+    "bench-adaptive",
+    "systems",
+    "check-vllm",
 ]

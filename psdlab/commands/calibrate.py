@@ -3,7 +3,13 @@ psdlab traces and MineDraft trace files (told apart by content), print the coeff
 95% confidence intervals and held-out errors, and write the model file the simulator loads
 (``{"name": "fitted", "path": MODEL.json, "role": ...}``).  The file also holds what a replay
 needs beyond the fits (overlap contention, controller overhead, step-time spread:
-``meta.replay``), so `psdlab validate --model MODEL.json` uses it as the demo does."""
+``meta.replay``), so `psdlab validate --model MODEL.json` uses it as the demo does.
+
+Given serving-benchmark results instead (vLLM ``bench serve --save-result --save-detailed``
+JSON, SGLang ``bench_serving --output-details`` JSONL; told by content), it fits the step
+costs by replaying their requests through the simulator and the acceptance per position from
+their spec-decode figures or ``--metrics-before/--metrics-after`` ``/metrics`` snapshots
+(``validation.bench_calibrate``), and says what those inputs can and cannot identify."""
 from __future__ import annotations
 
 import argparse
@@ -38,7 +44,65 @@ def register(subparsers) -> None:
                                                        "bootstraps (default 0)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the "
                                                        "table")
+    g = p.add_argument_group("serving-benchmark results (vLLM / SGLang) as input")
+    g.add_argument("--metrics-before", metavar="FILE", default=None,
+                   help="vLLM /metrics text scraped before the speculative runs")
+    g.add_argument("--metrics-after", metavar="FILE", default=None,
+                   help="vLLM /metrics text scraped after them (acceptance per position from "
+                        "the counters' difference)")
+    g.add_argument("--config", metavar="CONFIG.toml", default=None,
+                   help="simulator config whose [server] (max sequences, KV blocks, k) the "
+                        "replays use (default: 256 sequences, unlimited KV)")
+    g.add_argument("--bootstrap", type=int, default=20, metavar="B",
+                   help="bootstrap replicates for the intervals, 2..10000 (default 20)")
+    g.add_argument("--drafter-ratio", type=float, default=None, metavar="R",
+                   help="structural prior: a drafter forward costs R x a target forward "
+                        "(every coefficient), R in (0, 10]; identifies the split of "
+                        "speculative runs between the models when no AR run is given")
+    g.add_argument("--target-config", metavar="CONFIG.json", default=None,
+                   help="the target's Hugging Face config.json (or its folder); with "
+                        "--draft-config, R from the two models' matmul weights")
+    g.add_argument("--draft-config", metavar="CONFIG.json", default=None,
+                   help="the drafter's Hugging Face config.json (or its folder)")
     p.set_defaults(func=run)
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    from psdlab.validation.bench_calibrate import describe, fit_from_bench
+
+    fit = fit_from_bench(args.traces, metrics_before=args.metrics_before,
+                         metrics_after=args.metrics_after, base_config=args.config,
+                         seed=args.seed, bootstrap=args.bootstrap,
+                         drafter_to_target_ratio=args.drafter_ratio,
+                         target_config=args.target_config, draft_config=args.draft_config)
+    fit.save(args.output)
+    if args.json:
+        print(describe(fit))
+        return 0
+    print(f"calibrated on {len(args.traces)} bench result(s); intervals: {fit.interval_method}")
+    print(f"{'coefficient':<22}{'estimate':>12}  {'95% interval':<26}unit")
+    for role, cost in (("target", fit.target_cost), ("drafter", fit.drafter_cost)):
+        for term in ("base", "per_seq", "per_token", "per_context"):
+            name = f"{role}.{term}"
+            if cost is None or name not in fit.intervals:
+                continue
+            lo, hi = fit.intervals[name]
+            print(f"{name:<22}{1e3 * float(cost[term]):>12.4g}  "
+                  f"[{1e3 * lo:.4g}, {1e3 * hi:.4g}]".ljust(62) + _UNITS[term])
+    for i, p in enumerate(fit.acceptance_per_position or (), start=1):
+        lo, hi = fit.intervals.get(f"acceptance.p{i}", (p, p))
+        print(f"acceptance position {i}: {p:.3f} [{lo:.3f}, {hi:.3f}] (share of drafts)")
+    for path, err in fit.fit_error.items():
+        print(f"fit on {path}: mean TTFT {err['mean_ttft_ms_fitted']:.4g} ms vs measured "
+              f"{err['mean_ttft_ms_measured']:.4g} ({100 * err['ttft_error']:+.1f}%), mean TPOT "
+              f"{err['mean_tpot_ms_fitted']:.4g} ms vs {err['mean_tpot_ms_measured']:.4g} "
+              f"({100 * err['tpot_error']:+.1f}%)")
+    if fit.drafter_to_target_ratio is not None:
+        print(f"structural prior: drafter = {fit.drafter_to_target_ratio:.4g} x target")
+    for note in fit.notes:
+        print(f"note: {note}")
+    print(f"wrote {args.output}")
+    return 0
 
 
 def _ms(x: float | None) -> str:
@@ -111,6 +175,15 @@ def run(args: argparse.Namespace) -> int:
     from psdlab.validation.importers import load_traces
     from psdlab.validation.model_file import write_model
 
+    from psdlab.validation.bench_replay import bench_inputs
+
+    if bench_inputs(args.traces):
+        return _run_bench(args)
+    if (args.metrics_before or args.metrics_after or args.config
+            or args.drafter_ratio is not None or args.target_config or args.draft_config):
+        raise ValueError("--metrics-before/--metrics-after/--config/--drafter-ratio/"
+                         "--target-config/--draft-config: only with vLLM or SGLang bench "
+                         "results as input")
     holdout = check_range("--holdout", args.holdout, 0.0, 0.9)
     traces = [t for path in args.traces for t in load_traces(path)]
     probe = (read_probe_file(args.context_probe) if args.context_probe else

@@ -1,14 +1,23 @@
 """`psdlab plan CONFIG.toml`: capacity planning with the simulator -- for each mode x k x m x
 drafter (x replicas) the highest request rate that meets a latency SLO and the tokens/s per
-device, with the Pareto set (devices vs sustainable rate) as a table and a CSV."""
+device, with the Pareto set (devices vs sustainable rate) as a table, a CSV and a PNG beside it,
+the best fixed configuration per load (batch size) and vLLM's k-per-batch-size table.  The
+configurations run as tasks of a backend (``--backend local``: processes; ``ray``: Ray tasks;
+``psdlab.sim.sweep_backends``); nothing is written unless every configuration ran."""
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from typing import Callable
+
+from psdlab.cli import UsageError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from psdlab.sim.sweep_backends import BACKENDS
+    from psdlab.sim.vllm_k_table import CRITERIA
+
     p = subparsers.add_parser(
         "plan", help="highest sustainable request rate under an SLO, per configuration",
         description="Sweep the [plan] table of a simulator config (modes, k, m, drafters, "
@@ -26,6 +35,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--format", metavar="F", help="FILE's format (default: told by content)")
     p.add_argument("--all", action="store_true", help="print every row, not only the Pareto set")
     p.add_argument("--json", action="store_true", help="one JSON object with all rows")
+    p.add_argument("--backend", choices=tuple(BACKENDS), default="local",
+                   help="where the configurations run: local processes (--jobs of them; "
+                        "default) or Ray tasks (a local cluster of --jobs CPUs, or --address); "
+                        "ray needs the extra: pip install 'psdlab[ray]'")
+    p.add_argument("--address", metavar="ADDR",
+                   help="with --backend ray: a running Ray cluster (its head's host:port, or "
+                        "auto for one on this machine); one with token authentication also "
+                        "needs RAY_AUTH_MODE=token in the environment")
+    p.add_argument("--no-png", action="store_true",
+                   help="no figure (default: a PNG beside the CSV, same stem)")
+    p.add_argument("--vllm-k-table", metavar="PATH",
+                   help="write vLLM's num_speculative_tokens_per_batch_size (and "
+                        "num_speculative_tokens) for the sd configurations as JSON, to merge "
+                        "into vLLM's speculative_config")
+    p.add_argument("--k-table-drafter", metavar="NAME",
+                   help="the drafter of the k table (default: that of the best sd row)")
+    p.add_argument("--k-table-by", choices=tuple(CRITERIA), default="rate",
+                   help="k table: highest sustainable rate under the SLO (default) or "
+                        "highest saturated throughput")
     p.set_defaults(func=run)
 
 
@@ -35,7 +63,12 @@ def run(args: argparse.Namespace) -> int:
 
     from psdlab.analysis.checks import check_int
     from psdlab.sim.sim_config import config_from_dict, read_toml
-    from psdlab.sim.capacity import format_table, parse_plan, run_plan, write_csv
+    from psdlab.sim.capacity import parse_plan, run_plan, write_csv
+    from psdlab.sim.plan_figure import make_figure, save, workload_label
+    from psdlab.sim.plan_report import (PlanContext, build_report, format_report, slo_text,
+                                        write_outputs)
+    from psdlab.sim.sweep_backends import SweepTaskError
+    from psdlab.sim.vllm_k_table import k_table
 
     raw = read_toml(args.config)
     cfg = config_from_dict(raw, os.path.dirname(os.path.abspath(args.config)))
@@ -48,16 +81,52 @@ def run(args: argparse.Namespace) -> int:
     if args.requests is not None:
         spec = dataclasses.replace(spec, requests=check_int("--requests", args.requests, 10))
     jobs = check_int("--jobs", args.jobs, 1, 256) if args.jobs is not None else spec.jobs
-    rows = run_plan(cfg, spec, jobs, progress=sys.stderr.isatty() and not args.json)
+    if args.address is not None and args.backend != "ray":
+        raise ValueError("--address: only with --backend ray")
+    if args.k_table_drafter is not None and args.vllm_k_table is None:
+        raise ValueError("--k-table-drafter: only with --vllm-k-table")
+    try:
+        rows = run_plan(cfg, spec, jobs, progress=sys.stderr.isatty() and not args.json,
+                        backend=args.backend, address=args.address)
+    except SweepTaskError as exc:
+        raise UsageError(str(exc)) from None
+    ctx = PlanContext(cfg, spec, rows, show_all=args.all, k_table_drafter=args.k_table_drafter,
+                      k_table_by=args.k_table_by)
+    sections = build_report(ctx)
     csv_path = args.csv or spec.csv
+    png_path = (os.path.splitext(csv_path)[0] + ".png") if csv_path and not args.no_png else None
+    writers: dict[str, Callable[[str], None]] = {}
     if csv_path:
-        write_csv(rows, csv_path)
+        writers[csv_path] = lambda tmp: write_csv(rows, tmp)
+    if png_path:
+        fig = make_figure(rows, slo_text(spec), workload_label(cfg.workload, spec.requests))
+        writers[png_path] = lambda tmp: save(fig, tmp)
+    k_conf = None
+    if args.vllm_k_table:
+        k_conf = k_table(rows, args.k_table_drafter, args.k_table_by).speculative_config()
+        text = json.dumps(k_conf) + "\n"
+        writers[args.vllm_k_table] = lambda tmp: _write_text(tmp, text)
+    write_outputs(writers)
+    from psdlab.sim.policy_search import format_report as policy_text, plan_thresholds
+    policy = plan_thresholds(cfg.replace(server_m=max(spec.ms)))   # adaptive policy (issue 39)
     if args.json:
-        print(json.dumps({"rows": rows, "csv": csv_path}, sort_keys=True))
+        print(json.dumps({"rows": rows, "csv": csv_path, "png": png_path,
+                          "adaptive_policy": policy,
+                          "vllm_k_table": args.vllm_k_table,
+                          "sections": [{"name": s.name, "title": s.title, "data": s.data}
+                                       for s in sections]}, sort_keys=True))
         return 0
-    slo = ", ".join(f"{mt} {st} <= {b:g} s" for mt, st, b in spec.slo)
-    print(f"SLO: {slo}; {spec.requests} requests per trial, {spec.iterations} bisection steps")
-    print(format_table(rows, only_pareto=not args.all))
-    if csv_path:
-        print(f"csv: {csv_path}")
+    print(f"SLO: {slo_text(spec)}; {spec.requests} requests per trial, {spec.iterations} "
+          f"bisection steps; backend {args.backend}")
+    print(format_report(sections))
+    if policy is not None:
+        print(policy_text(policy))
+    for label, path in (("csv", csv_path), ("png", png_path), ("vllm k table", args.vllm_k_table)):
+        if path:
+            print(f"{label}: {path}")
     return 0
+
+
+def _write_text(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text)

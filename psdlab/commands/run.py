@@ -1,4 +1,5 @@
-"""`psdlab run`: serve prompts with AR, SD, SD-separate or PSD for real and write the trace."""
+"""`psdlab run`: serve prompts with AR, SD, SD-separate, PSD or the adaptive policy (AR / SD /
+PSD and k chosen per step) for real and write the trace."""
 from __future__ import annotations
 
 import argparse
@@ -32,15 +33,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "CPU cores or CUDA streams) and write the analysis trace as it runs. By "
                     "default uses the real SmolLM2-135M pair; --target/--draft take other "
                     "HF-format directories.")
-    p.add_argument("--mode", choices=("ar", "sd", "sd-sep", "psd"), default="psd")
+    p.add_argument("--mode", choices=("ar", "sd", "sd-sep", "psd", "adaptive"), default="psd",
+                   help="adaptive: AR, SD(k) or PSD(k) chosen before every step from the "
+                        "measured step times and acceptance (--batch = sequences at most)")
+    p.add_argument("--policy", default=None, metavar="JSON",
+                   help="adaptive: the policy's settings as a JSON object (keys of the "
+                        "simulator's [adaptive] table: modes, k_choices, margin, hold, ...; "
+                        "default k_choices 1..k)")
+    p.add_argument("--policy-costs", default=None, metavar="JSON",
+                   help="adaptive: step costs to start from, a JSON object of "
+                        "analysis.adaptive_policy.AffineCosts fields (c0, c_tok, d0, ...); "
+                        "default: one AR and one SD step measure them first")
     p.add_argument("--k", type=int, default=4, help="draft tokens per sequence per step")
     p.add_argument("--batch", type=int, default=4,
                    help="m: sequences verified per step (PSD keeps two batches of m)")
     p.add_argument("--max-num-seqs", type=int, default=None,
                    help="running sequences at most (default m; 2m for PSD)")
     p.add_argument("--prompts", default=None,
-                   help="JSONL prompts file (text lines, or prompt_ids lines); default: the "
-                        "shipped held-out prompts")
+                   help="prompts file: psdlab JSONL ({\"id\", \"style\", \"text\"} or "
+                        "prompt_ids lines), or any format with prompt text (ShareGPT, "
+                        "Spec-Bench, vLLM custom JSONL: told by content); default: the shipped "
+                        "held-out prompts")
+    p.add_argument("--format", default=None, metavar="F",
+                   help="the --prompts file's format (psdlab.analysis.formats name, e.g. "
+                        "sharegpt, specbench, custom_prompts; default: told by content)")
     p.add_argument("--num-prompts", type=int, default=None, help="use the first N prompts")
     p.add_argument("--trace", required=True, help="trace output (JSONL)")
     p.add_argument("--outputs", default=None, help="write one JSON line per request")
@@ -75,6 +91,7 @@ def engine_config(args: argparse.Namespace, eos: int | None):
     from psdlab.runtime.devices import default_backend
     from psdlab.runtime.controller import EngineConfig
     backend = args.backend or default_backend(args.device, args.drafter_device)
+    policy, prior = adaptive_settings(args)
     return EngineConfig(
         mode=args.mode, k=args.k, batch=args.batch, max_num_seqs=args.max_num_seqs,
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
@@ -83,7 +100,39 @@ def engine_config(args: argparse.Namespace, eos: int | None):
         drafter_core=args.drafter_core,
         target_core=args.target_core, dtype=args.dtype, drafter_dtype=args.drafter_dtype,
         controlled_alpha=args.controlled_alpha, idle_spin_s=args.idle_spin_s,
-        compile=getattr(args, "compile", "off"))
+        compile=getattr(args, "compile", "off"), adaptive_policy=policy, adaptive_prior=prior)
+
+
+def adaptive_settings(args: argparse.Namespace):
+    """(PolicyConfig | None, AffineCosts | None) from --policy / --policy-costs."""
+    from psdlab.analysis.adaptive_policy import AffineCosts, policy_config
+    raw_policy, raw_costs = getattr(args, "policy", None), getattr(args, "policy_costs", None)
+    if args.mode != "adaptive":
+        if raw_policy or raw_costs:
+            raise ValueError("--policy: only with --mode adaptive")
+        return None, None
+    policy = prior = None
+    for name, raw in (("--policy", raw_policy), ("--policy-costs", raw_costs)):
+        if raw is None:
+            continue
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            raise ValueError(f"{name}: not a JSON object: {raw!r}") from None
+        if not isinstance(value, dict):
+            raise ValueError(f"{name}: expected a JSON object, got {raw!r}")
+        if name == "--policy":
+            policy = policy_config(value)
+        else:
+            fields = AffineCosts.__dataclass_fields__
+            bad = [key for key in value if key not in fields]
+            if bad:
+                raise ValueError(f"--policy-costs: unknown key {bad[0]!r} (allowed: "
+                                 f"{', '.join(fields)})")
+            prior = AffineCosts(**value)
+    if policy is None:
+        policy = policy_config({"k_choices": list(range(1, args.k + 1))})
+    return policy, prior
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,6 +142,8 @@ def run(args: argparse.Namespace) -> int:
         return run_command(args)
     if args.num_prompts is not None:
         check_int("num_prompts", args.num_prompts, minimum=1)
+    if args.format is not None and args.prompts is None:
+        raise ValueError("--format: only with --prompts")
     engine_config(args, None)                       # validate arguments before loading models
     from psdlab.runtime import run_setup as session
     models = session.resolve_models(args.target, args.draft, args.mode != "ar",
@@ -100,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     tokenizer = session.load_tokenizer(models.tokenizer)
     cfg = engine_config(args, session.eos_of(tokenizer, models.target))
     requests = session.load_requests(args.prompts, tokenizer, args.arrivals, args.num_prompts,
-                                     args.seed)
+                                     args.seed, format=args.format)
     bar = _progress_bar(len(requests), disable=args.json)
     from psdlab.runtime.workers import WorkerDied, WorkerError
     try:
@@ -133,6 +184,9 @@ def _report(args: argparse.Namespace, result) -> None:
     errors = [o for o in result.outputs if o.error]
     summary.update({"interrupted": result.interrupted, "drafter_failure": result.drafter_failure,
                     "request_errors": len(errors)})
+    adaptive = result.trace.run.extra.get("adaptive")
+    if adaptive is not None:
+        summary["adaptive"] = adaptive
     if args.json:
         print(json.dumps(summary, default=str))
         return
@@ -145,6 +199,9 @@ def _report(args: argparse.Namespace, result) -> None:
             value = summary[key]
             print(f"  {key:26s} {value:.4g}" if isinstance(value, float) else
                   f"  {key:26s} {value}")
+    if adaptive is not None:
+        steps = ", ".join(f"{m} {adaptive[f'steps_{m}']}" for m in ("ar", "sd", "psd"))
+        print(f"  {'adaptive steps':26s} {steps}; switches {adaptive['switches']}")
     for o in errors:
         print(f"  request {o.id}: error: {o.error}")
 

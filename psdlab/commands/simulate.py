@@ -21,6 +21,10 @@ def add_override_args(p: argparse.ArgumentParser) -> None:
                         "Spec-Bench, ...: psdlab.analysis.formats); all of them unless "
                         "--requests caps it")
     p.add_argument("--format", metavar="F", help="FILE's format (default: told by content)")
+    p.add_argument("--engine-step", metavar="NAME",
+                   help="server.engine_step: host work around the passes, a preset of "
+                        "sim/costs/engine_steps.toml (vllm-v0, vllm-v1, torch), 'preset' (the "
+                        "target GPU cost preset's) or 'none'")
 
 
 def apply_overrides(cfg, args: argparse.Namespace):
@@ -28,6 +32,8 @@ def apply_overrides(cfg, args: argparse.Namespace):
     for name in ("mode", "k", "m", "policy"):
         if getattr(args, name, None) is not None:
             changes[f"server_{name}"] = getattr(args, name)
+    if getattr(args, "engine_step", None) is not None:
+        changes["server_engine_step"] = args.engine_step
     for name in ("requests", "seed"):
         if getattr(args, name, None) is not None:
             changes[name] = getattr(args, name)
@@ -63,7 +69,44 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "at a time (identical results, slower)")
     p.add_argument("--perfetto", metavar="PATH", help="also write a Chrome/Perfetto timeline")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--results-format", choices=RESULT_FORMATS, default="psdlab",
+                   help="vllm-bench: also write the run as `vllm bench serve --save-result "
+                        "--save-detailed` writes it (its keys and units; needs the step-level "
+                        "trace, the default)")
+    p.add_argument("--result-file", metavar="PATH", default=None,
+                   help="where to write that result (default: CONFIG-NAME.vllm-bench.json)")
     p.set_defaults(func=run)
+
+
+RESULT_FORMATS = ("psdlab", "vllm-bench")
+
+
+def _workload_rate(cfg) -> float | None:
+    """The request rate a vLLM bench result records for the config's workload (inf: all at
+    once; None: a file's own arrivals, recorded as their mean rate)."""
+    spec = dict(cfg.workload)
+    if spec.get("name") in ("poisson", "gamma"):
+        return float(spec["rate"])
+    if spec.get("name") == "offline":
+        return float("inf")
+    return None
+
+
+def _write_vllm_bench(args: argparse.Namespace, cfg, result) -> str:
+    import os
+
+    from psdlab.analysis.formats.vllm_bench_write import (bench_result_from_trace,
+                                                          write_bench_result)
+    rate = _workload_rate(cfg)
+    if rate is None and result.trace.requests:
+        arrivals = sorted(r.arrival for r in result.trace.requests)
+        span = arrivals[-1] - arrivals[0]
+        rate = (len(arrivals) - 1) / span if span > 0 else float("inf")
+    doc = bench_result_from_trace(result.trace, request_rate=rate)
+    path = args.result_file or (os.path.splitext(os.path.basename(args.config))[0]
+                                + ".vllm-bench.json")
+    write_bench_result(path, doc)
+    return path
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,6 +118,11 @@ def run(args: argparse.Namespace) -> int:
         cfg = cfg.replace(trace_level=args.trace_level)
     if args.perfetto and cfg.trace.level != "step":
         raise ValueError("--perfetto: needs --trace-level step")
+    if args.results_format == "vllm-bench" and cfg.trace.level != "step":
+        raise ValueError("--results-format vllm-bench: needs --trace-level step (the "
+                         "inter-token latencies come from the step records)")
+    if args.result_file and args.results_format != "vllm-bench":
+        raise ValueError("--result-file: only with --results-format vllm-bench")
     trace_path = args.trace or cfg.trace.path
     if trace_path is None and cfg.trace.level != "none":
         import os
@@ -87,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
     if args.perfetto:
         from psdlab.analysis.perfetto import write_chrome_trace
         write_chrome_trace(result.trace, args.perfetto)
+    if args.results_format == "vllm-bench":
+        summary["result_file"] = _write_vllm_bench(args, cfg, result)
     if args.json:
         print(json.dumps(summary, sort_keys=True))
     else:
@@ -94,4 +144,6 @@ def run(args: argparse.Namespace) -> int:
         print(format_summary(summary))
         print(f"trace: {result.trace_path or '(not written)'}   simulated {result.events} events "
               f"in {result.wall_s:.2f} s")
+        if summary.get("result_file"):
+            print(f"vLLM bench result: {summary['result_file']}")
     return 0

@@ -2,7 +2,12 @@
 simulator and print predicted vs measured (throughput, TTFT / TPOT / end-to-end mean, p50, p90,
 p99, acceptance) per trace, plus the PSD/SD gain (simulator and closed form) for every SD and
 PSD trace of the same workload; ``-o DIR`` also writes the report folder (markdown, CSVs,
-figures)."""
+figures).
+
+Given vLLM / SGLang serving-benchmark results as the measurements (and a model file from
+`psdlab calibrate` on bench results), it predicts each run -- its arrivals, lengths,
+concurrency cap, mode and k -- and prints predicted vs measured in vLLM bench's keys and
+units with the error (``validation.bench_validate``)."""
 from __future__ import annotations
 
 import argparse
@@ -44,14 +49,33 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def _run_bench(args: argparse.Namespace, seeds: int) -> int:
+    from psdlab.validation.bench_calibrate import BenchFit
+    from psdlab.validation.bench_validate import compare_bench, format_rows
+
+    if args.output or args.raw or args.acceptance:
+        raise ValueError("-o/--raw/--acceptance: not used with bench results as measurements")
+    fit = BenchFit.load(args.model)
+    rows = compare_bench(fit, args.traces, seeds=seeds)
+    if args.json:
+        print(json.dumps({"model": args.model, "seeds": seeds,
+                          "rows": [r.to_dict() for r in rows]}, allow_nan=False))
+        return 0
+    print(format_rows(rows))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from psdlab.analysis.checks import check_int
+    from psdlab.validation.bench_replay import bench_inputs
     from psdlab.validation.importers import load_traces
     from psdlab.validation.model_file import acceptance_spec, read_model
     from psdlab.validation.report import format_summary, format_table, write_report
     from psdlab.validation.validate import trace_name, validate
 
     seeds = check_int("--seeds", args.seeds, 1, 50)
+    if bench_inputs(args.traces):
+        return _run_bench(args, seeds)
     model = read_model(args.model)
     acceptance = acceptance_spec(model, args.acceptance) if args.acceptance else None
     named: list[tuple[str, Any]] = []

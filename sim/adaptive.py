@@ -1,0 +1,384 @@
+"""The simulator's adaptive server (``[server] mode = "adaptive"``): AR, SD(k) or PSD(k) chosen
+at every step boundary by ``analysis.adaptive_policy`` (settings: the ``[adaptive]`` table).
+
+The server holds up to ``server.m`` sequences (the same slots in every mode; PSD splits them
+into two batches, as the runtime's ``max_num_seqs``).  The drafter has a device of its own, so
+a step is one of (segments in brackets, phases in a segment run at once):
+
+    AR      [prefill_t]              [verify all]
+    SD(k)   [prefill_t | prefill_d]  [catch-up + draft all]  [verify all]
+    PSD(k)  [prefill_t | prefill_d]  [verify X | catch-up + draft Y]   (swap every step)
+    PSD start-up                     [draft Y]                          (nothing ready yet)
+
+Admissions prefill the drafter too (in parallel, on its device) when the step speculates, as
+the runtime does, and also during AR when that prefill is hidden behind the target's (it takes
+no longer), as with a small drafter on a GPU of its own.  Switching costs are paid where they
+arise and counted: what the drafter did not follow (AR steps, prompts admitted during AR) is
+caught up -- a drafter prefill of the tokens it missed -- the first time the sequence is
+drafted again (``catch_up``); entering PSD re-forms two batches and drafts one of them alone
+(``psd_startup``); leaving PSD drops the drafts of the batch that was ready
+(``drafts_dropped``, the drafting time that was spent on them).
+
+Acceptance is drawn when a step is planned, from one generator in request-id order, and the
+step's durations come from the cost models only, so the SimPy path (devices as resources, one
+process per phase) and the fast path (a plain loop) give identical traces for the same seed.
+No KV limit, jitter or per-request k with this mode (one-line errors).
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from psdlab.analysis.adaptive_policy import AcceptanceTracker, AdaptivePolicy, LiveState
+from psdlab.analysis.trace import Phase, RequestRecord, StepRecord, Verified
+from psdlab.sim.step_plan import cost_time, prefill_time
+
+#: one phase: kind, device, duration (s), sequences, tokens, context tokens
+PhaseT = tuple[str, str, float, int, int, int]
+
+
+def draft_time(drafter, n: int, k: int, ctx: int) -> float:
+    """k sequential drafter passes over n sequences (contexts ctx + j n), plus its
+    ``phase_overhead`` (as ``sim.step_plan``)."""
+    if n <= 0 or k <= 0:
+        return 0.0
+    j = np.arange(k)
+    per = cost_time(drafter, np.full(k, n), np.full(k, n), ctx + j * n)
+    total = 0.0
+    for x in per.tolist():
+        total += x
+    return total + float(getattr(drafter, "phase_overhead", 0.0))
+
+
+class ModelCosts:
+    """The policy's cost estimate from the cost models, at the running sequences' mean context
+    rounded to ``CTX_STEP`` tokens; answers are memoised in ``memo`` (shared across steps)."""
+
+    CTX_STEP = 64
+
+    def __init__(self, target, drafter, mean_ctx: float, memo: dict | None = None):
+        self.target, self.drafter = target, drafter
+        self.ctx = int(round(float(mean_ctx) / self.CTX_STEP)) * self.CTX_STEP
+        self.memo = {} if memo is None else memo
+
+    def verify(self, n: int, k: int) -> float:
+        key = ("v", n, k, self.ctx)
+        if key not in self.memo:
+            self.memo[key] = float(cost_time(self.target, [n], [n * (k + 1)],
+                                             [n * self.ctx])[0])
+        return self.memo[key]
+
+    def draft(self, n: int, k: int) -> float:
+        key = ("d", n, k, self.ctx)
+        if key not in self.memo:
+            self.memo[key] = draft_time(self.drafter, n, k, n * self.ctx)
+        return self.memo[key]
+
+    def catch_up(self, n: int, tokens: int) -> float:
+        if tokens <= 0:
+            return 0.0
+        return float(prefill_time(self.drafter, np.array([n]), np.array([tokens]))[0])
+
+
+@dataclass
+class Step:
+    choice: str
+    segments: list[list[PhaseT]]
+    verified: list[tuple[int, int, int, int]] = field(default_factory=list)
+    drafted: list[int] = field(default_factory=list)
+    k: int = 0
+    verify_batch: int | None = None
+    draft_batch: int | None = None
+    ready_after: int | None = None
+
+
+class AdaptiveServer:
+    """The state machine both paths drive: ``prepare`` / ``plan`` / ``commit``."""
+
+    def __init__(self, *, m: int, policy: AdaptivePolicy, target, drafter, acceptance,
+                 params: np.ndarray, arrival, prompt, output, rng: np.random.Generator,
+                 target_dev: str, drafter_dev: str):
+        self.m, self.policy = m, policy
+        self.tracker = AcceptanceTracker.for_config(policy.cfg)
+        self.target, self.drafter, self.acceptance = target, drafter, acceptance
+        self.params, self.rng = params, rng
+        self.arrival, self.prompt, self.output = arrival, prompt, output
+        self.tdev, self.ddev = target_dev, drafter_dev
+        n = self.N = arrival.size
+        self.produced = np.zeros(n, np.int64)
+        self.lag = np.zeros(n, np.int64)
+        self.batch = np.full(n, -1, np.int64)
+        self.held = np.zeros(n, np.int64)          # drafts held (k of the last draft; 0 none)
+        self.admitted_t = np.full(n, np.nan)
+        self.first_t = np.full(n, np.nan)
+        self.finish_t = np.full(n, np.nan)
+        self.running: list[int] = []
+        self.waiting: deque[int] = deque()
+        self.pending: list[int] = []
+        self.arr_ptr = 0
+        self.now = 0.0
+        self.step = 0
+        self.mode: tuple[str, int] | None = None
+        self.ready: int | None = None             # PSD: the batch whose drafts are ready
+        self.last_draft_s = 0.0
+        self.timeline: list[tuple[float, str]] = []
+        self.counters = {"steps": 0, "arrivals": 0, "completions": 0, "preemptions": 0,
+                         "intervals": 0, "idle_jumps": 0, "switches": 0, "steps_ar": 0,
+                         "steps_sd": 0, "steps_psd": 0, "catch_up_tokens": 0,
+                         "drafts_dropped": 0}
+        self.finished: list[int] = []
+        self.memo: dict = {}                      # the policy's cost estimates (ModelCosts)
+
+    # ------------------------------------------------------------------ boundary
+    def prepare(self) -> str:
+        while self.arr_ptr < self.N and self.arrival[self.arr_ptr] <= self.now:
+            self.waiting.append(self.arr_ptr)
+            self.arr_ptr += 1
+            self.counters["arrivals"] += 1
+        while self.waiting and len(self.running) < self.m:
+            r = self.waiting.popleft()
+            self.admitted_t[r] = self.now
+            self.running.append(r)
+            self.pending.append(r)
+        if self.running:
+            return "run"
+        return "idle" if self.arr_ptr < self.N else "done"
+
+    def idle_delay(self) -> float:
+        a = float(self.arrival[self.arr_ptr])
+        d = a - self.now
+        while self.now + d < a:
+            d = float(np.nextafter(d, np.inf))
+        return d
+
+    def after_idle(self, now: float) -> None:
+        self.now = now
+        self.waiting.append(self.arr_ptr)
+        self.arr_ptr += 1
+        self.counters["arrivals"] += 1
+        self.counters["idle_jumps"] += 1
+
+    def ctx(self, ids) -> np.ndarray:
+        return self.prompt[ids] + self.produced[ids]
+
+    # ------------------------------------------------------------------ deciding
+    def _decide(self) -> tuple[str, int]:
+        ids = np.asarray(self.running, np.int64)
+        mean_ctx = float(self.ctx(ids).mean()) if ids.size else 0.0
+        kmax = max(self.policy.cfg.k_choices, default=1)
+        state = LiveState(running=len(self.running), waiting=len(self.waiting), slots=self.m,
+                          acceptance=self.tracker.rates(kmax),
+                          drafter_lag=int(self.lag[ids].sum()) if ids.size else 0)
+        d = self.policy.decide(state, ModelCosts(self.target, self.drafter, mean_ctx,
+                                                 self.memo))
+        new = (d.mode, d.k)
+        if new != self.mode:
+            if self.mode is not None:
+                self.counters["switches"] += 1
+                if self.mode[0] == "psd" and new[0] != "psd":
+                    self._drop_drafts()
+            if new[0] == "psd" and (self.mode is None or self.mode[0] != "psd"):
+                self._form_batches()
+            self.timeline.append((self.now, d.label))
+            self.mode = new
+        return new
+
+    def _drop_drafts(self) -> None:
+        held = [r for r in self.running if self.held[r] > 0]
+        if held:
+            self.counters["drafts_dropped"] += int(self.held[held].sum())
+            self.policy.note_cost("drafts_dropped", self.last_draft_s)
+        self.held[held] = 0
+        self.ready = None
+
+    def _form_batches(self) -> None:
+        for i, r in enumerate(self.running):
+            self.batch[r] = i % 2
+        self.held[self.running] = 0
+        self.ready = None
+
+    # ------------------------------------------------------------------ planning
+    def plan(self) -> Step:
+        mode, k = self._decide()
+        self.counters[f"steps_{mode}"] += 1
+        pend = self.pending
+        segs: list[list[PhaseT]] = []
+        if pend:
+            segs.append(self._prefill(pend, drafter=mode != "ar"))
+            self.produced[pend] = 1                      # the prefill gives the first token
+        if mode == "psd":                                # newcomers join the smaller batch
+            self.batch[pend] = -1
+            for r in pend:
+                sizes = [sum(1 for x in self.running if self.batch[x] == b) for b in (0, 1)]
+                self.batch[r] = 0 if sizes[0] <= sizes[1] else 1
+        live = [r for r in self.running if self.produced[r] < self.output[r]]
+        label = "ar" if mode == "ar" else f"{mode}{k}"
+        step = Step(label, segs, k=k)
+        if not live:
+            return step
+        if mode == "ar":
+            segs.append([self._verify(step, live, [0] * len(live))])
+        elif mode == "sd":
+            segs.append([self._draft(step, live, k)])
+            segs.append([self._verify(step, live, [k] * len(live))])
+        else:
+            self._psd(step, live, k)
+        return step
+
+    def _prefill(self, ids: list[int], drafter: bool) -> list[PhaseT]:
+        """The admissions' prefill on the target, and on the drafter when the step speculates
+        or when the drafter's prefill is hidden behind the target's (no longer: it runs at the
+        same time on its own device), as with a small drafter on a GPU of its own."""
+        lengths = self.prompt[ids]
+        tokens = int(lengths.sum())
+        out: list[PhaseT] = []
+        for dev, model in ((self.tdev, self.target), (self.ddev, self.drafter)):
+            passes = int(model.prefill_passes(lengths).sum())
+            dur = float(prefill_time(model, np.array([passes]), np.array([tokens]))[0])
+            if model is self.drafter:
+                drafter = drafter or (self.policy.cfg.modes != ("ar",) and dur <= out[0][2])
+                if not drafter:
+                    break
+            out.append(("prefill", dev, dur, len(ids), tokens, 0))
+        self.lag[ids] = 0 if drafter else lengths
+        return out
+
+    def _draft(self, step: Step, ids: list[int], k: int) -> PhaseT:
+        arr = np.asarray(ids, np.int64)
+        lag = self.lag[arr]
+        ctx = int(self.ctx(arr).sum())
+        dur = 0.0
+        if lag.any():
+            late = lag[lag > 0]
+            passes = int(self.drafter.prefill_passes(late).sum())
+            dur = float(cost_time(self.drafter, [passes], [int(late.sum())], [ctx])[0])
+            self.counters["catch_up_tokens"] += int(late.sum())
+            self.policy.note_cost("catch_up", dur)
+        dur += draft_time(self.drafter, len(ids), k, ctx)
+        step.drafted = list(ids)
+        self.last_draft_s = dur
+        return ("draft", self.ddev, dur, len(ids), len(ids) * k, ctx)
+
+    def _verify(self, step: Step, ids: list[int], ks: list[int]) -> PhaseT:
+        arr = np.asarray(sorted(ids), np.int64)
+        want = dict(zip(ids, ks, strict=True))
+        kk = np.asarray([want[r] for r in arr.tolist()], np.int64)
+        acc = np.zeros(arr.size, np.int64)
+        spec = kk > 0
+        if spec.any():
+            at_pos = getattr(self.acceptance, "sample_at", None)
+            sel, par = arr[spec], self.params[arr[spec]]
+            draw = (self.acceptance.sample(self.rng, par, kk[spec]) if at_pos is None
+                    else at_pos(self.rng, par, kk[spec], self.produced[sel]))
+            acc[spec] = np.minimum(np.asarray(draw, np.int64), kk[spec])
+        emit = np.minimum(acc + 1, self.output[arr] - self.produced[arr])
+        step.verified = list(zip(arr.tolist(), kk.tolist(), acc.tolist(), emit.tolist(),
+                                 strict=True))
+        ctx = int(self.ctx(arr).sum())
+        dur = float(cost_time(self.target, [arr.size], [int((kk + 1).sum())], [ctx])[0])
+        return ("verify", self.tdev, dur, int(arr.size), int((kk + 1).sum()), ctx)
+
+    def _psd(self, step: Step, live: list[int], k: int) -> None:
+        members = [[r for r in live if self.batch[r] == b] for b in (0, 1)]
+        if self.ready is not None and not members[self.ready]:
+            self.ready = None
+        if self.ready is None:
+            nonempty = [b for b in (0, 1) if members[b]]
+            if len(nonempty) == 1:                         # one batch: an SD step
+                b = nonempty[0]
+                step.segments.append([self._draft(step, members[b], k)])
+                step.segments.append([self._verify(step, members[b], [k] * len(members[b]))])
+                step.verify_batch = step.draft_batch = b
+                return
+            y = 0 if len(members[0]) >= len(members[1]) else 1
+            cost = self._draft(step, members[y], k)
+            self.policy.note_cost("psd_startup", cost[2])
+            step.segments.append([cost])
+            step.draft_batch = step.ready_after = y
+            return
+        x = self.ready
+        y = 1 - x
+        phases = [self._verify(step, members[x], [int(self.held[r]) for r in members[x]])]
+        if members[y]:
+            phases.append(self._draft(step, members[y], k))
+            step.draft_batch = step.ready_after = y
+        step.segments.append(phases)
+        step.verify_batch = x
+
+    # ------------------------------------------------------------------ commit
+    def commit(self, step: Step, ends: list[float]) -> list[StepRecord]:
+        recs = self._records(step, ends)
+        end = ends[-1] if ends else self.now
+        if self.pending:
+            self.first_t[self.pending] = ends[0]
+        done = [r for r in self.pending if self.output[r] <= 1]
+        for r in done:
+            self.finish_t[r] = ends[0]
+        self.held[[r for r, *_ in step.verified]] = 0
+        mode = self.mode[0] if self.mode else "ar"
+        for r, p, _a, e in step.verified:
+            self.produced[r] += e
+            if p == 0 and r not in step.drafted:
+                self.lag[r] += e                          # the drafter did not see these
+            if self.produced[r] >= self.output[r]:
+                self.finish_t[r] = end
+                done.append(r)
+        if step.drafted:
+            self.lag[step.drafted] = 0
+            if mode == "psd" and step.ready_after is not None:
+                self.held[step.drafted] = step.k
+        self.ready = step.ready_after if mode == "psd" else None
+        self.tracker.update([(p, a) for _r, p, a, _e in step.verified])
+        gone = set(done)
+        self.running = [r for r in self.running if r not in gone]
+        self.batch[list(gone)] = -1
+        self.finished = sorted(gone, key=lambda r: (self.finish_t[r], r))
+        self.counters["completions"] += len(gone)
+        self.counters["steps"] += 1
+        self.counters["intervals"] += 1
+        self.pending = []
+        self.now = end
+        self.step += 1
+        return recs
+
+    def _records(self, step: Step, ends: list[float]) -> list[StepRecord]:
+        starts = [self.now] + ends[:-1]
+        out = []
+        idx = self.step
+        decode: list[Phase] = []
+        pre: list[Phase] = []
+        for seg, s0 in zip(step.segments, starts, strict=True):
+            for kind, dev, dur, n, tok, ctx in seg:
+                ph = Phase(kind=kind, device=dev, start=s0, end=s0 + dur, seqs=n, tokens=tok,
+                           context=ctx)
+                (pre if kind == "prefill" else decode).append(ph)
+        if pre:
+            out.append(StepRecord(index=idx, start=starts[0], end=ends[0], phases=tuple(pre)))
+        if decode:
+            s0 = ends[0] if pre else starts[0]
+            ver = tuple(Verified(req=r, proposed=p, accepted=a, emitted=e)
+                        for r, p, a, e in step.verified)
+            out.append(StepRecord(index=idx, start=s0, end=ends[-1], phases=tuple(decode),
+                                  verified=ver, verify_batch=step.verify_batch,
+                                  draft_batch=step.draft_batch,
+                                  overlapped=bool(step.verify_batch is not None and ver
+                                                  and step.draft_batch is not None
+                                                  and step.draft_batch != step.verify_batch)))
+        return out
+
+    def request_record(self, r: int) -> RequestRecord:
+        return RequestRecord(id=int(r), arrival=float(self.arrival[r]),
+                             admitted=float(self.admitted_t[r]),
+                             first_token=float(self.first_t[r]), finish=float(self.finish_t[r]),
+                             prompt_len=int(self.prompt[r]), output_len=int(self.output[r]))
+
+
+def segment_ends(start: float, step: Step) -> list[float]:
+    """The clock after each segment: ``now + longest phase`` per segment, as SimPy adds it."""
+    ends, now = [], start
+    for seg in step.segments:
+        now = now + max(p[2] for p in seg)
+        ends.append(now)
+    return ends

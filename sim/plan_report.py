@@ -1,0 +1,141 @@
+"""What ``psdlab plan`` reports: a list of sections built from the plan's rows, and its files
+(CSV, PNG, vLLM k table) written all or none.
+
+Each section builder takes a ``PlanContext`` and returns a ``Section`` (a title, the text the
+command prints and the data ``--json`` gives under ``sections``) or None when it has nothing
+to say.  ``SECTIONS`` lists them in print order; a new part of the report is one more builder
+appended there (``register_section``).
+
+- ``pareto``: the Pareto set (devices vs total sustainable rate), or every row with ``--all``;
+- ``best_per_load``: per load level (batch size m) the best fixed configuration of each mode
+  and the winner by sustainable rate per device;
+- ``vllm_k_table``: vLLM's ``num_speculative_tokens_per_batch_size`` for the SD part
+  (``sim.vllm_k_table``).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from psdlab.sim.capacity import PlanSpec, format_table
+from psdlab.sim.sim_config import SimConfig
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    cfg: SimConfig
+    spec: PlanSpec
+    rows: Sequence[Mapping[str, Any]]
+    show_all: bool = False
+    k_table_drafter: str | None = None
+    k_table_by: str = "rate"
+
+
+@dataclass(frozen=True)
+class Section:
+    name: str
+    title: str
+    text: str
+    data: Any
+
+
+SectionBuilder = Callable[[PlanContext], "Section | None"]
+
+
+def slo_text(spec: PlanSpec) -> str:
+    return ", ".join(f"{mt}_{st} <= {b:g} s" for mt, st, b in spec.slo)
+
+
+def pareto_section(ctx: PlanContext) -> Section:
+    shown = [dict(r) for r in ctx.rows if r["pareto"] or ctx.show_all]
+    title = "all configurations" if ctx.show_all else "Pareto set (devices vs sustainable rate)"
+    return Section("pareto", title, format_table([dict(r) for r in ctx.rows],
+                                                  only_pareto=not ctx.show_all), shown)
+
+
+def best_per_load(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per batch size m: the best configuration of each mode (highest one-replica sustainable
+    rate; ties: smaller k) and the winner over the modes by sustainable rate per device."""
+    out = []
+    for m in sorted({r["m"] for r in rows}):
+        per_mode: dict[str, Mapping[str, Any]] = {}
+        for r in rows:
+            if r["m"] != m:
+                continue
+            cur = per_mode.get(r["mode"])
+            if cur is None or (r["max_rate_req_s"], -r["k"]) > (cur["max_rate_req_s"], -cur["k"]):
+                per_mode[r["mode"]] = r
+        best = [{"mode": r["mode"], "k": r["k"], "drafter": r["drafter"],
+                 "devices_per_replica": r["devices_per_replica"],
+                 "max_rate_req_s": r["max_rate_req_s"],
+                 "rate_per_device": r["max_rate_req_s"] / r["devices_per_replica"],
+                 "tok_s_per_device": r["tok_s_per_device"]} for r in per_mode.values()]
+        winner = max(best, key=lambda b: b["rate_per_device"])
+        out.append({"m": m, "per_mode": best, "winner": winner})
+    return out
+
+
+def best_per_load_section(ctx: PlanContext) -> Section:
+    data = best_per_load(ctx.rows)
+    lines = [f"{'m':>5}  {'mode':<7}{'k':>3} {'drafter':<14}{'dev':>4}{'rate req/s':>12}"
+             f"{'req/s/dev':>11}{'tok/s/dev':>11}"]
+    for level in data:
+        for b in level["per_mode"]:
+            mark = "  <- best" if b is level["winner"] else ""
+            lines.append(f"{level['m']:>5}  {b['mode']:<7}{b['k']:>3} {b['drafter'][:13]:<14}"
+                         f"{b['devices_per_replica']:>4}{b['max_rate_req_s']:>12.3f}"
+                         f"{b['rate_per_device']:>11.3f}{b['tok_s_per_device']:>11.1f}{mark}")
+    return Section("best_per_load", "best fixed configuration per load (batch size m; one "
+                   "replica; best = highest sustainable rate per device)", "\n".join(lines),
+                   data)
+
+
+def k_table_section(ctx: PlanContext) -> Section | None:
+    from psdlab.sim.vllm_k_table import format_k_table, k_table
+
+    if not any(r["mode"] == "sd" for r in ctx.rows):
+        return None
+    table = k_table(ctx.rows, ctx.k_table_drafter, ctx.k_table_by)
+    return Section("vllm_k_table", f"vLLM num_speculative_tokens_per_batch_size (sd, drafter "
+                   f"{table.drafter}, by {table.by})", format_k_table(table),
+                   {"drafter": table.drafter, "by": table.by,
+                    "speculative_config": table.speculative_config(),
+                    "choices": [{"m": c.m, "k": c.k, "mode": c.mode, "value": c.value}
+                                for c in table.choices]})
+
+
+SECTIONS: list[SectionBuilder] = [pareto_section, best_per_load_section, k_table_section]
+
+
+def register_section(builder: SectionBuilder) -> None:
+    """Add a part to the report (printed after the ones already there)."""
+    if builder not in SECTIONS:
+        SECTIONS.append(builder)
+
+
+def build_report(ctx: PlanContext) -> list[Section]:
+    return [s for s in (b(ctx) for b in SECTIONS) if s is not None]
+
+
+def format_report(sections: Sequence[Section]) -> str:
+    return "\n\n".join(f"== {s.title}\n{s.text}" for s in sections)
+
+
+def write_outputs(writers: Mapping[str, Callable[[str], None]]) -> None:
+    """Write every file or none: each writer writes a temporary file beside its path; they
+    are renamed into place only once all succeeded (on any error the temporaries go)."""
+    temps: list[tuple[str, str]] = []
+    try:
+        for path, write in writers.items():
+            tmp = os.path.join(os.path.dirname(path) or ".",
+                               f".{os.path.basename(path)}.{os.getpid()}.tmp")
+            temps.append((tmp, path))
+            write(tmp)
+    except BaseException:
+        for tmp, _ in temps:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        raise
+    for tmp, path in temps:
+        os.replace(tmp, path)

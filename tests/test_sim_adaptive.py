@@ -1,0 +1,125 @@
+"""The simulator's adaptive server (sim.adaptive): both execution paths agree, every request gets
+its tokens, switches and their costs are counted, settings are checked."""
+from __future__ import annotations
+
+import pytest
+
+from psdlab.analysis.trace import dumps
+from psdlab.sim.sim_config import config_from_dict
+from psdlab.sim.simulation import simulate
+
+
+def _raw(rate: float | None = 4.0, m: int = 8, n: int = 30, seed: int = 1, **adaptive):
+    workload = ({"name": "poisson", "rate": rate} if rate is not None else {"name": "offline"})
+    workload.update(prompt={"name": "fixed", "value": 24},
+                    output={"name": "uniform", "low": 8, "high": 40})
+    return {"seed": seed, "requests": n, "server": {"mode": "adaptive", "m": m},
+            "adaptive": {"k_choices": [1, 2, 4], "hold": 2, **adaptive},
+            "target": {"name": "t", "cost": {"name": "affine", "base": 0.01,
+                                             "per_token": 0.0006}},
+            "drafter": {"name": "d", "cost": {"name": "affine", "base": 0.003,
+                                              "per_token": 0.0002}},
+            "acceptance": {"name": "geometric", "alpha": 0.7}, "workload": workload,
+            "trace": {"level": "step"}}
+
+
+def _lines(res):
+    return [dumps(r) for r in res.trace.steps + res.trace.requests]
+
+
+@pytest.mark.parametrize("rate, modes", [(None, ["ar", "sd", "psd"]), (2.0, ["ar", "sd", "psd"]),
+                                         (50.0, ["sd", "psd"]), (5.0, ["ar", "psd"])])
+def test_fast_and_simpy_paths_give_the_same_trace(rate, modes):
+    cfg = config_from_dict(_raw(rate, modes=modes))
+    fast, slow = simulate(cfg, path="fast"), simulate(cfg, path="simpy")
+    assert _lines(fast) == _lines(slow)
+    assert fast.counters == slow.counters
+    assert fast.trace.run.extra["adaptive"] == slow.trace.run.extra["adaptive"]
+
+
+def test_same_seed_same_trace_and_other_seed_differs():
+    a = simulate(config_from_dict(_raw(seed=3)))
+    b = simulate(config_from_dict(_raw(seed=3)))
+    c = simulate(config_from_dict(_raw(seed=4)))
+    assert _lines(a) == _lines(b)
+    assert _lines(a) != _lines(c)
+
+
+def _emitted_per_request(res):
+    got: dict = {}
+    for s in res.trace.steps:
+        for v in s.verified:
+            got[v.req] = got.get(v.req, 0) + v.emitted
+            assert 0 <= v.accepted <= v.proposed
+    return got
+
+
+@pytest.mark.parametrize("rate", [None, 3.0])
+def test_every_request_gets_its_output_and_no_more(rate):
+    res = simulate(config_from_dict(_raw(rate)))
+    got = _emitted_per_request(res)
+    assert len(res.trace.requests) == 30
+    for r in res.trace.requests:
+        assert got.get(r.id, 0) + 1 == r.output_len            # + the prefill's token
+        assert r.arrival <= r.admitted <= r.first_token <= r.finish
+
+
+def test_slot_limit_holds_in_every_mode():
+    res = simulate(config_from_dict(_raw(None, m=6)))
+    for s in res.trace.steps:
+        assert sum(p.seqs for p in s.phases if p.kind == "verify") <= 6
+
+
+def test_switches_are_counted_with_their_costs():
+    """Offline: a full batch first (AR or little speculation wins), then the tail drains to a
+    few sequences, where speculation wins: the policy switches and pays the drafter's
+    catch-up; the counts in the trace header match the counters."""
+    raw = _raw(None, m=16, n=40, hold=1, margin=0.0, modes=["ar", "sd"])
+    raw["target"]["cost"] = {"name": "affine", "base": 0.02, "per_token": 0.003}
+    res = simulate(config_from_dict(raw))
+    summary = res.trace.run.extra["adaptive"]
+    assert res.counters["switches"] == summary["switches"] > 0
+    assert sum(summary["transitions"].values()) == summary["switches"]
+    assert any(k.startswith("ar->") for k in summary["transitions"])
+    assert res.counters["catch_up_tokens"] > 0
+    assert summary["switch_cost_s"]["catch_up"] > 0
+    assert summary["steps"]["ar"] > 0 and summary["steps"]["sd"] > 0
+    assert [lab for _, lab in summary["timeline"]][0] == "ar"
+
+
+def test_psd_steps_overlap_and_alternate():
+    raw = _raw(None, m=8, n=16, modes=["psd"], k_choices=[2])
+    res = simulate(config_from_dict(raw))
+    over = [s for s in res.trace.steps if s.overlapped]
+    assert over
+    for s in over:
+        assert {s.verify_batch, s.draft_batch} == {0, 1}
+        kinds = {(p.kind, p.device) for p in s.phases}
+        assert ("verify", "sim:target") in kinds and ("draft", "sim:drafter") in kinds
+
+
+def test_metrics_from_the_trace():
+    res = simulate(config_from_dict(_raw(3.0)))
+    assert res.metrics["throughput_tok_s"] > 0
+    assert res.trace.run.mode == "adaptive"
+
+
+@pytest.mark.parametrize("change, msg", [
+    ({"server": {"mode": "adaptive", "m": 4, "kv_blocks": 100}}, "server.kv_blocks: must be 0"),
+    ({"server": {"mode": "adaptive", "m": 4, "k_choices": [2]}}, "server.k_choices: not allowed"),
+    ({"jitter": {"name": "lognormal", "sigma": 0.1}}, "jitter: not supported"),
+    ({"adaptive": {"hold": 0}}, "adaptive.hold: must be in [1, 10000]"),
+    ({"adaptive": {"bogus": 1}}, "adaptive.bogus: unknown key"),
+])
+def test_bad_settings_are_one_line_errors(change, msg):
+    raw = {**_raw(), **change}
+    with pytest.raises(ValueError) as exc:
+        simulate(config_from_dict(raw))
+    assert msg in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_adaptive_table_needs_the_adaptive_mode():
+    raw = _raw()
+    raw["server"] = {"mode": "sd", "m": 4}
+    with pytest.raises(ValueError, match="adaptive: only with server.mode = 'adaptive'"):
+        config_from_dict(raw)

@@ -1,0 +1,281 @@
+"""`psdlab bench-adaptive`: the adaptive policy against every fixed configuration, measured on
+the real CPU pair (drafter and target on their own cores), with the simulator's prediction made
+before the runs.
+
+1. Calibration (its own prompts, not the measured ones): AR and SD runs at 1 and ``m``
+   sequences give the step costs (verification, drafting per pass, the drafter's prefill) as
+   least-squares affine fits and the acceptance per draft position.
+2. Prediction: the simulator's adaptive server (``sim.adaptive``) with those costs predicts
+   each load's winner among the fixed configurations, the adaptive policy's throughput and the
+   switch points (``sim.policy_search``); the loads are an offline batch and Poisson rates at
+   ``RATE_FACTORS`` x r1, r1 = 1 / one request's predicted AR service time alone.
+3. Measurement: at each load, AR, SD(k), PSD(k) and the adaptive policy (seeded with the
+   calibration's costs, then measuring its own) serve the same requests, on one set of workers,
+   in turn; every output is checked against AR's (greedy: lossless).  A second pass (the
+   configurations in reverse order) shows the run-to-run noise; per load the two passes'
+   mean is judged too.
+Writes ``results.json`` and ``throughput_vs_load.png`` (one line per configuration) to DIR.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from psdlab.analysis.adaptive_policy import AcceptanceTracker, AffineCosts, PolicyConfig
+from psdlab.analysis.trace import Trace
+
+#: Poisson rates as multiples of r1 = 1 / (one request's AR service time alone, predicted from
+#: the calibration): ~0.5, ~1.5 and ~4 requests' worth of work arriving per service time
+RATE_FACTORS = {"low": 0.5, "medium": 1.5, "high": 4.0}
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchPlan:
+    depth: int = 30            # the drafter: the target's first `depth` layers (early exit)
+    k: int = 3
+    m: int = 4                 # most sequences running (PSD: two batches of m/2)
+    requests: int = 8
+    max_new_tokens: int = 24
+    calib_tokens: int = 8
+    seed: int = 0
+    repeat: bool = True
+    budget_s: float = 660.0    # the second pass (configurations in reverse order) is skipped
+                               # when the first ended past half of this
+
+
+def _fit_costs(traces: list[Trace], drafter_label: str) -> tuple[AffineCosts, dict[str, Any]]:
+    """Affine fits of the calibration runs' phases (least squares, clipped at 0)."""
+    v, d, p = [], [], []
+    for tr in traces:
+        for s in tr.steps:
+            for ph in s.phases:
+                dt_ = ph.end - ph.start
+                if ph.kind == "verify":
+                    v.append((ph.seqs, ph.tokens, dt_))
+                elif ph.kind == "draft":
+                    k = -(-ph.tokens // max(ph.seqs, 1))
+                    d.append((ph.seqs, dt_ / max(k, 1)))
+                elif ph.kind == "prefill" and ph.device == drafter_label:
+                    p.append((ph.tokens, dt_))
+    V = np.array(v, float)
+    X = np.column_stack([np.ones(len(V)), V[:, 0], V[:, 1]])
+    c0, c_seq, c_tok = np.clip(np.linalg.lstsq(X, V[:, 2], rcond=None)[0], 0.0, None)
+    D = np.array(d, float)
+    d_seq, d0 = np.polyfit(D[:, 0], D[:, 1], 1) if len(set(D[:, 0])) > 1 else (0.0, D[:, 1].mean())
+    P = np.array(p, float) if p else np.zeros((0, 2))
+    p_tok, p0 = (np.polyfit(P[:, 0], P[:, 1], 1) if len(set(P[:, 0])) > 1
+                 else (float(P[:, 1].mean() / max(P[:, 0].mean(), 1)) if len(P) else 0.0, 0.0))
+    costs = AffineCosts(c0=float(c0), c_seq=float(c_seq), c_tok=float(c_tok),
+                        d0=max(float(d0), 0.0), d_seq=max(float(d_seq), 0.0),
+                        p0=max(float(p0), 0.0), p_tok=max(float(p_tok), 0.0))
+    return costs, {"verify_points": len(v), "draft_points": len(d), "prefill_points": len(p)}
+
+
+def _acceptance(traces: list[Trace], k: int) -> tuple[float, ...]:
+    tr = AcceptanceTracker(prior=0.5, prior_weight=0.0, decay=1.0)
+    for t in traces:
+        for s in t.steps:
+            tr.update([(v.proposed, v.accepted) for v in s.verified])
+    return tr.rates(k)
+
+
+def sim_config(plan: BenchPlan, costs: AffineCosts, rates: tuple[float, ...], prompt: float,
+               policy: dict[str, Any]):
+    """The simulator's view of the pair: affine costs, the measured per-position acceptance."""
+    from psdlab.sim.sim_config import config_from_dict
+    raw = {"seed": plan.seed, "requests": plan.requests,
+           "server": {"mode": "adaptive", "m": plan.m}, "adaptive": policy,
+           "target": {"name": "target", "device": "cpu:1", "cost": {
+               "name": "affine", "base": costs.c0, "per_seq": costs.c_seq,
+               "per_token": costs.c_tok}},
+           "drafter": {"name": f"exit-{plan.depth}", "device": "cpu:0", "cost": {
+               "name": "affine", "base": costs.d0, "per_token": costs.d_seq}},
+           "acceptance": {"name": "positional", "rates": [max(min(a, 0.999), 0.001)
+                                                          for a in rates]},
+           "workload": {"name": "offline", "prompt": {"name": "fixed", "value": int(prompt)},
+                        "output": {"name": "fixed", "value": plan.max_new_tokens}},
+           "trace": {"level": "none"}}
+    return config_from_dict(raw)
+
+
+def _configs(plan: BenchPlan, base, pcfg: PolicyConfig, prior: AffineCosts):
+    rep = dataclasses.replace
+    half = max(plan.m // 2, 1)
+    return {"ar": rep(base, mode="ar", batch=plan.m, max_num_seqs=plan.m),
+            f"sd{plan.k}": rep(base, mode="sd-sep", k=plan.k, batch=plan.m, max_num_seqs=plan.m),
+            f"psd{plan.k}": rep(base, mode="psd", k=plan.k, batch=half, max_num_seqs=plan.m),
+            "adaptive": rep(base, mode="adaptive", k=plan.k, batch=plan.m, max_num_seqs=plan.m,
+                            adaptive_policy=pcfg, adaptive_prior=prior)}
+
+
+def _measure(eng, cfg, reqs) -> dict[str, Any]:
+    from psdlab.analysis.metrics import summarize
+    t0 = time.perf_counter()
+    res = eng.run(reqs, config=cfg)
+    m = summarize(res.trace)
+    out = {"tok_s": m["throughput_tok_s"], "tpot_p50": (m.get("tpot") or {}).get("p50"),
+           "tpot_p99": (m.get("tpot") or {}).get("p99"), "wall_s": time.perf_counter() - t0,
+           "outputs": [o.token_ids for o in res.outputs]}
+    if "adaptive" in res.trace.run.extra:
+        a = res.trace.run.extra["adaptive"]
+        out["adaptive"] = {key: a[key] for key in ("steps_ar", "steps_sd", "steps_psd",
+                                                   "switches", "transitions", "timeline",
+                                                   "catch_up_tokens", "drafts_dropped")}
+    return out
+
+
+def run_bench(args: Any, plan: BenchPlan | None = None) -> dict[str, Any]:
+    from psdlab.runtime.controller import Engine, EngineConfig
+    from psdlab.runtime.drafter_build import early_exit_spec
+    from psdlab.runtime.model_pair import prepare_drafter, prepare_target
+    from psdlab.runtime.requests import Request, arrival_times
+    from psdlab.runtime import run_setup as session
+    from psdlab.runtime.runner import ModelSpec
+    from psdlab.sim.policy_search import rate_sweep, thresholds
+    from psdlab.validation.results_file import git_info, machine_info
+
+    plan = plan or BenchPlan()
+    out_dir = Path(args.output)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+    load0 = list(os.getloadavg())
+    target = prepare_target(None, False)
+    n_layers = json.loads((Path(target) / "config.json").read_text())["num_hidden_layers"]
+    drafter = prepare_drafter(Path(target), early_exit_spec(plan.depth, n_target=n_layers),
+                              progress=False)
+    tok = session.load_tokenizer(str(target))
+    prompts = session.load_requests(None, tok, "offline", None, plan.seed)
+    calib, measured = prompts[:4], prompts[4:4 + plan.requests]
+    base = EngineConfig(mode="psd", k=plan.k, batch=max(plan.m // 2, 1), max_num_seqs=plan.m,
+                        max_new_tokens=plan.max_new_tokens, ignore_eos=True, max_len=1024,
+                        backend="process", seed=plan.seed)
+    rep = dataclasses.replace
+    result: dict[str, Any] = {"plan": dataclasses.asdict(plan), "drafter": f"exit-{plan.depth}",
+                              "uptime_before": load0}
+    with Engine(base, ModelSpec(str(target)), ModelSpec(str(drafter)), tok) as eng:
+        # 1. calibration
+        cal_traces = []
+        for mode, m, reqs in (("ar", plan.m, calib), ("sd-sep", plan.m, calib),
+                              ("ar", 1, calib[:2]), ("sd-sep", 1, calib[:2])):
+            cfg = rep(base, mode=mode, batch=m, max_num_seqs=m, max_new_tokens=plan.calib_tokens)
+            cal_traces.append(eng.run([rep(r, arrival=0.0) for r in reqs], config=cfg).trace)
+        assert eng.drafter is not None
+        prior, points = _fit_costs(cal_traces, eng.drafter.label)
+        acc = _acceptance(cal_traces[1::2], plan.k)
+        policy = {"modes": ["ar", "sd", "psd"], "k_choices": [plan.k], "margin": 0.05,
+                  "hold": 2}
+        pcfg = PolicyConfig(modes=("ar", "sd", "psd"), k_choices=(plan.k,), margin=0.05, hold=2)
+        prompt_len = float(np.mean([len(r.prompt_ids) for r in measured]))
+        result["calibration"] = {"costs": dataclasses.asdict(prior), "points": points,
+                                 "acceptance": list(acc), "prompt_mean": prompt_len,
+                                 "wall_s": time.perf_counter() - t_start}
+        # 2. prediction (before the measured runs)
+        scfg = sim_config(plan, prior, acc, prompt_len, policy)
+        fixed = (("ar", "ar", 0), (f"sd{plan.k}", "sd", plan.k), (f"psd{plan.k}", "psd", plan.k))
+        alone = plan.max_new_tokens * prior.verify(1, 0)
+        rates = {name: f / alone for name, f in RATE_FACTORS.items()}
+        pred = rate_sweep(scfg, list(rates.values()), fixed)
+        result["prediction"] = {"service_time_alone_s": alone, "rates_req_s": rates,
+                                "thresholds": thresholds(scfg)["ranges"], **pred}
+        # 3. measurement
+        loads = [("offline", None)] + list(rates.items())
+        configs = _configs(plan, base, pcfg, prior)
+        rows = []
+        for npass in range(2 if plan.repeat else 1):
+            if npass and time.perf_counter() - t_start > plan.budget_s / 2:
+                break                                   # no time for a second pass
+            order = list(configs.items())[::-1 if npass else 1]
+            for name, rate in loads:
+                times = ([0.0] * len(measured) if rate is None else
+                         arrival_times(f"poisson:{rate}", len(measured), plan.seed))
+                reqs = [Request(r.id, r.prompt_ids, t, r.prompt_text)
+                        for r, t in zip(measured, times, strict=True)]
+                row: dict[str, Any] = {"load": name + (" (repeat)" if npass else ""),
+                                       "rate_req_s": rate, "configs": {},
+                                       "uptime": list(os.getloadavg())}
+                for label, cfg in order:
+                    row["configs"][label] = _measure(eng, cfg, reqs)
+                row["configs"] = {lab: row["configs"][lab] for lab in configs}
+                rows.append(row)
+    result["measured"] = _judge(rows, result["prediction"], list(configs))
+    result.update({"machine": machine_info(load0), "git": git_info(),
+                   "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                   "uptime_after": list(os.getloadavg()),
+                   "wall_s": time.perf_counter() - t_start,
+                   "note": "2 shared cores: other jobs ran on this machine during the runs "
+                           "(load averages per load in 'uptime')"})
+    from psdlab.validation.adaptive_bench_report import write_figure
+    _atomic(out_dir / "throughput_vs_load.png", lambda p: write_figure(result, p))
+    _atomic(out_dir / "results.json",
+            lambda p: Path(p).write_text(json.dumps(result, indent=1, sort_keys=True)))
+    result["files"] = [str(out_dir / "results.json"), str(out_dir / "throughput_vs_load.png")]
+    return result
+
+
+def _judge(rows: list[dict[str, Any]], pred: dict[str, Any], labels: list[str]
+           ) -> dict[str, Any]:
+    from psdlab.sim.policy_search import winner
+    fixed = [lab for lab in labels if lab != "adaptive"]
+    pred_rows = {r["load"]: r for r in pred["rows"]}
+    for row in rows:
+        cfgs = row["configs"]
+        ref = cfgs["ar"]["outputs"]
+        for lab in labels:
+            cfgs[lab]["lossless"] = cfgs[lab].pop("outputs") == ref
+        best = winner(cfgs, fixed)         # as the prediction's: ties (1 %) by TPOT p50
+        row["winner_measured"] = best
+        row["adaptive_vs_best"] = cfgs["adaptive"]["tok_s"] / cfgs[best]["tok_s"]
+        key = "offline" if row["load"].startswith("offline") else f"{row['rate_req_s']:g}"
+        pr = pred_rows.get(key)
+        row["winner_predicted"] = pr["winner_fixed"] if pr else None
+    main = [r for r in rows if not r["load"].endswith("(repeat)")]
+    again = {r["load"][:-len(" (repeat)")]: r for r in rows if r["load"].endswith("(repeat)")}
+    for r in main:                      # both passes: their mean, and how far they differ
+        r2 = again.get(r["load"])
+        if r2 is None:
+            continue
+        mean = {lab: 0.5 * (r["configs"][lab]["tok_s"] + r2["configs"][lab]["tok_s"])
+                for lab in labels}
+        r["pooled_tok_s"] = mean
+        r["pooled_adaptive_vs_best"] = mean["adaptive"] / max(mean[f] for f in fixed)
+        r["pass_spread"] = {lab: abs(r["configs"][lab]["tok_s"] - r2["configs"][lab]["tok_s"])
+                            / mean[lab] for lab in labels}
+    norm = {lab: float(np.mean([r["configs"][lab]["tok_s"] / max(r["configs"][x]["tok_s"]
+                                                                 for x in labels)
+                                for r in main])) for lab in labels}
+    pooled = [r["pooled_adaptive_vs_best"] for r in main if "pooled_adaptive_vs_best" in r]
+    return {"rows": rows, "mean_normalised_tok_s": norm,
+            "pooled_adaptive_min_vs_best": min(pooled) if pooled else None,
+            "max_pass_spread": max((v for r in main for v in r.get("pass_spread", {}).values()),
+                                   default=None),
+            "adaptive_min_vs_best": min(r["adaptive_vs_best"] for r in main),
+            "goal_097_every_load": all(r["adaptive_vs_best"] >= 0.97 for r in main),
+            "adaptive_ahead_of_every_fixed_overall": all(norm["adaptive"] > norm[f]
+                                                         for f in fixed),
+            "winners_predicted_right": sum(r["winner_measured"] == r["winner_predicted"]
+                                           for r in main), "loads": len(main)}
+
+
+def _atomic(path: Path, write) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=path.suffix)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def format_report(result: dict[str, Any]) -> str:
+    from psdlab.validation.adaptive_bench_report import format_text
+    return format_text(result)

@@ -1,0 +1,208 @@
+"""The judgement of `psdlab check-vllm`: calibrate on one vLLM configuration, predict the others.
+
+Input: the runs the harness made (`runtime.vllm_ext.serve_check`), each a ``vllm bench serve
+--save-detailed`` result plus ``/metrics`` snapshots before and after it, labelled with its
+configuration (mode, k, request rate) and repeat.  The calibration configuration's repeats
+(and only they) go to `validation.bench_calibrate.fit_from_bench`; every other configuration
+is predicted by `validation.bench_predict.predict_bench` from the calibration result's own
+requests (lengths, and vLLM's seeded arrival pattern re-timed to the configuration's rate, which
+is how ``vllm bench serve --seed`` draws them: the same gamma draws scaled by 1/rate), so no
+held-out measurement enters a prediction.  Each configuration is compared on mean TTFT, mean
+TPOT, output throughput and acceptance length (vLLM bench's own keys), with the calibration
+configuration's in-sample fit beside them and the spread of its repeats as the run-to-run
+noise.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping, Sequence
+
+#: the compared figures: vLLM bench key -> label
+METRICS = {"mean_ttft_ms": "mean TTFT (ms)", "mean_tpot_ms": "mean TPOT (ms)",
+           "output_throughput": "output throughput (tok/s)",
+           "spec_decode_acceptance_length": "acceptance length"}
+GOAL = 0.10
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One measured bench run of a configuration."""
+
+    config: str            # e.g. "sd-k4@0.5"
+    mode: str              # "ar" or "sd"
+    k: int
+    request_rate: float
+    repeat: int
+    result: str            # the bench JSON
+    metrics_before: str
+    metrics_after: str
+    load_before: tuple[float, ...] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def config_name(mode: str, k: int, rate: float) -> str:
+    return f"{'ar' if mode == 'ar' else f'sd-k{k}'}@{rate:g}"
+
+
+def measured(rec: RunRecord) -> dict[str, float | None]:
+    """The compared figures of one run: vLLM bench's, with the acceptance length from the run's
+    ``/metrics`` counters (1 + accepted / drafts) when speculation is on."""
+    from psdlab.analysis.formats import vllm_bench, vllm_metrics
+    s = vllm_bench.read(rec.result)
+    out: dict[str, float | None] = {"mean_ttft_ms": s.stats_ms.get("mean_ttft_ms"),
+                                    "mean_tpot_ms": s.stats_ms.get("mean_tpot_ms"),
+                                    "output_throughput": s.output_throughput,
+                                    "spec_decode_acceptance_length": None}
+    if rec.mode != "ar":
+        c = vllm_metrics.read_delta(rec.metrics_before, rec.metrics_after)
+        out["spec_decode_acceptance_length"] = (
+            1.0 + c.num_accepted_tokens / c.num_drafts if c.num_drafts else None)
+    return out
+
+
+def counters(rec: RunRecord) -> dict[str, Any] | None:
+    """The run's spec-decode counter deltas (None for AR)."""
+    if rec.mode == "ar":
+        return None
+    from psdlab.analysis.formats import vllm_metrics
+    c = vllm_metrics.read_delta(rec.metrics_before, rec.metrics_after)
+    return {"num_drafts": c.num_drafts, "num_draft_tokens": c.num_draft_tokens,
+            "num_accepted_tokens": c.num_accepted_tokens,
+            "accepted_per_pos": list(c.accepted_per_pos)}
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.fmean(vals) if vals else None
+
+
+def _err(pred: float | None, meas: float | None) -> float | None:
+    if pred is None or meas is None or not meas:
+        return None
+    return pred / meas - 1.0
+
+
+def noise(values: Sequence[float | None]) -> float | None:
+    """Run-to-run spread of repeats: (max - min) / mean."""
+    vals = [v for v in values if v is not None]
+    if len(vals) < 2 or not statistics.fmean(vals):
+        return None
+    return (max(vals) - min(vals)) / statistics.fmean(vals)
+
+
+def evaluate(runs: Sequence[RunRecord], calibration: str, *, seed: int = 0,
+             bootstrap: int = 10) -> dict[str, Any]:
+    """Fit on the runs of configuration ``calibration``, predict every configuration (the
+    calibration one in-sample), compare; the results document's body."""
+    from psdlab.validation.bench_calibrate import fit_from_bench
+    from psdlab.validation.bench_predict import predict_bench
+
+    cal = [r for r in runs if r.config == calibration]
+    if not cal:
+        raise ValueError(f"calibration: no run of configuration {calibration!r}")
+    sd = cal[0].mode != "ar"          # AR runs have no spec-decode counters to give
+    fit = fit_from_bench([r.result for r in cal],
+                         metrics_before=cal[0].metrics_before if sd else None,
+                         metrics_after=cal[-1].metrics_after if sd else None,
+                         seed=seed, bootstrap=bootstrap)
+    workload = cal[0].result
+    configs: dict[str, list[RunRecord]] = {}
+    for r in runs:
+        configs.setdefault(r.config, []).append(r)
+    rows: list[dict[str, Any]] = []
+    for name, reps in configs.items():
+        first = reps[0]
+        meas_each = [measured(r) for r in reps]
+        meas = {m: _mean([x[m] for x in meas_each]) for m in METRICS}
+        try:
+            pred_doc = predict_bench(fit, workload, mode=first.mode, k=first.k,
+                                     request_rate=first.request_rate, max_concurrency=None,
+                                     seed=seed)
+            why = None
+        except ValueError as exc:      # e.g. SD from a fit that saw no speculation
+            pred_doc, why = {}, str(exc).splitlines()[0]
+        pred = {m: (None if first.mode == "ar" and m == "spec_decode_acceptance_length"
+                    else _num(pred_doc.get(m))) for m in METRICS}
+        rows.append({
+            "config": name, "mode": first.mode, "k": first.k,
+            "request_rate": first.request_rate,
+            "role": "calibration" if name == calibration else "held-out",
+            "repeats": len(reps), "measured": meas, "predicted": pred,
+            "not_predicted": why,
+            "error": {m: _err(pred[m], meas[m]) for m in METRICS},
+            "noise": {m: noise([x[m] for x in meas_each]) for m in METRICS},
+            "measured_repeats": meas_each, "counters": [counters(r) for r in reps],
+            "load_before": [r.load_before for r in reps],
+            "results": [r.result for r in reps]})
+    held = [r for r in rows if r["role"] == "held-out"]
+    within = {m: [abs(r["error"][m]) <= GOAL for r in held if r["error"][m] is not None]
+              for m in METRICS}
+    return {"calibration": calibration, "goal": GOAL, "fit": fit.to_dict(),
+            "rows": rows,
+            "summary": {m: {"held_out_within_goal": sum(v), "held_out_compared": len(v),
+                            "max_abs_error": max((abs(r["error"][m]) for r in held
+                                                  if r["error"][m] is not None), default=None)}
+                        for m, v in within.items()}}
+
+
+def _num(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _f(x: float | None, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:+.1f}%"
+
+
+def _provenance(doc: Mapping[str, Any]) -> list[str]:
+    """Where and when (lines for the markdown), when the document says."""
+    if "machine" not in doc:
+        return []
+    m, g = doc["machine"], doc.get("git") or {}
+    loads = [r["load_before"][0] for r in doc.get("runs", []) if r.get("load_before")]
+    load = f"{min(loads):.2f}-{max(loads):.2f}" if loads else "not recorded"
+    return [f"Measured {doc.get('date')} on {m.get('cpu_model')} ({m.get('cpus')} CPUs; "
+            f"{', '.join(m.get('cpu_flags') or [])}), {doc.get('vllm_version')}, commit "
+            f"{g.get('short')} ({g.get('tree')}). Other jobs shared the cores: 1-minute load "
+            f"average before the runs {load}.", ""]
+
+
+def markdown(doc: Mapping[str, Any]) -> str:
+    """The predicted-vs-measured table (one line per configuration and figure)."""
+    lines = [f"# psdlab check-vllm: calibrated on `{doc['calibration']}`, predicting the others",
+             "", f"Goal: |error| <= {100 * doc['goal']:.0f}% on each held-out figure. "
+             "Noise: (max - min) / mean over a configuration's repeats.", "",
+             *_provenance(doc),
+             "| configuration | role | figure | measured | predicted | error | noise |",
+             "|---|---|---|---|---|---|---|"]
+    order = sorted(doc["rows"], key=lambda r: (r["role"] != "calibration", r["config"]))
+    for r in order:
+        for m, label in METRICS.items():
+            if r["measured"][m] is None and r["predicted"][m] is None:
+                continue
+            mark = "" if r["role"] != "held-out" or r["error"][m] is None else (
+                " ok" if abs(r["error"][m]) <= doc["goal"] else " MISS")
+            lines.append(f"| {r['config']} | {r['role']} (x{r['repeats']}) | {label} | "
+                         f"{_f(r['measured'][m], '.4g')} | {_f(r['predicted'][m], '.4g')} | "
+                         f"{_pct(r['error'][m])}{mark} | {_pct(r['noise'][m]).lstrip('+')} |")
+    lines += [f"\n{r['config']}: not predicted ({r['not_predicted']})" for r in order
+              if r.get("not_predicted")]
+    lines += ["", "Held-out figures within the goal: " + ", ".join(
+        f"{METRICS[m]} {s['held_out_within_goal']}/{s['held_out_compared']}"
+        for m, s in doc["summary"].items())]
+    notes = (doc.get("fit") or {}).get("notes") or []
+    if notes:
+        lines += ["", "What the calibration could and could not identify (the fit's notes):", ""]
+        lines += [f"- {n}" for n in notes]
+    return "\n".join(lines) + "\n"
