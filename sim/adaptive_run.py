@@ -29,6 +29,8 @@ def _check(config) -> None:
                          "(no KV limit in the adaptive server)")
     if srv.cap_proposals:
         raise ValueError("server.cap_proposals: not supported with server.mode = 'adaptive'")
+    if srv.first_token != "prefill":
+        raise ValueError("server.first_token: only 'prefill' with server.mode = 'adaptive'")
     if config.jitter:
         raise ValueError("jitter: not supported with server.mode = 'adaptive'")
     if getattr(srv, "engine_step", "none") not in ("none", None):

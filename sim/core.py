@@ -63,12 +63,14 @@ class Core:
                  block_size: int, target, drafter, target_dev: str, drafter_dev: str,
                  arrival: np.ndarray, prompt: np.ndarray, output: np.ndarray,
                  traj: Trajectories, jitter: JitterStreams, cap_proposals: bool = False,
-                 step_host=None):
+                 step_host=None, first_token_at_step_end: bool = False):
         self.mode, self.m = mode, m
         #: the engine step's host terms (sim.costs.engine_step.StepHost), None: none
         self.step_host = step_host
         #: proposals capped at the output budget (``server.cap_proposals``): one step per plan
         self.cap_proposals = bool(cap_proposals)
+        #: ``server.first_token = "step"``: a first token is emitted at its step's end
+        self.first_at_end = bool(first_token_at_step_end)
         #: draft length per request (0 for AR); k = the largest (passes the drafter may run)
         self.karr = np.zeros(arrival.size, np.int64) if mode == "ar" else np.asarray(k, np.int64)
         self.k = int(self.karr.max()) if self.karr.size else 0
@@ -311,7 +313,8 @@ class Core:
         if pending.size:
             tpf = [ph for ph in p.phases if ph.kind == "prefill"][0]
             assert p.starts is not None
-            t_first = float(p.starts[0, tpf.seg] + tpf.dur[0])
+            t_first = (p.step_end(0) if self.first_at_end
+                       else float(p.starts[0, tpf.seg] + tpf.dur[0]))
             fresh = pending[np.isnan(self.first_t[pending])]
             self.first_t[fresh] = t_first
         done: list[int] = [int(r) for r in pending if self.traj.nsteps[r] == 0]

@@ -175,13 +175,14 @@ def commit_lanes(c, p: Plan) -> None:
     pend = np.asarray(c.pending, np.int64)
     if pend.size:
         fresh = pend[np.isnan(c.first_t[pend])]
-        c.first_t[fresh] = p.starts[0, 0] + p.phases[0].dur[0]
+        c.first_t[fresh] = p.ends[0, -1] if c.first_at_end else p.starts[0, 0] + p.phases[0].dur[0]
     new = np.flatnonzero(adm > 0)
     if new.size:   # admitted inside the plan, in admission order
         new = new[np.argsort(adm[new], kind="stable")]
         rn, bn = r[new], adm[new]
         c.admitted_t[rn] = p.starts[bn, 0]
-        c.first_t[rn] = p.starts[bn, 0] + p.phases[0].dur[bn]
+        c.first_t[rn] = (p.ends[bn, -1] if c.first_at_end
+                         else p.starts[bn, 0] + p.phases[0].dur[bn])
         c.admit_seq[rn] = c.admitted + np.arange(rn.size)
         c.admitted += rn.size
         c.last_batch[rn] = np.asarray(order)[b[new]]

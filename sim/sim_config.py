@@ -38,6 +38,8 @@ MODES = ("ar", "sd", "sd-sep", "psd", "adaptive")
 POLICIES = ("paper", "rebalance")
 TRACE_LEVELS = ("step", "request", "none")
 
+#: when the first token is emitted (server.first_token)
+FIRST_TOKEN = ("prefill", "step")
 
 @dataclass(frozen=True)
 class ServerConfig:
@@ -53,6 +55,10 @@ class ServerConfig:
     #: host work around the passes (sim.costs.engine_step): "none" | a preset name |
     #: "preset" (the target GPU cost preset's) | an inline table
     engine_step: str | Mapping[str, Any] = "none"
+    #: when a request's first token reaches the client: "prefill" (at the end of the target's
+    #: prefill pass) or "step" (at the end of the step that ran it: vLLM returns a step's outputs
+    #: after the whole step, the draft model's proposals included)
+    first_token: str = "prefill"
 
     def __post_init__(self) -> None:
         check_choice("server.mode", self.mode, MODES)
@@ -72,6 +78,7 @@ class ServerConfig:
         if not isinstance(self.cap_proposals, bool):
             raise ValueError(f"server.cap_proposals: expected true or false, got "
                              f"{self.cap_proposals!r}")
+        check_choice("server.first_token", self.first_token, FIRST_TOKEN)
         from psdlab.sim.costs.engine_step import check_spec
         check_spec(self.engine_step)
 

@@ -130,6 +130,7 @@ def build(config: SimConfig) -> Built:
                 target_dev=config.target.device, drafter_dev=drafter_dev, arrival=arrival,
                 prompt=prompt, output=output, traj=traj, jitter=JitterStreams(jitter, s_jit),
                 cap_proposals=srv.cap_proposals and srv.mode != "ar",
+                first_token_at_step_end=srv.first_token == "step",
                 step_host=None if step is None else StepHost(
                     step, srv.mode, drafter_dev != config.target.device, drafter, target))
     devices = {"target": config.target.device}

@@ -21,7 +21,8 @@ def synth_config(mode: str, rate: float, n: int, seed: int, *, jitter: float = 0
                  drafter: dict[str, Any] | None = None):
     raw: dict[str, Any] = {
         "seed": seed, "requests": n,
-        "server": {"mode": mode, "k": 3 if mode != "ar" else 0, "m": 256},
+        "server": {"mode": mode, "k": 3 if mode != "ar" else 0, "m": 256,
+                   "first_token": "step"},
         "target": {"name": "target", "cost": TRUE_TARGET},
         "workload": {"name": "poisson", "rate": rate,
                      "prompt": {"name": "lognormal", "mean": 300, "median": 250, "max": 1000},

@@ -31,11 +31,24 @@ def fit(synth):
                           bootstrap=20, target_terms=TERMS3)
 
 
+# The bootstrap intervals carry the scatter between requests, not the Monte-Carlo noise of the
+# replays (docs/bench-calibration.md): they may miss the truth by a few percent of its value, so
+# the truth is checked against the interval widened by 5% of each end.
+SLACK = 0.05
+
+
+def _check_term(fit, name, true, rel):
+    lo, hi = fit.intervals[name]
+    est = fit.target_cost if name.startswith("target.") else fit.drafter_cost
+    value = est[name.split(".", 1)[1]]
+    assert lo <= value <= hi and lo < hi, (name, lo, value, hi)
+    assert lo * (1 - SLACK) <= true <= hi * (1 + SLACK), (name, lo, value, hi, true)
+    assert value == pytest.approx(true, rel=rel), name
+
+
 def test_the_known_target_costs_lie_in_the_fits_intervals(fit):
     for term in TERMS3:
-        lo, hi = fit.intervals[f"target.{term}"]
-        assert lo <= TRUE_TARGET[term] <= hi, (term, lo, fit.target_cost[term], hi)
-        assert fit.target_cost[term] == pytest.approx(TRUE_TARGET[term], rel=0.15)
+        _check_term(fit, f"target.{term}", TRUE_TARGET[term], 0.10)
     assert fit.target_cost["per_context"] == 0.0          # not fitted: held at 0
 
 
@@ -44,8 +57,7 @@ def test_the_known_drafter_costs_lie_in_the_fits_intervals(fit):
     drafter's intervals carry the target's uncertainty (its bootstrap replicates)."""
     assert fit.drafter_cost is not None
     for term in ("base", "per_token"):
-        lo, hi = fit.intervals[f"drafter.{term}"]
-        assert lo <= TRUE_DRAFTER[term] <= hi, (term, lo, fit.drafter_cost[term], hi)
+        _check_term(fit, f"drafter.{term}", TRUE_DRAFTER[term], 0.20)
 
 
 def test_acceptance_per_position_recovers_the_simulated_rates(fit):

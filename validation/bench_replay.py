@@ -176,7 +176,9 @@ def server_for(mode: str, k: int | None, base: ServerConfig | None,
     kw: dict[str, Any] = {} if base is None else {
         "policy": base.policy, "kv_blocks": base.kv_blocks, "block_size": base.block_size,
         "cap_proposals": base.cap_proposals}
-    return ServerConfig(mode=mode, k=(k or 1) if mode != "ar" else 0, m=m, **kw)
+    # a serving engine returns a step's outputs when the whole step is done (vLLM, SGLang)
+    return ServerConfig(mode=mode, k=(k or 1) if mode != "ar" else 0, m=m, first_token="step",
+                        **kw)
 
 
 def replay_config(workload: Mapping[str, Any], n: int, server: ServerConfig,

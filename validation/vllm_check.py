@@ -94,21 +94,29 @@ def noise(values: Sequence[float | None]) -> float | None:
     return (max(vals) - min(vals)) / statistics.fmean(vals)
 
 
+def in_calibration(config: str, calibration: str) -> bool:
+    """Whether configuration ``config`` (``sd-k4@0.5``) is calibration data: ``calibration``
+    names one configuration, or one server (``sd-k4``: all its request rates)."""
+    return config == calibration or config.split("@")[0] == calibration
+
+
 def evaluate(runs: Sequence[RunRecord], calibration: str, *, seed: int = 0,
-             bootstrap: int = 10) -> dict[str, Any]:
+             bootstrap: int = 10,
+             drafter_to_target_ratio: float | None = None) -> dict[str, Any]:
     """Fit on the runs of configuration ``calibration``, predict every configuration (the
     calibration one in-sample), compare; the results document's body."""
     from psdlab.validation.bench_calibrate import fit_from_bench
     from psdlab.validation.bench_predict import predict_bench
 
-    cal = [r for r in runs if r.config == calibration]
+    cal = [r for r in runs if in_calibration(r.config, calibration)]
     if not cal:
         raise ValueError(f"calibration: no run of configuration {calibration!r}")
     sd = cal[0].mode != "ar"          # AR runs have no spec-decode counters to give
     fit = fit_from_bench([r.result for r in cal],
                          metrics_before=cal[0].metrics_before if sd else None,
                          metrics_after=cal[-1].metrics_after if sd else None,
-                         seed=seed, bootstrap=bootstrap)
+                         seed=seed, bootstrap=bootstrap,
+                         drafter_to_target_ratio=drafter_to_target_ratio if sd else None)
     workload = cal[0].result
     configs: dict[str, list[RunRecord]] = {}
     for r in runs:
@@ -127,10 +135,15 @@ def evaluate(runs: Sequence[RunRecord], calibration: str, *, seed: int = 0,
             pred_doc, why = {}, str(exc).splitlines()[0]
         pred = {m: (None if first.mode == "ar" and m == "spec_decode_acceptance_length"
                     else _num(pred_doc.get(m))) for m in METRICS}
+        expected = (pred_doc.get("psdlab", {}).get("prediction", {})
+                    .get("expected_acceptance_length"))
+        if first.mode != "ar" and expected is not None:
+            # the fitted acceptance's expectation, not one simulated run's draw of it
+            pred["spec_decode_acceptance_length"] = _num(expected)
         rows.append({
             "config": name, "mode": first.mode, "k": first.k,
             "request_rate": first.request_rate,
-            "role": "calibration" if name == calibration else "held-out",
+            "role": "calibration" if in_calibration(name, calibration) else "held-out",
             "repeats": len(reps), "measured": meas, "predicted": pred,
             "not_predicted": why,
             "error": {m: _err(pred[m], meas[m]) for m in METRICS},
@@ -142,6 +155,7 @@ def evaluate(runs: Sequence[RunRecord], calibration: str, *, seed: int = 0,
     within = {m: [abs(r["error"][m]) <= GOAL for r in held if r["error"][m] is not None]
               for m in METRICS}
     return {"calibration": calibration, "goal": GOAL, "fit": fit.to_dict(),
+            "drafter_to_target_ratio": drafter_to_target_ratio if sd else None,
             "rows": rows,
             "summary": {m: {"held_out_within_goal": sum(v), "held_out_compared": len(v),
                             "max_abs_error": max((abs(r["error"][m]) for r in held

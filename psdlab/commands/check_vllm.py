@@ -36,7 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--ks", default="4,2", metavar="K,K",
                    help="draft lengths of the SD servers, 1-16 (default 4,2)")
     p.add_argument("--calibration", default=None, metavar="CONFIG",
-                   help="the configuration fitted on, e.g. sd-k4@0.5 or ar@1 (default: SD at "
+                   help="the configuration fitted on, e.g. sd-k4@0.5 or ar@1, or a server (sd-k4: all its "
+                        "rates) (default: SD at "
                         "the first k and the first rate)")
     p.add_argument("--num-prompts", type=int, default=24, help="prompts per run (default 24)")
     p.add_argument("--output-len", type=int, default=32,
@@ -63,6 +64,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--reuse", action="store_true",
                    help="start no server: judge the runs DIR/check_vllm.json already records "
                         "again (e.g. with another --calibration)")
+    p.add_argument("--drafter-ratio", default="configs", metavar="R|configs|none",
+                   help="structural prior for the fit: a drafter forward pass costs R target "
+                        "passes (a number in (0, 10]); 'configs' (default): R from the two "
+                        "served models' config.json (validation.drafter_prior); 'none': no "
+                        "prior, so an SD-only calibration cannot split its step between target "
+                        "and drafter")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bootstrap", type=int, default=10,
                    help="bootstrap replicates of the fit's intervals (default 10)")
@@ -104,8 +111,9 @@ def plan(args: argparse.Namespace) -> dict[str, Any]:
     servers = [("sd", k) for k in ks] + ([] if args.no_ar else [("ar", 0)])
     configs = [config_name(m, k, r) for m, k in servers for r in rates]
     calibration = args.calibration or configs[0]
-    if calibration not in configs:
-        raise ValueError(f"--calibration: must be one of {', '.join(configs)}, "
+    if calibration not in configs + sorted({c.split("@")[0] for c in configs}):
+        raise ValueError(f"--calibration: must be one of {', '.join(configs)} (or a server "
+                         f"name such as {configs[0].split('@')[0]}: all its rates), "
                          f"got {calibration!r}")
     if len(configs) < 2:
         raise ValueError("--rates/--ks: need at least two configurations (one to calibrate "
@@ -201,6 +209,23 @@ def _vllm_version() -> str | None:
     return None
 
 
+def _ratio(args: argparse.Namespace, servers: list[dict[str, Any]]) -> float | None:
+    """``--drafter-ratio``: None, a number, or the ratio of the served models' configs (the
+    target is the first argument after ``serve``, the drafter the speculative config's model)."""
+    from psdlab.validation.drafter_prior import check_ratio, ratio_from_configs
+    if args.drafter_ratio in (None, "none"):
+        return None
+    if args.drafter_ratio != "configs":
+        return check_ratio(args.drafter_ratio, "--drafter-ratio")
+    for server in servers:
+        argv = list(server.get("argv") or [])
+        if "--speculative-config" in argv and "serve" in argv:
+            target = argv[argv.index("serve") + 1]
+            draft = json.loads(argv[argv.index("--speculative-config") + 1])["model"]
+            return ratio_from_configs(target, draft)
+    return None                         # no speculative server: nothing to split
+
+
 def _say(args: argparse.Namespace, text: str) -> None:
     if not args.json:
         print(text, flush=True)
@@ -220,7 +245,8 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     records, servers = measure(args, p, out)
     measured_s = time.monotonic() - t0
-    doc = evaluate(records, p["calibration"], seed=args.seed, bootstrap=args.bootstrap)
+    doc = evaluate(records, p["calibration"], seed=args.seed, bootstrap=args.bootstrap,
+                   drafter_to_target_ratio=_ratio(args, servers))
     doc = {"command": "psdlab check-vllm " + shlex.join(sys.argv[2:]),
            "machine": machine_info(load0), "git": git_info(),
            "date": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -251,10 +277,12 @@ def rejudge(args: argparse.Namespace, out: Path) -> int:
                for r in old["runs"]]
     configs = sorted({r.config for r in records})
     calibration = args.calibration or old["calibration"]
-    if calibration not in configs:
-        raise ValueError(f"--calibration: must be one of {', '.join(configs)}, "
+    if calibration not in configs + sorted({c.split("@")[0] for c in configs}):
+        raise ValueError(f"--calibration: must be one of {', '.join(configs)} (or a server "
+                         f"name such as {configs[0].split('@')[0]}: all its rates), "
                          f"got {calibration!r}")
-    doc = evaluate(records, calibration, seed=args.seed, bootstrap=args.bootstrap)
+    doc = evaluate(records, calibration, seed=args.seed, bootstrap=args.bootstrap,
+                   drafter_to_target_ratio=_ratio(args, old.get("servers") or []))
     keep = ("machine", "git", "date", "vllm_version", "shared_cores_note", "settings",
             "servers", "runs", "measure_s")
     doc = {"command": "psdlab check-vllm " + shlex.join(sys.argv[2:]),
