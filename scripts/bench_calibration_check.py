@@ -40,7 +40,7 @@ KEYS = ("mean_ttft_ms", "mean_tpot_ms", "output_throughput", "spec_decode_accept
 def config(mode: str, rate: float, n: int, seed: int, jitter: float):
     raw: dict[str, Any] = {
         "seed": seed, "requests": n, "server": {"mode": mode, "k": 3 if mode != "ar" else 0,
-                                                "m": 256},
+                                                "m": 256, "first_token": "step"},
         "target": {"name": "target", "cost": TARGET},
         "workload": {"name": "poisson", "rate": rate,
                      "prompt": {"name": "lognormal", "mean": 300, "median": 250, "max": 1000},
