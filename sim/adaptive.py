@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from psdlab.sim.arrival_clock import ArrivalClock
 from psdlab.analysis.adaptive_policy import AcceptanceTracker, AdaptivePolicy, LiveState
 from psdlab.analysis.trace import Phase, RequestRecord, StepRecord, Verified
 from psdlab.sim.step_plan import cost_time, prefill_time
@@ -94,7 +95,7 @@ class Step:
     ready_after: int | None = None
 
 
-class AdaptiveServer:
+class AdaptiveServer(ArrivalClock):
     """The state machine both paths drive: ``prepare`` / ``plan`` / ``commit``."""
 
     def __init__(self, *, m: int, policy: AdaptivePolicy, target, drafter, acceptance,
@@ -145,20 +146,6 @@ class AdaptiveServer:
         if self.running:
             return "run"
         return "idle" if self.arr_ptr < self.N else "done"
-
-    def idle_delay(self) -> float:
-        a = float(self.arrival[self.arr_ptr])
-        d = a - self.now
-        while self.now + d < a:
-            d = float(np.nextafter(d, np.inf))
-        return d
-
-    def after_idle(self, now: float) -> None:
-        self.now = now
-        self.waiting.append(self.arr_ptr)
-        self.arr_ptr += 1
-        self.counters["arrivals"] += 1
-        self.counters["idle_jumps"] += 1
 
     def ctx(self, ids) -> np.ndarray:
         return self.prompt[ids] + self.produced[ids]

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from psdlab.sim.arrival_clock import ArrivalClock
 from psdlab.sim import lanes
 from psdlab.sim.batch_assignment import BatchManager
 from psdlab.sim.kv import blocks
@@ -58,7 +59,7 @@ class JitterStreams:
         return buf[step:step + n]
 
 
-class Core:
+class Core(ArrivalClock):
     def __init__(self, *, mode: str, k: np.ndarray, m: int, policy: str, kv_blocks: int,
                  block_size: int, target, drafter, target_dev: str, drafter_dev: str,
                  arrival: np.ndarray, prompt: np.ndarray, output: np.ndarray,
@@ -153,22 +154,6 @@ class Core:
                 return "done"
             raise RuntimeError("simulator stalled: a waiting request cannot be admitted")
         return "run"
-
-    def idle_delay(self) -> float:
-        """Seconds to the next arrival, rounded up so that now + delay >= arrival."""
-        a = float(self.arrival[self.arr_ptr])
-        d = a - self.now
-        while self.now + d < a:
-            d = float(np.nextafter(d, np.inf))
-        return d
-
-    def after_idle(self, now: float) -> None:
-        """The clock jumped to the next arrival: that request has arrived whatever rounding."""
-        self.now = now
-        self.waiting.append(self.arr_ptr)
-        self.arr_ptr += 1
-        self.counters["arrivals"] += 1
-        self.counters["idle_jumps"] += 1
 
     def _preempt(self) -> None:
         used = self.kv_used()

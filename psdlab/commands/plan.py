@@ -106,9 +106,11 @@ def run(args: argparse.Namespace) -> int:
         k_conf = k_table(rows, args.k_table_drafter, args.k_table_by).speculative_config()
         text = json.dumps(k_conf) + "\n"
         writers[args.vllm_k_table] = lambda tmp: _write_text(tmp, text)
-    write_outputs(writers)
     from psdlab.sim.policy_search import format_report as policy_text, plan_thresholds
-    policy = plan_thresholds(cfg.replace(server_m=max(spec.ms)))   # adaptive policy (issue 39)
+    # the adaptive policy's thresholds; computed before anything is written, so that a failure
+    # here leaves no file behind
+    policy = plan_thresholds(cfg.replace(server_m=max(spec.ms)))
+    write_outputs(writers)
     if args.json:
         print(json.dumps({"rows": rows, "csv": csv_path, "png": png_path,
                           "adaptive_policy": policy,
