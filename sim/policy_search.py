@@ -48,7 +48,10 @@ def position_rates(acceptance, kmax: int) -> tuple[float, ...]:
 
 def _mean_lengths(cfg, n: int = 400) -> tuple[float, float]:
     from psdlab.sim.workloads import make_workload
-    reqs = make_workload(dict(cfg.workload)).generate(np.random.default_rng(cfg.seed), n)
+    workload = make_workload(dict(cfg.workload))
+    # a replay or a trace file has its own requests: all of them; a distribution: n draws
+    size = None if getattr(workload, "rows", None) is not None else n
+    reqs = workload.generate(np.random.default_rng(cfg.seed), size)
     return float(np.mean(reqs.prompt_len)), float(np.mean(reqs.output_len))
 
 

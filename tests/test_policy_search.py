@@ -100,3 +100,27 @@ def _toml(raw) -> str:
     tables = [f"[{k}]\n" + "\n".join(f"{a} = {val(b)}" for a, b in v.items())
               for k, v in raw.items() if isinstance(v, dict)]
     return "\n".join(top + tables) + "\n"
+
+
+def test_thresholds_on_a_trace_file_use_its_requests(tmp_path):
+    """A file workload (psdlab plan --workload) has its own requests: the policy's mean
+    lengths come from all of them, whatever plan.requests asks (a file of 24 requests once
+    failed with 'n: must be in [0, 24], got 400')."""
+    import os
+
+    from psdlab.analysis.formats.detect import read_workload
+    from psdlab.sim.policy_search import plan_thresholds
+    from psdlab.sim.sim_config import read_toml
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    azure = os.path.join(here, "data", "formats", "azure_code_2023.csv")
+    cfg_path = os.path.join(here, "..", "sim", "configs", "plan_example.toml")
+    cfg = config_from_dict(read_toml(cfg_path), os.path.dirname(cfg_path))
+    cfg = cfg.replace(workload={"name": "file", "path": azure}, requests=400)
+    out = plan_thresholds(cfg)
+    assert out is not None
+    records = read_workload(azure).records
+    prompt = sum(max(1, r.input_len) for r in records) / len(records)
+    output = sum(max(1, r.output_len) for r in records) / len(records)
+    # the policy prices steps at the mean context: a prompt plus half its output
+    assert out["thresholds"]["context_tokens"] == pytest.approx(prompt + output / 2)
