@@ -90,6 +90,10 @@ def run(args: argparse.Namespace) -> int:
                         backend=args.backend, address=args.address)
     except SweepTaskError as exc:
         raise UsageError(str(exc)) from None
+    per_trial = spec.requests
+    if cfg.workload.get("name") == "file":       # a trace serves its own requests, at most all
+        from psdlab.sim.workloads import requests_from_file
+        per_trial = min(per_trial, int(requests_from_file(cfg.workload).arrival.size))
     ctx = PlanContext(cfg, spec, rows, show_all=args.all, k_table_drafter=args.k_table_drafter,
                       k_table_by=args.k_table_by)
     sections = build_report(ctx)
@@ -99,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     if csv_path:
         writers[csv_path] = lambda tmp: write_csv(rows, tmp)
     if png_path:
-        fig = make_figure(rows, slo_text(spec), workload_label(cfg.workload, spec.requests))
+        fig = make_figure(rows, slo_text(spec), workload_label(cfg.workload, per_trial))
         writers[png_path] = lambda tmp: save(fig, tmp)
     k_conf = None
     if args.vllm_k_table:
@@ -118,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
                           "sections": [{"name": s.name, "title": s.title, "data": s.data}
                                        for s in sections]}, sort_keys=True))
         return 0
-    print(f"SLO: {slo_text(spec)}; {spec.requests} requests per trial, {spec.iterations} "
+    print(f"SLO: {slo_text(spec)}; {per_trial} requests per trial, {spec.iterations} "
           f"bisection steps; backend {args.backend}")
     print(format_report(sections))
     if policy is not None:
