@@ -58,32 +58,39 @@ def load_requests(path: str | None, tokenizer: Any, arrivals: str = "offline",
     `runtime.prompts` lines with text, or any format with prompt text that
     ``analysis.formats`` reads (ShareGPT, Spec-Bench, vLLM custom JSONL; ``format`` names it,
     else it is told by content); texts are wrapped in the chat template and tokenized."""
-    if path is not None and (format is not None or _foreign_prompts(Path(path))):
-        return _foreign_requests(path, format, tokenizer, arrivals, limit, seed)
-    if path is not None and _has_prompt_ids(Path(path)):
+    from psdlab.runtime.prompts import Prompt, load_prompts
+    first = _first_record(Path(path)) if path is not None else {}
+    items: list[tuple[str, list[int], str | None]]
+    if path is not None and "prompt_ids" in (first or {}) and format is None:
         rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-        items: list[tuple[str, list[int], str | None]] = [
-            (str(r.get("id", i)), [int(x) for x in r["prompt_ids"]], None)
-            for i, r in enumerate(rows)]
-    else:
-        if tokenizer is None:
-            raise ValueError("prompts: text prompts need a tokenizer (the target directory has "
-                             "none); give prompt_ids lines instead")
-        from psdlab.runtime.prompts import load_prompts
-        items = []
-        for p in load_prompts(path):
-            text = p.chat_text(tokenizer)
-            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-            items.append((p.id, list(ids), p.text))
-    if limit is not None:
+        items = [(str(r.get("id", i)), [int(x) for x in r["prompt_ids"]], None)
+                 for i, r in enumerate(rows)]
         items = items[:limit]
+    else:
+        if path is not None and (format is not None or not _own_prompt_line(first)):
+            from psdlab.analysis.formats.prompt_text import read_prompt_texts
+            prompts = [Prompt(id=t.id, style="file", text=t.text)
+                       for t in read_prompt_texts(path, format)]
+        else:
+            prompts = load_prompts(path)
+        items = _tokenized(prompts[:limit], tokenizer)
     times = arrival_times(arrivals, len(items), seed)
     return [Request(i, tuple(ids), t, text) for (i, ids, text), t in zip(items, times)]
 
 
-def _foreign_prompts(path: Path) -> bool:
-    """Whether ``path`` is not psdlab's own prompt file (``prompt_ids`` or ``{"id", "style",
-    "text"}`` JSONL lines): a file another tool wrote."""
+def _tokenized(prompts: Sequence[Any],
+               tokenizer: Any) -> list[tuple[str, list[int], str | None]]:
+    """(id, token ids of the chat-wrapped text, text) per prompt."""
+    if tokenizer is None:
+        raise ValueError("prompts: text prompts need a tokenizer (the target directory has "
+                         "none); give prompt_ids lines instead")
+    return [(p.id, list(tokenizer(p.chat_text(tokenizer), add_special_tokens=False)["input_ids"]),
+             p.text) for p in prompts]
+
+
+def _first_record(path: Path) -> dict[str, Any] | None:
+    """The first non-empty line of ``path`` parsed as JSON; None when it is not a JSON object
+    (a JSON array such as ShareGPT, a CSV, ...)."""
     if not path.is_file():
         raise FileNotFoundError(f"prompts file not found: {path}")
     with path.open(encoding="utf-8") as fh:
@@ -92,42 +99,15 @@ def _foreign_prompts(path: Path) -> bool:
                 try:
                     first = json.loads(line)
                 except json.JSONDecodeError:
-                    return True          # a JSON array (ShareGPT), a CSV, ...
-                return not (isinstance(first, dict)
-                            and ("prompt_ids" in first or {"id", "text"} <= set(first)))
+                    return None
+                return first if isinstance(first, dict) else None
     raise ValueError(f"prompts: {path} is empty")
 
 
-def _foreign_requests(path: str, format: str | None, tokenizer: Any, arrivals: str,
-                      limit: int | None, seed: int) -> list[Request]:
-    from psdlab.analysis.formats.prompt_text import read_prompt_texts
-    from psdlab.runtime.prompts import Prompt
-    if tokenizer is None:
-        raise ValueError("prompts: text prompts need a tokenizer (the target directory has "
-                         "none); give prompt_ids lines instead")
-    texts = read_prompt_texts(path, format)
-    if limit is not None:
-        texts = texts[:limit]
-    items = []
-    for t in texts:
-        chat = Prompt(id=t.id, style="file", text=t.text).chat_text(tokenizer)
-        items.append((t.id, list(tokenizer(chat, add_special_tokens=False)["input_ids"]),
-                      t.text))
-    times = arrival_times(arrivals, len(items), seed)
-    return [Request(i, tuple(ids), tt, text) for (i, ids, text), tt in zip(items, times)]
-
-
-def _has_prompt_ids(path: Path) -> bool:
-    if not path.is_file():
-        raise FileNotFoundError(f"prompts file not found: {path}")
-    with path.open(encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                try:
-                    return "prompt_ids" in json.loads(line)
-                except json.JSONDecodeError:
-                    raise ValueError(f"{path}:1: not valid JSON") from None
-    raise ValueError(f"prompts: {path} is empty")
+def _own_prompt_line(first: dict[str, Any] | None) -> bool:
+    """Whether a file's first record is psdlab's own (``prompt_ids``, or ``{"id", "style",
+    "text"}``), not a file another tool wrote."""
+    return first is not None and ("prompt_ids" in first or {"id", "text"} <= set(first))
 
 
 def run_requests(cfg: EngineConfig, models: Models, requests: Sequence[Request],

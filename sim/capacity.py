@@ -171,6 +171,12 @@ def _workloads(cfg: SimConfig, spec: PlanSpec) -> tuple[dict[str, Any], Any, int
             lambda rate: {**base, "rate_scale": scale * rate / file_rate}, int(arrival.size))
 
 
+def trial_requests(cfg: SimConfig, spec: PlanSpec) -> int:
+    """Requests one trial serves: ``plan.requests``, or all of a trace file's when it has
+    fewer (the rule of `_workloads`)."""
+    return _workloads(cfg, spec)[2]
+
+
 def _variant(cfg: SimConfig, spec: PlanSpec, combo, workload: dict[str, Any],
              requests: int | None = None) -> SimConfig:
     mode, k, m, pair = combo

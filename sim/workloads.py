@@ -268,14 +268,22 @@ def _rows_jsonl(fh, name: str):
         yield _parse_row(obj, where), _key(obj)
 
 
+@functools.lru_cache(maxsize=32)
+def _parsed_rows(name: str, ext: str, mtime_ns: int, size: int) -> tuple[Any, ...]:
+    """A replay file's parsed rows, read once per version of the file (mtime, size): a fit
+    replays the same file through the simulator many times."""
+    with open(name, encoding="utf-8", newline="") as fh:
+        return tuple(_rows_csv(fh, name) if ext == ".csv" else _rows_jsonl(fh, name))
+
+
 def read_requests(path: str | os.PathLike) -> RequestSet:
     """Read a .csv or .jsonl workload file into a RequestSet sorted by arrival (stable)."""
     name = os.fspath(path)
     ext = os.path.splitext(name)[1].lower()
     if ext not in (".csv", ".jsonl", ".json"):
         raise ValueError(f"workload.path: {name}: expected a .csv or .jsonl file")
-    with open(path, encoding="utf-8", newline="") as fh:
-        parsed = list(_rows_csv(fh, name) if ext == ".csv" else _rows_jsonl(fh, name))
+    stat = os.stat(name)
+    parsed = _parsed_rows(name, ext, stat.st_mtime_ns, stat.st_size)
     if not parsed:
         raise ValueError(f"workload.path: {name}: no requests")
     arr = np.asarray([row for row, _ in parsed], dtype=float)

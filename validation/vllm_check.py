@@ -112,11 +112,12 @@ def evaluate(runs: Sequence[RunRecord], calibration: str, *, seed: int = 0,
     if not cal:
         raise ValueError(f"calibration: no run of configuration {calibration!r}")
     sd = cal[0].mode != "ar"          # AR runs have no spec-decode counters to give
+    ratio = drafter_to_target_ratio if sd else None      # a prior splits speculative steps
     fit = fit_from_bench([r.result for r in cal],
                          metrics_before=cal[0].metrics_before if sd else None,
                          metrics_after=cal[-1].metrics_after if sd else None,
                          seed=seed, bootstrap=bootstrap,
-                         drafter_to_target_ratio=drafter_to_target_ratio if sd else None)
+                         drafter_to_target_ratio=ratio)
     workload = cal[0].result
     configs: dict[str, list[RunRecord]] = {}
     for r in runs:
@@ -155,7 +156,7 @@ def evaluate(runs: Sequence[RunRecord], calibration: str, *, seed: int = 0,
     within = {m: [abs(r["error"][m]) <= GOAL for r in held if r["error"][m] is not None]
               for m in METRICS}
     return {"calibration": calibration, "goal": GOAL, "fit": fit.to_dict(),
-            "drafter_to_target_ratio": drafter_to_target_ratio if sd else None,
+            "drafter_to_target_ratio": ratio,
             "rows": rows,
             "summary": {m: {"held_out_within_goal": sum(v), "held_out_compared": len(v),
                             "max_abs_error": max((abs(r["error"][m]) for r in held

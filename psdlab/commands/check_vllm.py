@@ -195,7 +195,9 @@ def relative_paths(text: str, out: Path) -> str:
     the results file stays valid when the directory is moved (paths are relative to it)."""
     for prefix in {str(out.resolve()), str(out)}:
         text = text.replace(json.dumps(prefix + os.sep)[1:-1], "")
-    return text
+    # no machine's paths in a results file: the checkout relative, the home directory as ~
+    text = text.replace(json.dumps(str(Path.cwd()) + os.sep)[1:-1], "")
+    return text.replace(json.dumps(str(Path.home()) + os.sep)[1:-1], "~" + os.sep)
 
 
 def _vllm_version() -> str | None:
@@ -221,7 +223,7 @@ def _ratio(args: argparse.Namespace, servers: list[dict[str, Any]]) -> float | N
         if "--speculative-config" in argv and "serve" in argv:
             target = argv[argv.index("serve") + 1]
             draft = json.loads(argv[argv.index("--speculative-config") + 1])["model"]
-            return ratio_from_configs(target, draft)
+            return ratio_from_configs(os.path.expanduser(target), os.path.expanduser(draft))
     return None                         # no speculative server: nothing to split
 
 

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
 
     from psdlab.analysis.checks import check_int
     from psdlab.sim.sim_config import config_from_dict, read_toml
-    from psdlab.sim.capacity import parse_plan, run_plan, write_csv
+    from psdlab.sim.capacity import parse_plan, run_plan, trial_requests, write_csv
     from psdlab.sim.plan_figure import make_figure, save, workload_label
     from psdlab.sim.plan_report import (PlanContext, build_report, format_report, slo_text,
                                         write_outputs)
@@ -90,10 +90,7 @@ def run(args: argparse.Namespace) -> int:
                         backend=args.backend, address=args.address)
     except SweepTaskError as exc:
         raise UsageError(str(exc)) from None
-    per_trial = spec.requests
-    if cfg.workload.get("name") == "file":       # a trace serves its own requests, at most all
-        from psdlab.sim.workloads import requests_from_file
-        per_trial = min(per_trial, int(requests_from_file(cfg.workload).arrival.size))
+    per_trial = trial_requests(cfg, spec)
     ctx = PlanContext(cfg, spec, rows, show_all=args.all, k_table_drafter=args.k_table_drafter,
                       k_table_by=args.k_table_by)
     sections = build_report(ctx)

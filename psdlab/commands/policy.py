@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     if args.max_n is not None:
         big = cfg.replace(server_m=check_int("--max-n", args.max_n, 1, 4096))
         report["thresholds"] = thresholds(big)
-    report["config"] = os.path.abspath(args.config)
+    report["config"] = args.config
     report["requests"] = cfg.requests
     report["machine"] = machine_info(load0)
     report["date_utc"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
