@@ -79,7 +79,7 @@ def time_sweep(cfg, spec, backend: str, jobs: int) -> dict[str, Any]:
 
 
 def ray_start_stop(jobs: int) -> float:
-    import ray
+    import ray  # pyright: ignore[reportMissingImports]
     t0 = time.perf_counter()
     ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False,
              logging_level=logging.ERROR)

@@ -195,9 +195,9 @@ def fits(cells: Sequence[dict[str, Any]], key: str = "host_ms",
 def run_mode(pair: dict[str, str], mode: str, k: int, args: argparse.Namespace,
              prompts: list[list[int]]) -> list[dict[str, Any]]:
     import torch
-    import vllm
-    from vllm import SamplingParams
-    from vllm.inputs import TokensPrompt
+    import vllm  # pyright: ignore[reportMissingImports]
+    from vllm import SamplingParams  # pyright: ignore[reportMissingImports]
+    from vllm.inputs import TokensPrompt  # pyright: ignore[reportMissingImports]
     kw: dict[str, Any] = dict(model=pair["target"], dtype="float32", max_model_len=512,
                               max_num_seqs=max(args.batches), enforce_eager=True, seed=0,
                               async_scheduling=False, enable_prefix_caching=False)
@@ -329,7 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for k in ks:
         cells += run_mode(pair, "sd", k, args, prompts)
     import torch
-    import vllm
+    import vllm  # pyright: ignore[reportMissingImports]
     lscpu = _cmd(["lscpu"])
     res = {
         "what": "vLLM V1 host time per engine step on CPU (step wall minus model passes)",

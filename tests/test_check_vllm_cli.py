@@ -166,3 +166,27 @@ def test_reuse_recalibrates_without_a_server(tmp_path, capsys):
     assert rows["sd-k4@1"]["predicted"]["mean_tpot_ms"] is None    # AR cannot identify SD
     assert "drafter" in rows["sd-k4@1"]["not_predicted"]
     assert json.loads((COMMITTED / "check_vllm.json").read_text())["calibration"] == "sd-k4@0.5"
+
+
+@pytest.mark.skipif(not (COMMITTED / "check_vllm.json").is_file(),
+                    reason="no committed check-vllm run")
+def test_reuse_needs_no_model_directory_but_says_so_when_neither_is_there(tmp_path, capsys,
+                                                                          monkeypatch):
+    """The served models' ratio is recorded at measure time, so a fresh machine (no
+    ~/.cache/psdlab) re-judges an SD calibration; without the record and without the models
+    the error is one line naming the option."""
+    import shutil
+    monkeypatch.setenv("HOME", str(tmp_path / "empty-home"))
+    out = tmp_path / "run"
+    shutil.copytree(COMMITTED, out)
+    assert main(["check-vllm", "-o", str(out), "--reuse", "--calibration", "sd-k4@0.5",
+                 "--bootstrap", "2", "--json"]) == 0
+    capsys.readouterr()
+    doc = json.loads((out / "check_vllm-sd-k4@0.5.json").read_text())
+    recorded = json.loads((COMMITTED / "check_vllm.json").read_text())
+    assert doc["drafter_to_target_ratio"] == recorded["served_drafter_to_target_ratio"]
+    old = json.loads((out / "check_vllm.json").read_text())
+    del old["served_drafter_to_target_ratio"]
+    (out / "check_vllm.json").write_text(json.dumps(old))
+    err = _err(capsys, ["-o", str(out), "--reuse", "--calibration", "sd-k4@0.5"])
+    assert err.startswith("psdlab check-vllm: error: --drafter-ratio: no config.json in ")

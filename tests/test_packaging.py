@@ -3,6 +3,8 @@ at the top level, with every module of the layout folders and their data under i
 set-up the old top-level names (`runtime`, `sim`, ...) do not import from outside the checkout."""
 from __future__ import annotations
 
+import ast
+import os
 import shutil
 import subprocess
 import sys
@@ -29,9 +31,13 @@ def wheel(tmp_path_factory) -> Path:
         pytest.skip("needs a git checkout")
     src = tmp_path_factory.mktemp("src")
     for rel in _tracked():
-        if (ROOT / rel).is_file():
+        path = ROOT / rel
+        if path.is_symlink():                 # psdlab/<layer> -> ../<layer>, src/psdlab
             (src / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / rel, src / rel)
+            (src / rel).symlink_to(os.readlink(path))
+        elif path.is_file():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, src / rel)
     out = tmp_path_factory.mktemp("wheel")
     run = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
                           "--no-build-isolation", "-q", "-w", str(out), str(src)],
@@ -97,16 +103,55 @@ def test_the_set_up_installs_no_old_top_level_name(tmp_path):
     assert ok.returncode == 0, ok.stderr[-2000:]
 
 
-def test_pyproject_lists_every_package_folder():
+def test_every_layer_is_a_committed_link_and_found_by_path():
+    """psdlab/<layer> links to the layer's folder and src/psdlab to psdlab (committed links),
+    so a package found under src/ is a folder on disk: no package-dir map, no import hook."""
     import tomllib
-    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    listed = set(cfg["packages"])
-    found = set()
+    tracked = set(_tracked())
     for folder, pkg in LAYOUT.items():
-        for init in (ROOT / folder).rglob("__init__.py"):
-            rel = init.parent.relative_to(ROOT / folder).parts
-            found.add(".".join([pkg.replace("/", "."), *rel]))
-    assert listed == found
+        if folder != "psdlab":
+            assert pkg in tracked and (ROOT / pkg).is_symlink(), pkg
+            assert (ROOT / pkg).resolve() == (ROOT / folder).resolve()
+    assert "src/psdlab" in tracked and (ROOT / "src/psdlab").resolve() == ROOT / "psdlab"
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "package-dir" not in cfg and cfg["packages"] == {"find": {"where": ["src"],
+                                                                       "include": ["psdlab*"]}}
+
+
+def _psdlab_imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return {n for n in names if n == "psdlab" or n.startswith("psdlab.")}
+
+
+def _resolves_by_path(name: str) -> bool | None:
+    """True: a module file or package folder; None: an attribute of one (from m import x);
+    False: nothing on disk."""
+    base = ROOT.joinpath(*name.split("."))
+    if base.with_suffix(".py").is_file() or (base / "__init__.py").is_file():
+        return True
+    parent = ROOT.joinpath(*name.split(".")[:-1])
+    if parent.with_suffix(".py").is_file() or (parent / "__init__.py").is_file():
+        return None
+    return False
+
+
+def test_every_psdlab_import_in_the_repo_is_a_file_by_path():
+    """What an editor or any import graph needs: each `psdlab.x.y` imported anywhere in the
+    checkout is psdlab/x/y.py (or a package folder) on disk, from the checkout's root."""
+    unresolved, modules = [], 0
+    for rel in _tracked():
+        if rel.endswith(".py") and (ROOT / rel).is_file():
+            for name in _psdlab_imports(ROOT / rel):
+                found = _resolves_by_path(name)
+                modules += found is True
+                if found is False:
+                    unresolved.append(f"{rel}: {name}")
+    assert modules > 500 and not unresolved, unresolved[:10]
 
 
 def test_plain_pytest_skips_the_registered_e2e_marker_and_m_e2e_runs_it(tmp_path):

@@ -210,20 +210,37 @@ def _vllm_version() -> str | None:
     return None
 
 
-def _ratio(args: argparse.Namespace, servers: list[dict[str, Any]]) -> float | None:
+def _ratio(args: argparse.Namespace, servers: list[dict[str, Any]],
+           recorded: float | None = None) -> float | None:
     """``--drafter-ratio``: None, a number, or the ratio of the served models' configs (the
-    target is the first argument after ``serve``, the drafter the speculative config's model)."""
-    from psdlab.validation.drafter_prior import check_ratio, ratio_from_configs
+    target is the first argument after ``serve``, the drafter the speculative config's model).
+    ``recorded``: the configs' ratio as the measured run wrote it (``--reuse`` needs no model
+    directory then: they may exist only on the machine that ran the servers)."""
+    from psdlab.validation.drafter_prior import check_ratio
     if args.drafter_ratio in (None, "none"):
         return None
     if args.drafter_ratio != "configs":
         return check_ratio(args.drafter_ratio, "--drafter-ratio")
+    if recorded is not None:
+        return check_ratio(recorded, "served_drafter_to_target_ratio")
+    return served_ratio(servers)
+
+
+def served_ratio(servers: list[dict[str, Any]]) -> float | None:
+    """The drafter/target forward ratio from the served models' configs (None when no server
+    speculates); a one-line error when a config is not on this machine."""
+    from psdlab.validation.drafter_prior import ratio_from_configs
     for server in servers:
         argv = list(server.get("argv") or [])
         if "--speculative-config" in argv and "serve" in argv:
             target = argv[argv.index("serve") + 1]
             draft = json.loads(argv[argv.index("--speculative-config") + 1])["model"]
-            return ratio_from_configs(os.path.expanduser(target), os.path.expanduser(draft))
+            paths = [os.path.expanduser(x) for x in (target, draft)]
+            missing = [x for x in paths if not (Path(x) / "config.json").is_file()]
+            if missing:
+                raise ValueError(f"--drafter-ratio: no config.json in {missing[0]} (the served "
+                                 f"model is not on this machine); give a number or none")
+            return ratio_from_configs(*paths)
     return None                         # no speculative server: nothing to split
 
 
@@ -246,8 +263,9 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     records, servers = measure(args, p, out)
     measured_s = time.monotonic() - t0
+    served = served_ratio(servers)
     doc = evaluate(records, p["calibration"], seed=args.seed, bootstrap=args.bootstrap,
-                   drafter_to_target_ratio=_ratio(args, servers))
+                   drafter_to_target_ratio=_ratio(args, servers, served))
     doc = {"command": "psdlab check-vllm " + shlex.join(sys.argv[2:]),
            "machine": machine_info(load0), "git": git_info(),
            "date": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -259,7 +277,8 @@ def run(args: argparse.Namespace) -> int:
                         "num_prompts": args.num_prompts, "output_len": args.output_len,
                         "repeats": args.repeats, "tiny": args.tiny, "seed": args.seed,
                         "target_core": args.target_core, "client_core": args.client_core},
-           "servers": servers, "runs": [r.to_dict() for r in records],
+           "servers": servers, "served_drafter_to_target_ratio": served,
+           "runs": [r.to_dict() for r in records],
            "measure_s": measured_s, "total_s": time.monotonic() - t0, **doc}
     return _finish(args, out, doc, "check_vllm")
 
@@ -283,9 +302,10 @@ def rejudge(args: argparse.Namespace, out: Path) -> int:
                          f"name such as {configs[0].split('@')[0]}: all its rates), "
                          f"got {calibration!r}")
     doc = evaluate(records, calibration, seed=args.seed, bootstrap=args.bootstrap,
-                   drafter_to_target_ratio=_ratio(args, old.get("servers") or []))
+                   drafter_to_target_ratio=_ratio(args, old.get("servers") or [],
+                                                  old.get("served_drafter_to_target_ratio")))
     keep = ("machine", "git", "date", "vllm_version", "shared_cores_note", "settings",
-            "servers", "runs", "measure_s")
+            "servers", "served_drafter_to_target_ratio", "runs", "measure_s")
     doc = {"command": "psdlab check-vllm " + shlex.join(sys.argv[2:]),
            "paths": "relative to this file's directory", "reused_from": path.name,
            **{k: old.get(k) for k in keep}, **doc}

@@ -124,7 +124,7 @@ def test_arrivals_finishes_and_aborts_keep_halves_balanced(pair, runs, tmp_path)
     """Step the engine by hand: requests arrive mid-run, finish at different lengths, and two
     are aborted; after every step the halves differ by at most one and hold exactly the
     running requests; the survivors' output equals the no-speculation output."""
-    from vllm.inputs import TokensPrompt
+    from vllm.inputs import TokensPrompt  # pyright: ignore[reportMissingImports]
 
     from psdlab.runtime.vllm_ext.vllm_runner import build_llm, close_llm, sampling_params
     from psdlab.runtime.vllm_ext.patches import engine_scheduler
