@@ -30,7 +30,7 @@ from psdlab.runtime.drafter_build import preferred_dtype, runnable_dtype
 from psdlab.runtime.step_loop import _Loop
 from psdlab.runtime.requests import Request
 from psdlab.runtime.run_state import EngineResult
-from psdlab.runtime.runner import PREFILL_RULES, ModelSpec, RunnerConfig
+from psdlab.runtime.runner import PASSES, PREFILL_RULES, ModelSpec, RunnerConfig
 from psdlab.runtime.tracing import software_versions
 from psdlab.runtime.workers import WorkerSpec, start_workers
 
@@ -58,6 +58,10 @@ class EngineConfig:
     drafter_dtype: str | None = None    # default: what the drafter directory asks for, else dtype
     controlled_alpha: float | None = None
     compile: str = "off"                # torch.compile of the passes (runtime.runner)
+    passes: str = "auto"                # dynamic | static | graphs | auto (graphs on CUDA)
+    batch_invariant: bool = False       # static passes: every target pass one shape (m slots
+                                        # x k + 1 tokens x max_len keys), so bf16 greedy output
+                                        # equals AR's token for token (docs/cuda.md)
     adaptive_policy: Any = None         # mode adaptive: an analysis.adaptive_policy.PolicyConfig
                                         # (default: k_choices 1..k)
     adaptive_prior: Any = None          # mode adaptive: StepCosts to start from (default: none;
@@ -79,6 +83,10 @@ class EngineConfig:
         check_choice("backend", self.backend, ("inline", "thread", "process"))
         check_range("idle_spin_s", self.idle_spin_s, 0.0, 60.0)
         check_choice("compile", self.compile, COMPILE_MODES)
+        check_choice("passes", self.passes, PASSES)
+        if self.batch_invariant and self.passes == "dynamic":
+            raise ValueError("batch_invariant: needs static passes (passes static, graphs or "
+                             "auto on CUDA), got passes dynamic")
         check_choice("dtype", self.dtype, ("float32", "float16", "bfloat16"))
         if self.drafter_dtype is not None:
             check_choice("drafter_dtype", self.drafter_dtype, ("float32", "float16", "bfloat16"))
@@ -123,7 +131,10 @@ class Engine:
         base = RunnerConfig(spec=target, device=cfg.device, dtype=cfg.dtype,
                             max_slots=cfg.slots, max_len=cfg.max_len, seed=cfg.seed,
                             temperature=cfg.temperature, top_p=cfg.top_p,
-                            host_outputs=cfg.backend == "process", compile=cfg.compile)
+                            host_outputs=cfg.backend == "process", compile=cfg.compile,
+                            passes=cfg.passes, uniform=cfg.batch_invariant,
+                            static_widths=(((cfg.k + 1, False),) if cfg.batch_invariant else
+                                           ((1, False), (cfg.k + 1, False))))
         streams = cfg.device.startswith("cuda") and cfg.mode != "sd"
         d_device = cfg.device if cfg.mode == "sd" else (cfg.drafter_device or cfg.device)
         spin = cfg.idle_spin_s if d_core != t_core else 0.0
@@ -133,7 +144,9 @@ class Engine:
             self.drafter_dtype = cfg.drafter_dtype or runnable_dtype(
                 preferred_dtype(drafter.path) or cfg.dtype, d_device)
             specs.append(WorkerSpec("drafter", replace(base, spec=drafter, seed=cfg.seed + 1,
-                                                       device=d_device, dtype=self.drafter_dtype),
+                                                       device=d_device, dtype=self.drafter_dtype,
+                                                       uniform=False,
+                                                       static_widths=((1, True), (2, True))),
                                     d_label, core=d_core, stream=streams, spin_s=spin))
         self.workers = start_workers(cfg.backend, specs)
         self.target = self.workers["target"]
@@ -176,7 +189,7 @@ class Engine:
 
     def _check_override(self, config: EngineConfig) -> None:
         fixed = ("device", "drafter_device", "backend", "dtype", "drafter_dtype", "max_len",
-                 "temperature", "top_p", "seed")
+                 "temperature", "top_p", "seed", "passes", "batch_invariant")
         changed = [f for f in fixed if getattr(config, f) != getattr(self.cfg, f)]
         if changed:
             raise ValueError(f"config: {', '.join(changed)} cannot change between runs")
@@ -197,7 +210,13 @@ class Engine:
             devices["drafter"] = self.drafter.label
             models["drafter"] = self.drafter_spec.name()
         more = {"backend": cfg.backend, "temperature": cfg.temperature, "top_p": cfg.top_p,
-                "max_num_seqs": cfg.slots, "dtype": cfg.dtype, "ignore_eos": cfg.ignore_eos}
+                "max_num_seqs": cfg.slots, "dtype": cfg.dtype, "ignore_eos": cfg.ignore_eos,
+                "batch_invariant": cfg.batch_invariant,
+                # how each worker runs its passes, and the warm-up its start did (every static
+                # shape captured or run once before the first timed step)
+                "passes": {role: {k: w.info.get(k) for k in ("passes", "static_shapes",
+                                                              "static_setup_s")}
+                           for role, w in self.workers.items()}}
         more["prefill_chunking"] = {role: rule.to_list() for role, rule in PREFILL_RULES.items()
                                     if role == "target" or self.drafter is not None}
         if self.drafter is not None:

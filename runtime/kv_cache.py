@@ -24,18 +24,22 @@ class KVCache:
     """Per-layer K/V storage for `max_slots` sequences of up to `max_len` tokens each."""
 
     def __init__(self, cfg: ModelConfig, max_slots: int, max_len: int,
-                 device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> None:
+                 device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+                 scratch: bool = False) -> None:
         self.cfg = cfg
         self.max_slots = check_int("max_slots", max_slots, minimum=1)
         self.max_len = check_int("max_len", max_len, minimum=1)
         self.device = torch.device(device)
         self.dtype = dtype
-        shape = (self.max_slots, cfg.num_kv_heads, self.max_len, cfg.head_dim)
+        # static passes (`runtime.static_pass`) send padding to one more slot, never a sequence's
+        self.scratch_slot = self.max_slots if scratch else -1
+        rows = self.max_slots + (1 if scratch else 0)
+        shape = (rows, cfg.num_kv_heads, self.max_len, cfg.head_dim)
         self.k = [torch.zeros(shape, device=self.device, dtype=dtype)
                   for _ in range(cfg.num_layers)]
         self.v = [torch.zeros(shape, device=self.device, dtype=dtype)
                   for _ in range(cfg.num_layers)]
-        self.lengths = torch.zeros(self.max_slots, dtype=torch.long, device=self.device)
+        self.lengths = torch.zeros(rows, dtype=torch.long, device=self.device)
         self.host_lengths: list[int] = [0] * self.max_slots
 
     @property

@@ -201,16 +201,22 @@ class Transformer(nn.Module):
         on the host, then one host-to-device copy of the tokens."""
         b = len(rows)
         width = max([len(r) for r in rows] + [width or 0, 1])
-        self._check_rows(cache, slots, b, [len(r) for r in rows])
-        for r in rows:
-            if r and (min(r) < 0 or max(r) >= self.cfg.vocab_size):
-                raise ValueError(f"tokens: ids must be in [0, {self.cfg.vocab_size - 1}], "
-                                 f"got {min(r)}..{max(r)}")
+        self.check_host_rows(cache, slots, rows)
         flat = [0] * (b * width)
         for i, r in enumerate(rows):
             flat[i * width:i * width + len(r)] = r
         tokens = host_to_device(torch.tensor(flat, dtype=torch.long), cache.device).view(b, width)
         return self.forward_planned(tokens, cache, slots, [len(r) for r in rows], only_last)
+
+    def check_host_rows(self, cache: KVCache, slots: list[int],
+                        rows: list[list[int]] | None) -> None:
+        """The host checks of a pass over ``rows`` (None: one device token per slot)."""
+        lens = [len(r) for r in rows] if rows is not None else [1] * len(slots)
+        self._check_rows(cache, slots, len(slots), lens)
+        for r in rows or []:
+            if r and (min(r) < 0 or max(r) >= self.cfg.vocab_size):
+                raise ValueError(f"tokens: ids must be in [0, {self.cfg.vocab_size - 1}], "
+                                 f"got {min(r)}..{max(r)}")
 
     def _check_rows(self, cache: KVCache, slots: list[int], b: int, num_new: list[int]) -> None:
         cache.check_slots(slots)

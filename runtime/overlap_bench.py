@@ -38,10 +38,10 @@ def bench_runtime(target: ModelSpec, drafter: ModelSpec, requests: list[Request]
                   base: EngineConfig,
                   trace_dir: str | None = None, tokenizer: Any = None, quiet: bool = False,
                   warmup: bool = True, rounds: int = 2,
-                  steps_fraction: float = 1.0) -> dict[str, Any]:
+                  steps_fraction: float = 1.0, keep_outputs: bool = False) -> dict[str, Any]:
     """Run SD-sep (m), PSD (2 x m) and PSD (2 x m/2) on the same workers, ``rounds`` times
     interleaved (so a busy spell of a shared machine hits every mode alike); return the
-    figures computed over all rounds."""
+    figures computed over all rounds (with ``keep_outputs``, every run's token ids too)."""
     m = base.batch
     runs: dict[str, EngineConfig] = {"sd": replace(base, mode="sd-sep", max_num_seqs=None),
                                      "psd": replace(base, mode="psd", max_num_seqs=None)}
@@ -52,17 +52,26 @@ def bench_runtime(target: ModelSpec, drafter: ModelSpec, requests: list[Request]
         os.makedirs(trace_dir, exist_ok=True)
     summaries: dict[str, list[dict]] = {}
     outputs: dict[str, list] = {}
+    # controlled acceptance (base.controlled_alpha) proposes the AR run's continuation: the
+    # AR and warm-up runs go without it, the speculative runs get the AR outputs
+    reference: dict | None = None
+    plain = replace(base, controlled_alpha=None)
     with Engine(workers, target, drafter, tokenizer) as eng:
         if warmup:
             _say("bench-runtime: warming up the workers", quiet)
-            eng.run(requests[:2], None, config=replace(runs["sd"], max_new_tokens=4))
+            eng.run(requests[:2], None, config=replace(plain, mode="sd-sep", max_num_seqs=None,
+                                                       max_new_tokens=4))
 
         def measure(name: str, cfg: EngineConfig, tag: str, extra: dict) -> None:
+            nonlocal reference
             _say(f"bench-runtime: {tag}{name}: {cfg.mode}, batch {cfg.batch}, "
                  f"{len(requests)} requests", quiet)
             path = str(Path(trace_dir) / f"{name}{extra.get('suffix', '')}.jsonl") \
                 if trace_dir else None
-            result = eng.run(requests, path, config=cfg, run_extra={"bench": name, **extra})
+            result = eng.run(requests, path, config=cfg, run_extra={"bench": name, **extra},
+                             reference=reference if cfg.controlled_alpha is not None else None)
+            if cfg.mode == "ar":
+                reference = {o.id: list(o.token_ids) for o in result.outputs}
             if result.interrupted:
                 raise KeyboardInterrupt
             summary = summarize(result.trace, steps_fraction=steps_fraction)
@@ -71,7 +80,7 @@ def bench_runtime(target: ModelSpec, drafter: ModelSpec, requests: list[Request]
             summaries.setdefault(name, []).append(summary)
             outputs[f"{name}{extra.get('suffix', '')}"] = [o.token_ids for o in result.outputs]
 
-        measure("ar", replace(base, mode="ar", max_num_seqs=None), "reference outputs: ", {})
+        measure("ar", replace(plain, mode="ar", max_num_seqs=None), "reference outputs: ", {})
         for r in range(rounds):
             for name, cfg in runs.items():
                 measure(name, cfg, f"round {r + 1}/{rounds}: ",
@@ -80,6 +89,8 @@ def bench_runtime(target: ModelSpec, drafter: ModelSpec, requests: list[Request]
     fig = figures(merged, outputs, base, rounds)
     fig["measured_gain_by_round"] = [_gain(p, q, "decode_throughput_tok_s")
                                      for p, q in zip(summaries["psd"], summaries["sd"])]
+    if keep_outputs:
+        fig["outputs"] = outputs
     return fig
 
 

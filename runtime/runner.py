@@ -83,7 +83,36 @@ class RunnerConfig:
                                 # "eager" (dynamo tracing only: what CPU tests can afford)
     pack_weights: bool = True   # CPU, compile off: linear weights in oneDNN's packed layout
                                 # (`runtime.cpu_linear`); False: plain nn.Linear
+    passes: str = "auto"        # "dynamic" (host-planned shapes, eager), "static" (bucketed
+                                # static passes, eager), "graphs" (static passes captured as
+                                # CUDA graphs at start); "auto": graphs on CUDA with compile
+                                # off, else dynamic (`runtime.pass_graphs`)
+    static_widths: tuple[tuple[int, bool], ...] = ((1, False),)   # (tokens per row,
+                                # only_last) of the static passes: the controller sets them
+                                # per role (target: 1 and k + 1; drafter: 1 and 2, last only)
+    uniform: bool = False       # static passes: every pass one shape (batch-invariant numerics)
 
+
+
+PASSES = ("auto", "dynamic", "static", "graphs")
+
+
+def resolve_passes(passes: str, device_type: str, compile_mode: str) -> str:
+    """``auto``: CUDA graphs on CUDA (with ``--compile default``, of inductor-compiled static
+    passes), dynamic on CPU; graphs need CUDA, and reduce-overhead makes graphs of its own
+    (one-line errors)."""
+    if passes not in PASSES:
+        raise ValueError(f"passes: must be one of {', '.join(PASSES)}, got {passes!r}")
+    if passes == "auto":
+        return ("graphs" if device_type == "cuda" and compile_mode in ("off", "default")
+                else "dynamic")
+    if passes == "graphs" and device_type != "cuda":
+        raise ValueError(f"passes: graphs need a CUDA device, got {device_type}")
+    if passes != "dynamic" and compile_mode == "reduce-overhead":
+        raise ValueError(f"passes: {passes} makes its own CUDA graphs; --compile "
+                         f"reduce-overhead would make others (use default: inductor's fused "
+                         f"kernels inside psdlab's graphs)")
+    return passes
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -112,11 +141,15 @@ class ModelRunner:
         if self.device.type == "cpu" and cfg.compile == "off" and cfg.pack_weights:
             from psdlab.runtime.cpu_linear import pack_linears
             self.packed_linears = pack_linears(self.model)
+        self.passes = resolve_passes(cfg.passes, self.device.type, cfg.compile)
         if hasattr(self.model, "make_cache"):
+            if self.passes != "dynamic":
+                raise ValueError("passes: static passes need psdlab's own model; use dynamic")
             self.cache = self.model.make_cache(cfg.max_slots, cfg.max_len, self.device, dtype)
         else:
             from psdlab.runtime.kv_cache import KVCache
-            self.cache = KVCache(self.model_cfg, cfg.max_slots, cfg.max_len, self.device, dtype)
+            self.cache = KVCache(self.model_cfg, cfg.max_slots, cfg.max_len, self.device, dtype,
+                                 scratch=self.passes != "dynamic")
         self.vocab_size = int(self.model_cfg.vocab_size)
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(int(cfg.seed))
@@ -125,8 +158,17 @@ class ModelRunner:
         # MKL's slow row counts; packed (oneDNN) products have none
         self.pad_slow_gemm = (self.device.type == "cpu" and dtype == torch.float32
                               and not self.packed_linears)
-        if cfg.compile != "off":
+        if cfg.compile != "off" and self.passes == "dynamic":
             self._compile(cfg.compile)
+        self.static: Any = None
+        if self.passes != "dynamic":
+            from psdlab.runtime.pass_graphs import (PassPlan, StaticPasses, capture_cuda,
+                                                    capture_eager)
+            capture = capture_cuda() if self.passes == "graphs" else capture_eager
+            self.static = StaticPasses(self.model, self.cache,
+                                       PassPlan(cfg.static_widths, cfg.max_slots, cfg.uniform,
+                                                cfg.compile),
+                                       capture)
 
     def _compile(self, mode: str) -> None:
         """Run the model's layer stack (`Transformer._run`: embeddings, blocks, no host logic)
@@ -150,7 +192,9 @@ class ModelRunner:
 
     def info(self) -> dict[str, Any]:
         return {"vocab_size": self.vocab_size, "device": str(self.device),
-                "max_len": int(self.cfg.max_len), "packed_linears": self.packed_linears}
+                "max_len": int(self.cfg.max_len), "packed_linears": self.packed_linears,
+                "passes": self.passes,
+                **(self.static.info() if self.static is not None else {})}
 
     def _slots(self, slots: Sequence[int]) -> torch.Tensor:
         return host_to_device(torch.tensor(list(slots), dtype=torch.long), self.device)
@@ -167,6 +211,12 @@ class ModelRunner:
                  only_last: bool = False) -> torch.Tensor:
         """Append ragged token rows to their slots; logits [B, Tmax, V] (or [B, 1, V] at each
         row's last token with only_last)."""
+        if self.static is not None:
+            host_rows = [list(r) for r in rows]
+            self.model.check_host_rows(self.cache, list(slots), host_rows)
+            out = self.static.forward(list(slots), host_rows, only_last)
+            if out is not None:
+                return out
         width = padded_width(len(rows), max(len(r) for r in rows), self.pad_slow_gemm)
         with torch.inference_mode():
             return self.model.forward_rows([list(r) for r in rows], self.cache, list(slots),
@@ -174,6 +224,11 @@ class ModelRunner:
 
     def _forward_next(self, slots: list[int], tokens: torch.Tensor) -> torch.Tensor:
         """One token per row, already on the device (the last pass's picks): no host copy."""
+        if self.static is not None:
+            self.model.check_host_rows(self.cache, slots, None)
+            out = self.static.forward(slots, None, True, tokens=tokens)
+            if out is not None:
+                return out
         with torch.inference_mode():
             return self.model.forward_planned(tokens, self.cache, slots, [1] * len(slots),
                                               only_last=True)

@@ -247,3 +247,20 @@ def test_sampling_through_worker_processes_equals_inline(models):
     assert [o.token_ids for o in procs.outputs] == [o.token_ids for o in inline.outputs]
     assert _counts(procs) == _counts(inline)
     assert _counts(procs)[0] > 0
+
+
+@pytest.mark.parametrize("mode,drafter,k,batch,invariant", [
+    ("ar", None, 4, 3, False), ("sd-sep", "noisy", 4, 3, False), ("psd", "noisy", 3, 2, False),
+    ("psd", "same", 4, 4, False), ("ar", None, 3, 3, True), ("psd", "noisy", 3, 2, True),
+    ("sd-sep", "other", 2, 4, True)])
+def test_static_passes_equal_target_greedy(models, reference, mode, drafter, k, batch,
+                                           invariant):
+    """The graph-safe static passes (run eagerly on CPU: the same passes CUDA graphs capture),
+    with padded batch buckets, fixed widths and key spans, and the batch-invariant mode where
+    every target pass has one shape: outputs equal transformers' greedy generate."""
+    result = _run(models, mode, drafter, k, batch, passes="static", batch_invariant=invariant)
+    assert [o.token_ids for o in result.outputs] == reference
+    passes = result.trace.run.extra["passes"]
+    assert passes["target"]["passes"] == "static" and passes["target"]["static_shapes"] >= 1
+    if invariant:
+        assert passes["target"]["static_shapes"] == 1

@@ -1,6 +1,6 @@
-"""The one GPU command (``scripts/gpu_bench.py``): AR, SD-separate and PSD on every device layout
-the machine has, then the simulator calibrated on the first round of traces and validated on the
-second, all in one summary file.
+"""The layouts of `psdlab bench-gpu` (`validation.gpu_bench`): AR, SD-separate and PSD on a
+device layout of the machine, then the simulator calibrated on the first round of traces and
+validated on the second.
 
 Layouts (`layouts`): ``two-devices`` (drafter on the second GPU, one process per GPU: no shared
 GIL) when there are two GPUs, and ``two-streams`` (both on the first GPU, one process, a CUDA
@@ -70,14 +70,14 @@ def calibrate_and_validate(trace_dir: Path, rounds: int) -> dict[str, Any]:
 
 
 def run_layout(layout: Layout, target: Any, drafter: Any, requests: list, base: Any,
-               out: Path, rounds: int) -> dict[str, Any]:
+               out: Path, rounds: int, keep_outputs: bool = False) -> dict[str, Any]:
     from psdlab.runtime.overlap_bench import bench_runtime
     cfg = replace(base, backend=layout.backend, device=layout.device,
                   drafter_device=layout.drafter_device)
     trace_dir = out / layout.name
     t0 = time.perf_counter()
     fig = bench_runtime(target, drafter, requests, cfg, trace_dir=str(trace_dir), rounds=rounds,
-                        quiet=True)
+                        quiet=True, keep_outputs=keep_outputs)
     fig["bench_wall_s"] = time.perf_counter() - t0
     fig["layout"] = layout.__dict__
     fig["simulator"] = calibrate_and_validate(trace_dir, rounds)

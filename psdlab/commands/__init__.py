@@ -5,6 +5,7 @@ Add a new command by adding its module name to COMMANDS."""
 COMMANDS: list[str] = [
     "run",
     "bench-runtime",
+    "bench-gpu",
     "metrics",
     "timeline",
     "calibrate",

@@ -1,0 +1,347 @@
+"""`psdlab bench-gpu`: the one GPU command.  In one process, within ``budget_s``:
+
+1. **Passes** (`validation.gpu_passes`): per pass kind (the target's AR decode and (k + 1)-token
+   verification, the drafter's drafting pass) at the largest m, psdlab eager, psdlab's static
+   passes (CUDA graphs on a GPU), Hugging Face eager and the streaming floor; median and max.
+2. **Runs** at each m (`validation.device_bench.run_layout`: AR, SD-separate, PSD at 2 x m and
+   at 2 x m/2, ``rounds`` times interleaved, on two streams of one GPU or two GPUs): PSD/SD-sep
+   measured against the closed form (t + V) / max(t, V), the simulator calibrated on round 1
+   and judged on round 2, and each phase kind's median / max step time from the traces.
+3. **The lossless rule** (`docs/cuda.md`): PSD == SD-separate token for token; against AR, each
+   first divergence with the target's top-2 logit margin there, accepted only within
+   `MARGIN_ULPS` bf16 spacings of the top logit; and the batch-invariant mode (every target
+   pass one shape), where AR, SD-separate and PSD must agree exactly.
+
+Models: Hugging Face safetensors directories (``target_dir`` / ``drafter_dir``), else seeded
+random Llama-style models (1.3B target, 0.15B drafter on a GPU; tiny ones for ``device="cpu"``,
+the dry run CI does) with controlled acceptance (``controlled_alpha``: the drafter's passes run
+for real, its proposals are the AR continuation with probability alpha per position).
+Everything goes to ``out``: the traces, each m's model file, ``summary.json`` (rewritten after
+each section) and ``summary.md``.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+SIZES = {
+    "1.3b": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=24,
+                 num_attention_heads=16, num_key_value_heads=8),
+    "0.15b": dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=8,
+                  num_attention_heads=12, num_key_value_heads=4),
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2),
+    "tiny-draft": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                       num_attention_heads=2, num_key_value_heads=1),
+}
+#: a divergence from AR is put down to rounding when the target's top-2 margin there is at
+#: most this many bf16 spacings of the top logit (bf16 keeps 8 significant bits)
+MARGIN_ULPS = 4
+#: the inductor section runs only with this much budget left (two compiles of the target)
+COMPILE_RESERVE_S = 120.0
+
+
+@dataclass(frozen=True)
+class GpuBenchConfig:
+    device: str = "cuda:0"
+    out: str = "bench_gpu_out"
+    target_dir: str | None = None
+    drafter_dir: str | None = None
+    target_size: str = "1.3b"
+    drafter_size: str = "0.15b"
+    vocab: int = 32000
+    dtype: str = "bfloat16"
+    k: int = 4
+    batches: tuple[int, ...] = (4, 8)
+    num_prompts: int = 16
+    prompt_len: int = 128
+    max_new_tokens: int = 64
+    rounds: int = 2
+    controlled_alpha: float | None = 0.7
+    passes: str = "auto"
+    repeats: int = 30
+    budget_s: float = 420.0
+    seed: int = 0
+
+
+def hf_config(size: str, vocab: int, max_len: int) -> dict:
+    return {"model_type": "llama", "vocab_size": vocab, "max_position_embeddings": max_len,
+            "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False,
+            "hidden_act": "silu", **SIZES[size]}
+
+
+def build_random(config: dict, seed: int, device: Any, dtype: Any) -> tuple[Any, Any]:
+    """ModelSpec factory: a random-weight Transformer built from an HF-style config."""
+    from psdlab.runtime.model_config import ModelConfig
+    from psdlab.runtime.weights import random_model
+    cfg = ModelConfig.from_hf(config)
+    return random_model(cfg, seed=seed, device=device, dtype=dtype), cfg
+
+
+@functools.lru_cache(maxsize=4)
+def _shared_random(config_json: str, seed: int, device: str, dtype: Any) -> tuple[Any, Any]:
+    return build_random(json.loads(config_json), seed, device, dtype)
+
+
+def build_random_shared(config: dict, seed: int, device: Any, dtype: Any) -> tuple[Any, Any]:
+    """On CUDA one copy per process (thread workers and the pass table share its read-only
+    weights); on CPU a fresh one (each runner packs its own linears)."""
+    if str(device).startswith("cuda"):
+        return _shared_random(json.dumps(config, sort_keys=True), seed, str(device), dtype)
+    return build_random(config, seed, device, dtype)
+
+
+def _models(cfg: GpuBenchConfig, max_len: int) -> dict[str, Any]:
+    """ModelSpecs, HF configs (for the Hugging Face comparison) and runtime configs."""
+    from psdlab.runtime.runner import ModelSpec
+    out: dict[str, Any] = {}
+    for role, path, size, seed in (("target", cfg.target_dir, cfg.target_size, 1),
+                                   ("drafter", cfg.drafter_dir, cfg.drafter_size, 2)):
+        if path:
+            hf = json.loads((Path(path) / "config.json").read_text())
+            out[role] = (ModelSpec(path=path), hf)
+        else:
+            hf = hf_config(size, cfg.vocab, max_len)
+            out[role] = (ModelSpec(factory=functools.partial(build_random_shared, hf, seed),
+                                   label=f"random-llama-{size}"), hf)
+    return out
+
+
+def _requests(cfg: GpuBenchConfig, vocab: int) -> list[Any]:
+    import torch
+
+    from psdlab.runtime.requests import Request
+    gen = torch.Generator().manual_seed(cfg.seed)
+    return [Request(f"r{i}", tuple(torch.randint(0, vocab, (cfg.prompt_len,),
+                                                 generator=gen).tolist()))
+            for i in range(cfg.num_prompts)]
+
+
+def _sync(device: str) -> Any:
+    import torch
+    if device.startswith("cuda"):
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+def pass_table(cfg: GpuBenchConfig, models: dict, base: Any, requests: list,
+               machine: dict, variants: dict[str, dict[str, Any]] | None = None,
+               roles: tuple[str, ...] = ("target", "drafter"), with_hf: bool = True
+               ) -> dict[str, Any]:
+    """At the largest m, per pass kind: each psdlab variant (RunnerConfig overrides; default
+    eager and static), Hugging Face eager, the floor and each one's ratio to it."""
+    import torch
+
+    from psdlab.runtime.model_config import ModelConfig
+    from psdlab.runtime.runner import RunnerConfig, resolve_passes
+    from psdlab.validation.gpu_passes import (floor_ms, hardware_bandwidth, hf_pass_times,
+                                              psdlab_pass_times)
+    m = max(cfg.batches)
+    prompts = [list(requests[i % len(requests)].prompt_ids) for i in range(m)]
+    sync = _sync(cfg.device)
+    static = resolve_passes(cfg.passes, cfg.device.split(":")[0], "off")
+    static = "static" if static == "dynamic" else static
+    variants = variants or {"psdlab_eager": {"passes": "dynamic"},
+                            "psdlab_static": {"passes": static}}
+    key, bw = hardware_bandwidth(machine.get("gpus", ["cpu"])[0])
+    dtype = getattr(torch, base.dtype)
+    table: dict[str, Any] = {"m": m, "k": cfg.k, "context": cfg.prompt_len, "hardware": key,
+                             "memory_bw_gbs": bw, "static_passes": static,
+                             "variants": {k: {f: str(v) for f, v in o.items()}
+                                          for k, o in variants.items()}, "kinds": {}}
+    for role in roles:
+        spec, hf = models[role]
+        rc = RunnerConfig(spec=spec, device=cfg.device, dtype=base.dtype, max_len=base.max_len,
+                          seed=cfg.seed)
+        row: dict[str, Any] = {}
+        for label, over in variants.items():
+            row[label] = psdlab_pass_times(spec, replace(rc, **over), role, m, cfg.k,
+                                           prompts, 3, cfg.repeats, sync)
+            table[f"{role}_setup:{label}"] = row[label].pop("setup")
+        if with_hf:
+            try:
+                row["hf_eager"] = hf_pass_times(hf, dtype, cfg.device, role, m, cfg.k,
+                                                prompts, 3, cfg.repeats, sync)
+            except Exception as exc:        # transformers' API moves; the table says why
+                row["hf_eager"] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
+            table[f"{role}_hf_generate_ms_per_token"] = row["hf_eager"].pop(
+                "generate_ms_per_token", None)
+        mc = ModelConfig.from_hf(hf)
+        for kind in next(iter(row.values())):
+            width = cfg.k + 1 if kind == "verify" else 1
+            fl = floor_ms(mc, m, cfg.prompt_len + width, 2 if dtype != torch.float32 else 4, bw)
+            entry: dict[str, Any] = {"floor_ms": fl}
+            for lab, times in row.items():
+                got = times.get(kind)
+                if fl and isinstance(got, dict):
+                    got["x_floor"] = got["median_ms"] / fl
+                entry[lab] = got if got is not None else times.get("error")
+            table["kinds"][f"{role}:{kind}"] = entry
+    return table
+
+
+def phase_spread(trace_dir: Path) -> dict[str, dict[str, float]]:
+    """Per phase kind over every timed trace: median and max seconds, and max / median."""
+    from psdlab.analysis.trace import read_trace
+    by: dict[str, list[float]] = {}
+    for path in sorted(trace_dir.glob("*.jsonl")):
+        for step in read_trace(str(path)).steps:
+            for p in step.phases:
+                by.setdefault(p.kind, []).append(p.end - p.start)
+    return {k: {"median_ms": 1e3 * statistics.median(v), "max_ms": 1e3 * max(v),
+                "max_over_median": max(v) / statistics.median(v), "n": len(v)}
+            for k, v in by.items() if v}
+
+
+def bf16_spacing(x: float) -> float:
+    """The distance between neighbouring bf16 numbers at |x| (8 significant bits)."""
+    return 2.0 ** (math.floor(math.log2(max(abs(x), 1e-30))) - 7)
+
+
+def divergences(model: Any, prompts: list[list[int]], ar: list[list[int]],
+                other: list[list[int]], device: str) -> list[dict[str, Any]]:
+    """Each request whose output departs from AR's: the first position, both tokens, the
+    target's top-2 logits there (a full causal pass over the common prefix), the margin in
+    bf16 spacings and whether the rule accepts it."""
+    import torch
+    out = []
+    for i, (p, a, b) in enumerate(zip(prompts, ar, other)):
+        pos = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), None)
+        if pos is None:
+            continue
+        ids = torch.tensor([list(p) + list(a[:pos])], device=device)
+        logits = model.forward_no_cache(ids)[0, -1].float()
+        top = torch.topk(logits, 2)
+        v = top.values.tolist()
+        ulps = (v[0] - v[1]) / bf16_spacing(v[0])
+        pair = set(top.indices.tolist())
+        out.append({"request": i, "position": pos, "ar_token": a[pos], "token": b[pos],
+                    "top2": v, "margin": v[0] - v[1], "margin_bf16_spacings": ulps,
+                    "accepted": bool({a[pos], b[pos]} == pair and ulps <= MARGIN_ULPS)})
+    return out
+
+
+def lossless(outputs: dict[str, list], prompts: list[list[int]], model: Any, device: str
+             ) -> dict[str, Any]:
+    """The rule on one m's runs (`docs/cuda.md`): every departure from AR's output is judged
+    by the target's top-2 margin at its first position; SD-sep == PSD is reported beside it
+    (their verification batches shrink differently as requests end, so in bf16 their shapes,
+    and so their rounding, can differ; the batch-invariant mode removes that)."""
+    ar = outputs["ar"]
+    spec = [v for k, v in outputs.items() if k != "ar"]
+    judged = {name: divergences(model, prompts, ar, run, device)
+              for name, run in outputs.items() if name != "ar"}
+    found = [d for v in judged.values() for d in v]
+    return {"psd_equals_sd_sep": all(run == spec[0] for run in spec),
+            "equal_to_ar": {name: not v for name, v in judged.items()},
+            "divergences": judged, "divergences_total": len(found),
+            "divergences_accepted": sum(d["accepted"] for d in found),
+            "holds": all(d["accepted"] for d in found)}
+
+
+def invariant_check(cfg: GpuBenchConfig, models: dict, base: Any, requests: list
+                    ) -> dict[str, Any]:
+    """AR, SD-separate and PSD with every target pass one shape: outputs must be equal."""
+    from psdlab.runtime.controller import Engine
+    m = min(cfg.batches)
+    inv = replace(base, batch=m, batch_invariant=True, max_num_seqs=None, mode="psd",
+                  controlled_alpha=None)
+    outs: dict[str, list] = {}
+    with Engine(inv, models["target"][0], models["drafter"][0]) as eng:
+        for mode in ("ar", "sd-sep", "psd"):
+            res = eng.run(requests, None, config=replace(inv, mode=mode))
+            outs[mode] = [o.token_ids for o in res.outputs]
+    return {"m": m, "equal": all(v == outs["ar"] for v in outs.values()),
+            "requests_equal_to_ar": {k: sum(a == b for a, b in zip(v, outs["ar"]))
+                                     for k, v in outs.items()},
+            "requests": len(requests)}
+
+
+def run_bench(cfg: GpuBenchConfig, say: Any = print) -> dict[str, Any]:
+    """Every section in order while the budget lasts; summary.json after each."""
+    import torch
+
+    from psdlab.runtime.controller import EngineConfig
+    from psdlab.runtime.runner import resolve_passes
+    from psdlab.validation.device_bench import layouts, machine, run_layout
+    from psdlab.validation.gpu_bench_report import markdown
+    t0 = time.perf_counter()
+    cpu = cfg.device == "cpu"
+    if not cpu and not torch.cuda.is_available():
+        raise ValueError("device: no CUDA device here; use --device cpu for the dry run")
+    max_len = cfg.prompt_len + cfg.max_new_tokens + cfg.k + 8
+    models = _models(cfg, max_len)
+    vocab = int(models["target"][1]["vocab_size"])
+    requests = _requests(cfg, vocab)
+    passes = resolve_passes(cfg.passes, cfg.device.split(":")[0], "off")
+    base = EngineConfig(mode="psd", k=cfg.k, batch=max(cfg.batches),
+                        max_new_tokens=cfg.max_new_tokens, ignore_eos=True, max_len=max_len,
+                        device=cfg.device, dtype=cfg.dtype, passes=passes,
+                        controlled_alpha=cfg.controlled_alpha, seed=cfg.seed)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    mach = machine(cfg.device)
+    summary: dict[str, Any] = {"machine": mach, "dry_run": cpu, "config": asdict(cfg),
+                               "passes": passes, "models": {r: v[0].name() for r, v in
+                                                            models.items()},
+                               "sections": {}, "skipped": []}
+
+    def left() -> float:
+        return cfg.budget_s - (time.perf_counter() - t0)
+
+    def save() -> None:
+        summary["wall_s"] = time.perf_counter() - t0
+        (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+        (out / "summary.md").write_text(markdown(summary))
+
+    say(f"bench-gpu: passes on {cfg.device} ({passes})")
+    summary["sections"]["passes"] = pass_table(cfg, models, base, requests, mach)
+    save()
+    gpus = 0 if cpu else torch.cuda.device_count()
+    layout = layouts(cfg.device, gpus)[0]
+    prompts = [list(r.prompt_ids) for r in requests]
+    target_model = models["target"][0].load(torch.device(cfg.device),
+                                            getattr(torch, cfg.dtype))[0]
+    runs: dict[str, Any] = {}
+    summary["sections"]["runs"] = runs
+    for m in sorted(cfg.batches):
+        spent = time.perf_counter() - t0
+        if runs and spent / (len(runs) + 1) > left():
+            summary["skipped"].append(f"runs at m={m}: {left():.0f} s of the budget left")
+            continue
+        say(f"bench-gpu: AR, SD-sep and PSD at m={m} ({layout.name})")
+        fig = run_layout(layout, models["target"][0], models["drafter"][0], requests,
+                         replace(base, batch=m), out / f"m{m}", cfg.rounds, keep_outputs=True)
+        outputs = fig.pop("outputs")
+        fig["phase_spread"] = phase_spread(out / f"m{m}" / layout.name)
+        fig["lossless_rule"] = lossless(outputs, prompts, target_model, cfg.device)
+        runs[str(m)] = fig
+        save()
+    if left() > 0:
+        say("bench-gpu: the batch-invariant mode (AR, SD-sep, PSD)")
+        summary["sections"]["batch_invariant"] = invariant_check(cfg, models, base, requests)
+        save()
+    else:
+        summary["skipped"].append("batch-invariant check: no budget left")
+    if not cpu and left() > COMPILE_RESERVE_S:
+        # inductor's fused kernels inside psdlab's graphs: one compile per shape, so one shape
+        # per pass kind (uniform: m rows over max_len keys), the target only
+        say("bench-gpu: the target's passes compiled by inductor, then captured")
+        summary["sections"]["compiled"] = pass_table(
+            cfg, models, base, requests, mach, roles=("target",), with_hf=False,
+            variants={"psdlab_graphs_inductor": {"passes": "graphs", "compile": "default",
+                                                 "uniform": True}})
+    else:
+        summary["skipped"].append("inductor-compiled passes: GPU only, and "
+                                  f"{COMPILE_RESERVE_S:.0f} s of budget")
+    summary["lossless"] = (all(f["lossless_rule"]["holds"] for f in runs.values())
+                           and summary["sections"].get("batch_invariant", {}).get("equal",
+                                                                                   True))
+    save()
+    return summary

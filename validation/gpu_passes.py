@@ -1,0 +1,142 @@
+"""Per pass kind, how long one forward takes: psdlab eager (dynamic shapes), psdlab static passes
+(CUDA graphs on a GPU), Hugging Face eager on the same shapes in the same process, and the
+memory-streaming floor (weights + the KV read, over the GPU's bandwidth from
+``sim/costs/hardware.toml``).  Part of `psdlab bench-gpu` (`validation.gpu_bench`).
+
+Each pass is timed alone, ``repeats`` times after ``warm`` untimed ones, host to host with a
+device sync on either side (what the engine's step waits for); every time is kept, so the
+table gives the median and the max of each shape: a stall cannot hide in a mean.  The cache is
+rolled back after each pass, so every repeat sees the same context.
+"""
+from __future__ import annotations
+
+import functools
+import statistics
+import time
+from dataclasses import replace
+from typing import Any, Callable
+
+#: pass kinds: (name, model role, tokens per row, only the last token's logits)
+KINDS = (("ar_decode", "target", 1, False), ("verify", "target", None, False),
+         ("draft", "drafter", 1, True))
+
+
+def floor_ms(cfg: Any, rows: int, context: int, dtype_bytes: int, bw_gbs: float | None
+             ) -> float | None:
+    """Weights once plus every row's K and V over ``context`` tokens, at the memory bandwidth."""
+    if not bw_gbs:
+        return None
+    d, f, L = cfg.hidden_size, cfg.intermediate_size, cfg.num_layers
+    kv = cfg.num_kv_heads * cfg.head_dim
+    attn = d * (cfg.num_heads * cfg.head_dim) * 2 + d * kv * 2
+    params = L * (attn + 3 * d * f) + cfg.vocab_size * d * (1 if cfg.tie_word_embeddings else 2)
+    kv_read = rows * context * L * 2 * kv
+    return 1e3 * (params + kv_read) * dtype_bytes / (bw_gbs * 1e9)
+
+
+def hardware_bandwidth(device_name: str) -> tuple[str | None, float | None]:
+    """The hardware.toml entry whose key is in the GPU's name (e.g. h200), and its GB/s."""
+    from psdlab.sim.costs.catalog import hardware_catalog
+    name = device_name.lower().replace(" ", "")
+    for key, spec in sorted(hardware_catalog().items(), key=lambda kv: -len(kv[0])):
+        if key.replace("-", "") in name:
+            return key, spec.memory_bw_gbs
+    return None, None
+
+
+def _stats(times_ms: list[float]) -> dict[str, float]:
+    return {"median_ms": statistics.median(times_ms), "max_ms": max(times_ms),
+            "min_ms": min(times_ms), "n": len(times_ms)}
+
+
+def time_calls(fn: Callable[[], Any], sync: Callable[[], None], warm: int, repeats: int
+               ) -> list[float]:
+    """Milliseconds of each of ``repeats`` calls of ``fn`` after ``warm`` untimed ones."""
+    out = []
+    for i in range(warm + repeats):
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        if i >= warm:
+            out.append(1e3 * (time.perf_counter() - t0))
+    return out
+
+
+def psdlab_pass_times(spec: Any, runner_cfg: Any, role: str, m: int, k: int,
+                      prompts: list[list[int]], warm: int, repeats: int,
+                      sync: Callable[[], None]) -> dict[str, Any]:
+    """Each pass kind of ``role`` at batch m on a `ModelRunner` built from ``runner_cfg``."""
+    from psdlab.runtime.runner import ModelRunner
+    widths = ((1, True), (2, True)) if role == "drafter" else ((1, False), (k + 1, False))
+    runner = ModelRunner(replace(runner_cfg, spec=spec, max_slots=m, static_widths=widths))
+    slots = list(range(m))
+    runner.feed(slots, [0] * m, prompts[:m])
+    keep = [runner.cache.host_lengths[s] for s in slots]
+    out: dict[str, Any] = {}
+    for name, who, width, last in KINDS:
+        if who != role:
+            continue
+        w = k + 1 if width is None else width
+        rows = [[p[-1]] * w for p in prompts[:m]]
+        out[name] = _stats(time_calls(functools.partial(_one_pass, runner, slots, rows, last,
+                                                        keep), sync, warm, repeats))
+    info = runner.info()
+    out["setup"] = {"static_setup_s": info.get("static_setup_s"),
+                    "static_shapes": info.get("static_shapes")}
+    return out
+
+
+def _one_pass(runner: Any, slots: list[int], rows: list[list[int]], last: bool,
+              keep: list[int]) -> None:
+    runner._forward(slots, rows, only_last=last)
+    runner._rollback(slots, keep)
+
+
+def hf_pass_times(hf_config: dict, dtype: Any, device: str, role: str, m: int, k: int,
+                  prompts: list[list[int]], warm: int, repeats: int,
+                  sync: Callable[[], None]) -> dict[str, Any]:
+    """Hugging Face's LlamaForCausalLM (eager) on the same shapes: a forward of [m, w] tokens
+    on a prefilled DynamicCache, cropped back after each; and `generate`'s time per new token
+    (greedy, the same prompts) from two lengths."""
+    import warnings
+
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    warnings.filterwarnings("ignore", message=".*past_key_values.*deprecated")
+    with torch.device(device):
+        model = LlamaForCausalLM(LlamaConfig(**hf_config)).to(dtype).eval()
+    ids = torch.tensor([p for p in prompts[:m]], device=device)
+    out: dict[str, Any] = {}
+    with torch.inference_mode():
+        past = model(input_ids=ids, use_cache=True).past_key_values
+        n0 = ids.shape[1]
+        for name, who, width, _last in KINDS:
+            if who != role:
+                continue
+            w = k + 1 if width is None else width
+            step = ids[:, -1:].expand(m, w).contiguous()
+            out[name] = _stats(time_calls(functools.partial(_hf_step, model, step, past, n0),
+                                          sync, warm, repeats))
+        gen = {}
+        for new in (1, 9):
+            kw = dict(max_new_tokens=new, min_new_tokens=new, do_sample=False,
+                      attention_mask=torch.ones_like(ids), pad_token_id=0)
+            gen[new] = statistics.median(time_calls(functools.partial(model.generate, ids,
+                                                                      **kw), sync, 1, 3))
+        out["generate_ms_per_token"] = (gen[9] - gen[1]) / 8
+    return out
+
+
+def _hf_step(model: Any, step: Any, past: Any, keep: int) -> None:
+    model(input_ids=step, past_key_values=past, use_cache=True)
+    _crop(past, keep, step.shape[1])
+
+
+def _crop(cache: Any, keep: int, added: int) -> None:
+    """Back to ``keep`` tokens: transformers < 5.2x crops to a length, later ones take minus
+    the tokens to drop."""
+    try:
+        cache.crop(keep)
+    except ValueError:
+        cache.crop(-added)
