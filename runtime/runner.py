@@ -38,8 +38,12 @@ PREFILL_CHUNK = 128
 PREFILL_RULES = {"target": Chunking(PREFILL_CHUNK, leave=1),
                  "drafter": Chunking(PREFILL_CHUNK, leave=0)}
 #: a drafting pass takes up to this many unseen tokens per sequence in one batched ragged
-#: forward (padded to the longest row); longer rows are caught up slot by slot first
+#: forward (padded to the longest row); longer rows are caught up slot by slot first (with
+#: static passes: up to the widest drafting shape, so the pass is a graph replay)
 RAGGED_TAIL = 16
+#: with static passes, eager prefill chunks are padded to one of these widths, each run once
+#: when the runner starts: a new GEMM shape's first run can stall the host ~1 s on a GPU
+PREFILL_BUCKETS = (8, 16, 32, 64, PREFILL_CHUNK)
 #: fp32 matrix products on CPU with 9..15 rows (tokens in a forward) are markedly slower than
 #: with 16 (a verification of 3 x 5 tokens: ~195 ms against ~140 ms for 3 x 6 on this machine's
 #: MKL/oneDNN): such forwards are padded to 16 rows (padding positions are ignored)
@@ -169,6 +173,15 @@ class ModelRunner:
                                        PassPlan(cfg.static_widths, cfg.max_slots, cfg.uniform,
                                                 cfg.compile),
                                        capture)
+            self._warm_prefill()
+
+    def _warm_prefill(self) -> None:
+        """Run every eager prefill width once (slot 0, then freed), before any timed step."""
+        for w in PREFILL_BUCKETS:
+            if w <= self.cfg.max_len:
+                with torch.inference_mode():
+                    self.model.forward_rows([[0] * w], self.cache, [0], width=w)
+                self.cache.reset([0])
 
     def _compile(self, mode: str) -> None:
         """Run the model's layer stack (`Transformer._run`: embeddings, blocks, no host logic)
@@ -218,6 +231,8 @@ class ModelRunner:
             if out is not None:
                 return out
         width = padded_width(len(rows), max(len(r) for r in rows), self.pad_slow_gemm)
+        if self.static is not None:         # eager with static passes: a warmed width
+            width = next((b for b in PREFILL_BUCKETS if b >= width), width)
         with torch.inference_mode():
             return self.model.forward_rows([list(r) for r in rows], self.cache, list(slots),
                                            width=width, only_last=only_last)
@@ -273,7 +288,9 @@ class ModelRunner:
         self._rollback(slots, keep)
         # the unseen tokens (the bonus token, plus the last draft when all were accepted) go in
         # one batched ragged pass; only long rows (a rebuilt cache) are fed ahead slot by slot
-        tails = self._catch_up(slots, rows, leave=RAGGED_TAIL)
+        leave = (RAGGED_TAIL if self.static is None else
+                 max(w for w, _last in self.cfg.static_widths))
+        tails = self._catch_up(slots, rows, leave=leave)
         logits = self._forward(slots, tails, only_last=True)[:, 0, :]
         B, kmax = len(slots), max(ks)
         picks = torch.zeros((B, kmax), dtype=torch.long, device=self.device)

@@ -102,6 +102,9 @@ class InlineWorker:
 
 
 # ------------------------------------------------------------------------- thread
+_CUDA_SETUP = threading.Lock()
+
+
 class ThreadWorker:
     def __init__(self, spec: WorkerSpec):
         self.spec, self.role, self.label = spec, spec.role, spec.label
@@ -118,7 +121,12 @@ class ThreadWorker:
 
         from psdlab.runtime.runner import ModelRunner
         try:
-            runner = ModelRunner(self.spec.runner)
+            # one CUDA set-up at a time in a process: a graph capture fails when another
+            # thread's work (a load, a sync) lands on the device during it
+            lock = (_CUDA_SETUP if str(self.spec.runner.device).startswith("cuda")
+                    else contextlib.nullcontext())
+            with lock:
+                runner = ModelRunner(self.spec.runner)
             ctx: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
             if self.spec.stream:
                 ctx = private_stream(runner.device)     # waits for the load's work first

@@ -14,6 +14,7 @@ one round, on round 1 itself: a consistency check, not held out; the summary say
 """
 from __future__ import annotations
 
+import os
 import platform
 import time
 from dataclasses import dataclass, replace
@@ -90,6 +91,9 @@ def machine(device: str, load_before: list[float] | None = None) -> dict[str, An
     info: dict[str, Any] = {**machine_info(load_before), **git_info(),
                             "host": platform.node(),
                             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    if os.environ.get("PSDLAB_COMMIT"):    # a copied tree whose .git is not the run's commit
+        info.update(commit=os.environ["PSDLAB_COMMIT"], short=os.environ["PSDLAB_COMMIT"][:7],
+                    tree="the commit named by the caller (PSDLAB_COMMIT)")
     if device != "cpu":
         import torch
         info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]

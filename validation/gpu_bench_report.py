@@ -46,7 +46,8 @@ def markdown(summary: dict[str, Any]) -> str:
                   "- phase times (median / max ms, max/median): " + "; ".join(
                       f"{k} {v['median_ms']:.2f} / {v['max_ms']:.2f} "
                       f"({v['max_over_median']:.2f})" for k, v in fig["phase_spread"].items()),
-                  f"- lossless rule: PSD == SD-sep {rule['psd_equals_sd_sep']}; divergences "
+                  f"- lossless rule (batch-invariant runs: {fig.get('batch_invariant')}): "
+                  f"PSD == SD-sep {rule['psd_equals_sd_sep']}; divergences "
                   f"from AR {rule['divergences_total']} (accepted "
                   f"{rule['divergences_accepted']}); holds {rule['holds']}",
                   f"- simulator (calibrated on {', '.join(fig['simulator']['calibrated_on'])}; "

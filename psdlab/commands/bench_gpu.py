@@ -34,6 +34,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--controlled-alpha", default=str(d.controlled_alpha),
                    help="acceptance per position for random models (none: the real drafter's)")
     p.add_argument("--passes", default=d.passes, choices=("auto", "dynamic", "static", "graphs"))
+    p.add_argument("--no-batch-invariant", dest="batch_invariant", action="store_false",
+                   help="run the target's passes at their own shapes (bf16 may then depart "
+                        "from AR at near-ties; the rule judges each departure)")
     p.add_argument("--repeats", type=int, default=d.repeats, help="timed passes per kind")
     p.add_argument("--budget-s", type=float, default=d.budget_s)
     p.add_argument("--json", action="store_true", help="print summary.json's path and verdict")
@@ -69,7 +72,7 @@ def config_from_args(args: argparse.Namespace) -> GpuBenchConfig:
         num_prompts=args.num_prompts, prompt_len=args.prompt_len,
         max_new_tokens=args.max_new_tokens, rounds=args.rounds,
         controlled_alpha=None if args.target is not None and args.controlled_alpha == "0.7"
-        else alpha, passes=args.passes, repeats=args.repeats, budget_s=args.budget_s)
+        else alpha, passes=args.passes, batch_invariant=args.batch_invariant, repeats=args.repeats, budget_s=args.budget_s)
 
 
 def run(args: argparse.Namespace) -> int:
