@@ -72,7 +72,8 @@ def config_from_args(args: argparse.Namespace) -> GpuBenchConfig:
         num_prompts=args.num_prompts, prompt_len=args.prompt_len,
         max_new_tokens=args.max_new_tokens, rounds=args.rounds,
         controlled_alpha=None if args.target is not None and args.controlled_alpha == "0.7"
-        else alpha, passes=args.passes, batch_invariant=args.batch_invariant, repeats=args.repeats, budget_s=args.budget_s)
+        else alpha, passes=args.passes, batch_invariant=args.batch_invariant,
+        repeats=args.repeats, budget_s=args.budget_s)
 
 
 def run(args: argparse.Namespace) -> int:
