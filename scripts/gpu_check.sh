@@ -21,8 +21,8 @@ fi
 export PYTHONPATH=/tmp/site:$PWD
 "$PY" -c "import torch, psdlab.runtime.pass_graphs as g; print('torch', torch.__version__, \
 torch.version.cuda, g.__file__)" | tee -a "$RESULTS/env.txt"
-timeout "${TEST_TIMEOUT:-150}" "$PY" -m pytest -q -p no:cacheprovider tests/test_cuda_graphs.py \
-  tests/test_static_pass.py 2>&1 | tail -n 30 | tee "$RESULTS/cuda_tests.log"
+timeout "${TEST_TIMEOUT:-150}" "$PY" -m pytest -q -p no:cacheprovider ${TESTS:-tests/test_cuda_graphs.py \
+  tests/test_static_pass.py} 2>&1 | tail -n 30 | tee "$RESULTS/cuda_tests.log"
 timeout "${BENCH_TIMEOUT:-420}" "$PY" -m psdlab bench-gpu --device "$DEVICE" -o /tmp/bench-gpu \
   --budget-s "${BUDGET:-330}" ${BENCH_ARGS:-} 2>&1 | tee "$RESULTS/bench.log"
 cp /tmp/bench-gpu/summary.json /tmp/bench-gpu/summary.md "$RESULTS/" 2>/dev/null
