@@ -146,7 +146,8 @@ class Engine:
             specs.append(WorkerSpec("drafter", replace(base, spec=drafter, seed=cfg.seed + 1,
                                                        device=d_device, dtype=self.drafter_dtype,
                                                        uniform=False,
-                                                       static_widths=((1, True), (2, True))),
+                                                       static_widths=((1, True),
+                                                                      (cfg.k + 1, True))),
                                     d_label, core=d_core, stream=streams, spin_s=spin))
         self.workers = start_workers(cfg.backend, specs)
         self.target = self.workers["target"]

@@ -196,9 +196,11 @@ class Transformer(nn.Module):
 
     @torch.no_grad()
     def forward_rows(self, rows: list[list[int]], cache: KVCache, slots: list[int],
-                     width: int | None = None, only_last: bool = False) -> torch.Tensor:
+                     width: int | None = None, only_last: bool = False,
+                     span: int | None = None) -> torch.Tensor:
         """`forward` for ragged token rows given as host lists (padded to ``width``): checked
-        on the host, then one host-to-device copy of the tokens."""
+        on the host, then one host-to-device copy of the tokens.  ``span``: attend over at
+        least this many key places (masked past each row's length: a fixed attention shape)."""
         b = len(rows)
         width = max([len(r) for r in rows] + [width or 0, 1])
         self.check_host_rows(cache, slots, rows)
@@ -206,7 +208,8 @@ class Transformer(nn.Module):
         for i, r in enumerate(rows):
             flat[i * width:i * width + len(r)] = r
         tokens = host_to_device(torch.tensor(flat, dtype=torch.long), cache.device).view(b, width)
-        return self.forward_planned(tokens, cache, slots, [len(r) for r in rows], only_last)
+        return self.forward_planned(tokens, cache, slots, [len(r) for r in rows], only_last,
+                                    span)
 
     def check_host_rows(self, cache: KVCache, slots: list[int],
                         rows: list[list[int]] | None) -> None:
@@ -226,7 +229,8 @@ class Transformer(nn.Module):
 
     @torch.no_grad()
     def forward_planned(self, tokens: torch.Tensor, cache: KVCache, slots: list[int],
-                        num_new: list[int], only_last: bool = False) -> torch.Tensor:
+                        num_new: list[int], only_last: bool = False,
+                        span: int | None = None) -> torch.Tensor:
         """The forward itself, planned on the host: ``tokens`` [B, T] is on the device (it may
         be the previous pass's argmax), ``slots`` and ``num_new`` are host ints already checked
         (`forward`, `forward_rows`).  Every shape and index comes from the host lists and
@@ -238,7 +242,7 @@ class Transformer(nn.Module):
             return torch.empty(0, 1 if only_last else t, self.cfg.vocab_size, device=dev)
         start = [cache.host_lengths[x] for x in slots]
         new_len = [a + n for a, n in zip(start, num_new)]
-        span = max(max(new_len), 1)
+        span = min(max(max(new_len), 1, span or 0), cache.max_len)
         rows = [i for i, n in enumerate(num_new) for _ in range(n)]
         cols = [j for n in num_new for j in range(n)]
         last = [max(n - 1, 0) for n in num_new]

@@ -26,6 +26,7 @@ import torch
 from psdlab.analysis.chunking import Chunking
 from psdlab.runtime.devices import COMPILE_MODES
 from psdlab.runtime.model import host_to_device
+from psdlab.runtime.static_pass import span_buckets
 
 if TYPE_CHECKING:
     from psdlab.runtime.sampling import SamplingParams
@@ -93,7 +94,7 @@ class RunnerConfig:
                                 # off, else dynamic (`runtime.pass_graphs`)
     static_widths: tuple[tuple[int, bool], ...] = ((1, False),)   # (tokens per row,
                                 # only_last) of the static passes: the controller sets them
-                                # per role (target: 1 and k + 1; drafter: 1 and 2, last only)
+                                # per role (target: 1 and k + 1; drafter: 1 and k + 1, last only)
     uniform: bool = False       # static passes: every pass one shape (batch-invariant numerics)
 
 
@@ -176,12 +177,14 @@ class ModelRunner:
             self._warm_prefill()
 
     def _warm_prefill(self) -> None:
-        """Run every eager prefill width once (slot 0, then freed), before any timed step."""
+        """Run every eager prefill shape once (width x key span bucket; slot 0, then freed),
+        before any timed step: a new attention shape can build a new kernel plan."""
         for w in PREFILL_BUCKETS:
-            if w <= self.cfg.max_len:
-                with torch.inference_mode():
-                    self.model.forward_rows([[0] * w], self.cache, [0], width=w)
-                self.cache.reset([0])
+            for span in span_buckets(self.cfg.max_len):
+                if w <= span:
+                    with torch.inference_mode():
+                        self.model.forward_rows([[0] * w], self.cache, [0], width=w, span=span)
+                    self.cache.reset([0])
 
     def _compile(self, mode: str) -> None:
         """Run the model's layer stack (`Transformer._run`: embeddings, blocks, no host logic)
@@ -231,11 +234,15 @@ class ModelRunner:
             if out is not None:
                 return out
         width = padded_width(len(rows), max(len(r) for r in rows), self.pad_slow_gemm)
-        if self.static is not None:         # eager with static passes: a warmed width
+        span = None
+        if self.static is not None:         # eager with static passes: a warmed shape
             width = next((b for b in PREFILL_BUCKETS if b >= width), width)
+            need = max(self.cache.host_lengths[s] + len(r) for s, r in zip(slots, rows))
+            span = next(b for b in span_buckets(self.cfg.max_len) if b >= min(
+                need, self.cfg.max_len))
         with torch.inference_mode():
             return self.model.forward_rows([list(r) for r in rows], self.cache, list(slots),
-                                           width=width, only_last=only_last)
+                                           width=width, only_last=only_last, span=span)
 
     def _forward_next(self, slots: list[int], tokens: torch.Tensor) -> torch.Tensor:
         """One token per row, already on the device (the last pass's picks): no host copy."""

@@ -189,3 +189,16 @@ def test_a_static_pass_traces_through_dynamo(model):
     assert got is not None
     for i, r in enumerate(rows):
         torch.testing.assert_close(got[i, :len(r)], want[i, :len(r)], rtol=1e-5, atol=1e-5)
+
+
+def test_an_eager_pass_over_a_wider_key_span_gives_the_same_logits(model):
+    """Eager passes beside static ones attend over a span bucket (a few attention shapes, all
+    run at start): keys past each row's length are masked, so the logits do not change."""
+    a, b = KVCache(CFG, SLOTS, MAX_LEN), KVCache(CFG, SLOTS, MAX_LEN)
+    _prefixes(model, a, [5, 40, 0, 3, 7, 1], 0)
+    _prefixes(model, b, [5, 40, 0, 3, 7, 1], 0)
+    rows = [[1, 2, 3], [4]]
+    want = model.forward_rows(rows, a, [0, 1])
+    got = model.forward_rows(rows, b, [0, 1], width=8, span=128)
+    for i, r in enumerate(rows):
+        torch.testing.assert_close(got[i, :len(r)], want[i, :len(r)], rtol=1e-5, atol=1e-5)

@@ -43,6 +43,8 @@ SIZES = {
 #: a divergence from AR is put down to rounding when the target's top-2 margin there is at
 #: most this many bf16 spacings of the top logit (bf16 keeps 8 significant bits)
 MARGIN_ULPS = 4
+#: the parts of the bench, in the order they run
+SECTIONS = ("passes", "invariant", "runs", "compiled")
 #: the inductor section runs only with this much budget left (two compiles of the target)
 COMPILE_RESERVE_S = 120.0
 
@@ -70,6 +72,7 @@ class GpuBenchConfig:
     repeats: int = 30
     budget_s: float = 420.0
     seed: int = 0
+    sections: tuple[str, ...] = SECTIONS
 
 
 def hf_config(size: str, vocab: int, max_len: int) -> dict:
@@ -311,12 +314,14 @@ def run_bench(cfg: GpuBenchConfig, say: Any = print) -> dict[str, Any]:
         (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
         (out / "summary.md").write_text(markdown(summary))
 
-    say(f"bench-gpu: passes on {cfg.device} ({passes})")
-    summary["sections"]["passes"] = pass_table(cfg, models, base, requests, mach)
-    save()
-    say("bench-gpu: the batch-invariant mode (AR, SD-sep, PSD)")
-    summary["sections"]["batch_invariant"] = invariant_check(cfg, models, base, requests)
-    save()
+    if "passes" in cfg.sections:
+        say(f"bench-gpu: passes on {cfg.device} ({passes})")
+        summary["sections"]["passes"] = pass_table(cfg, models, base, requests, mach)
+        save()
+    if "invariant" in cfg.sections:
+        say("bench-gpu: the batch-invariant mode (AR, SD-sep, PSD)")
+        summary["sections"]["batch_invariant"] = invariant_check(cfg, models, base, requests)
+        save()
     gpus = 0 if cpu else torch.cuda.device_count()
     layout = layouts(cfg.device, gpus)[0]
     prompts = [list(r.prompt_ids) for r in requests]
@@ -324,7 +329,7 @@ def run_bench(cfg: GpuBenchConfig, say: Any = print) -> dict[str, Any]:
                                             getattr(torch, cfg.dtype))[0]
     runs: dict[str, Any] = {}
     summary["sections"]["runs"] = runs
-    for m in sorted(cfg.batches):
+    for m in sorted(cfg.batches) if "runs" in cfg.sections else ():
         spent = time.perf_counter() - t0
         if runs and spent / (len(runs) + 1) > left():
             summary["skipped"].append(f"runs at m={m}: {left():.0f} s of the budget left")
@@ -338,7 +343,9 @@ def run_bench(cfg: GpuBenchConfig, say: Any = print) -> dict[str, Any]:
         fig["batch_invariant"] = base.batch_invariant
         runs[str(m)] = fig
         save()
-    if not cpu and left() > COMPILE_RESERVE_S:
+    if "compiled" not in cfg.sections:
+        pass
+    elif not cpu and left() > COMPILE_RESERVE_S:
         # inductor's fused kernels inside psdlab's graphs: one compile per shape, so one shape
         # per pass kind (uniform: m rows over max_len keys), the target only
         say("bench-gpu: the target's passes compiled by inductor, then captured")

@@ -68,7 +68,7 @@ def psdlab_pass_times(spec: Any, runner_cfg: Any, role: str, m: int, k: int,
                       sync: Callable[[], None]) -> dict[str, Any]:
     """Each pass kind of ``role`` at batch m on a `ModelRunner` built from ``runner_cfg``."""
     from psdlab.runtime.runner import ModelRunner
-    widths = ((1, True), (2, True)) if role == "drafter" else ((1, False), (k + 1, False))
+    widths = ((1, True), (k + 1, True)) if role == "drafter" else ((1, False), (k + 1, False))
     runner = ModelRunner(replace(runner_cfg, spec=spec, max_slots=m, static_widths=widths))
     slots = list(range(m))
     runner.feed(slots, [0] * m, prompts[:m])

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from psdlab.validation.gpu_bench import SIZES, GpuBenchConfig
+from psdlab.validation.gpu_bench import SECTIONS, SIZES, GpuBenchConfig
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -39,6 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "from AR at near-ties; the rule judges each departure)")
     p.add_argument("--repeats", type=int, default=d.repeats, help="timed passes per kind")
     p.add_argument("--budget-s", type=float, default=d.budget_s)
+    p.add_argument("--sections", default=",".join(SECTIONS),
+                   help=f"which parts to run, in their order: {','.join(SECTIONS)}")
     p.add_argument("--json", action="store_true", help="print summary.json's path and verdict")
     p.set_defaults(func=run)
 
@@ -59,6 +61,11 @@ def config_from_args(args: argparse.Namespace) -> GpuBenchConfig:
     for name in ("num_prompts", "prompt_len", "max_new_tokens", "rounds", "repeats"):
         check_int(f"--{name.replace('_', '-')}", getattr(args, name), minimum=1)
     check_range("--budget-s", args.budget_s, 1.0, 86400.0)
+    sections = tuple(x for x in args.sections.split(",") if x)
+    bad = [x for x in sections if x not in SECTIONS]
+    if bad or not sections:
+        raise ValueError(f"--sections: a comma-separated subset of {','.join(SECTIONS)}, got "
+                         f"{args.sections!r}")
     if (args.target is None) != (args.drafter is None):
         raise ValueError("--target/--drafter: give both model directories or neither")
     if not args.device.startswith(("cpu", "cuda")):
@@ -73,7 +80,7 @@ def config_from_args(args: argparse.Namespace) -> GpuBenchConfig:
         max_new_tokens=args.max_new_tokens, rounds=args.rounds,
         controlled_alpha=None if args.target is not None and args.controlled_alpha == "0.7"
         else alpha, passes=args.passes, batch_invariant=args.batch_invariant,
-        repeats=args.repeats, budget_s=args.budget_s)
+        repeats=args.repeats, budget_s=args.budget_s, sections=sections)
 
 
 def run(args: argparse.Namespace) -> int:
