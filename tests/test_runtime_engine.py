@@ -381,33 +381,43 @@ def test_cli_bench_runtime_json(models, tmp_path, capsys):
 
 @pytest.mark.e2e
 @needs_two_cores
-def test_gpu_bench_dry_run_on_cpu(tmp_path):
-    """scripts/gpu_bench.py --device cpu: both layouts (two pinned processes; two threads),
-    each benchmarked over two rounds, calibrated on round 1 and validated on round 2, in one
-    summary file -- every line of the GPU command but the CUDA-only ones."""
+def test_bench_gpu_dry_run_on_cpu(tmp_path):
+    """`psdlab bench-gpu --device cpu` (tiny models, static passes run eagerly, worker
+    processes on two cores): the pass table beside Hugging Face, the batch-invariant check,
+    AR / SD-sep / PSD at two m over two rounds, calibrated on round 1 and validated on round
+    2, the lossless rule -- every line of the GPU command but the CUDA-only ones."""
     import subprocess
     import sys
-    from pathlib import Path
-    script = Path(__file__).resolve().parent.parent / "scripts" / "gpu_bench.py"
-    proc = subprocess.run([sys.executable, str(script), "--device", "cpu", "--out",
-                           str(tmp_path), "--num-prompts", "4", "--batch", "2",
-                           "--max-new-tokens", "6", "--prompt-len", "8", "--rounds", "2"],
+    out = tmp_path / "bench"
+    proc = subprocess.run([sys.executable, "-m", "psdlab", "bench-gpu", "--device", "cpu",
+                           "-o", str(out), "--num-prompts", "4", "--batches", "1,2",
+                           "--max-new-tokens", "6", "--prompt-len", "8", "--repeats", "2",
+                           "--passes", "static"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["smoke_mode"] is True and summary["lossless"] is True
-    assert set(summary["layouts"]) == {"two-devices", "two-streams"} and not summary["skipped"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["dry_run"] is True and summary["lossless"] is True
     assert summary["machine"]["date"] and "commit" in summary["machine"]
-    for name, fig in summary["layouts"].items():
+    kinds = summary["sections"]["passes"]["kinds"]
+    assert set(kinds) == {"target:ar_decode", "target:verify", "drafter:draft"}
+    for entry in kinds.values():
+        for label in ("psdlab_eager", "psdlab_static", "psdlab_static_invariant", "hf_eager"):
+            assert entry[label]["median_ms"] > 0 and entry[label]["max_ms"] >= \
+                entry[label]["median_ms"], label
+    inv = summary["sections"]["batch_invariant"]
+    assert inv["equal"] is True and inv["requests_equal_to_ar"]["psd"] == 4
+    assert set(summary["sections"]["runs"]) == {"1", "2"}
+    for m, fig in summary["sections"]["runs"].items():
         sim = fig["simulator"]
         assert sim["held_out"] is True
-        assert sim["calibrated_on"] == ["ar.jsonl", "psd_iso_concurrency_r1.jsonl",
-                                        "psd_r1.jsonl", "sd_r1.jsonl"]
-        assert sim["validated_on"] == ["psd_iso_concurrency_r2.jsonl", "psd_r2.jsonl",
-                                       "sd_r2.jsonl"]
-        assert sim["summary"], name                 # the simulator's errors per target
-        assert (tmp_path / name / "model.json").is_file()
-        trace = read_trace(tmp_path / name / "psd_r2.jsonl")
+        assert sim["calibrated_on"][0] == "ar.jsonl" and {"psd_r1.jsonl", "sd_r1.jsonl"} <= set(
+            sim["calibrated_on"]) and all(n.endswith("_r1.jsonl") for n in sim["calibrated_on"][1:])
+        assert all(name.endswith("_r2.jsonl") for name in sim["validated_on"])
+        assert sim["summary"], m                    # the simulator's errors per target
+        assert fig["lossless_rule"]["holds"] and fig["batch_invariant"] is True
+        assert set(fig["phase_spread"]) >= {"prefill", "verify", "draft"}
+        trace = read_trace(out / f"m{m}" / "two-devices" / "psd_r2.jsonl")
         assert trace.run.mode == "psd" and any(s.overlapped for s in trace.steps)
-    devices = read_trace(tmp_path / "two-devices" / "psd_r1.jsonl").run.devices
-    assert devices == {"target": "cpu:1", "drafter": "cpu:0"}
+        assert trace.run.extra["passes"]["target"]["passes"] == "static"
+        assert trace.run.devices == {"target": "cpu:1", "drafter": "cpu:0"}
+    assert "## Batch-invariant mode" in (out / "summary.md").read_text()
