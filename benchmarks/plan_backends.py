@@ -26,7 +26,7 @@ import os
 import sys
 import tempfile
 import time
-import tomllib
+from psdlab.analysis.toml_reader import tomllib
 from pathlib import Path
 from typing import Any
 

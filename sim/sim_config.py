@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, cast, overload
 
 from psdlab.analysis.checks import check_choice, check_int
+from psdlab.analysis.toml_reader import tomllib
 
 MODES = ("ar", "sd", "sd-sep", "psd", "adaptive")
 POLICIES = ("paper", "rebalance")

@@ -9,7 +9,8 @@ Specs (``make_workload(spec)``; LEN is a length spec of sim/lengths.py, default 
 - ``{"name": "gamma", "rate": r, "cv": c, "prompt": LEN, "output": LEN, "start": 0.0}``: gamma
   inter-arrivals with mean 1/r and coefficient of variation c (shape 1/c^2; c = 1 is Poisson,
   c > 1 bursty, c < 1 smoother).
-- ``{"name": "file", "path": F, "format": ..., "rate_scale": ..., "start": ..., "end": ...}``:
+- ``{"name": "file", "path": F, "format": ..., "rate_scale": ..., "start": ..., "end": ...,
+  "max_model_len": ...}`` (requests longer than the context are refused, as vLLM does):
   the requests of a serving system's or public trace's file (``analysis.formats``: vLLM and
   SGLang bench results, Azure, BurstGPT, Mooncake, ShareGPT, Spec-Bench, ...), their arrivals
   and lengths.
@@ -173,7 +174,7 @@ def make_workload(spec: Mapping[str, Any], where: str = "workload") -> Workload:
             raise ValueError(f"{where}.path: missing (a .csv or .jsonl file)")
         return Workload("replay", rows=read_requests(spec["path"]), spec=dict(spec))
     if name == "file":
-        _fields(spec, where, ("path", "format", "rate_scale", "start", "end"))
+        _fields(spec, where, ("path", "format", "rate_scale", "start", "end", "max_model_len"))
         if "path" not in spec:
             raise ValueError(f"{where}.path: missing (a trace or benchmark file "
                              f"psdlab.analysis.formats reads)")
@@ -205,9 +206,31 @@ def requests_from_file(spec: Mapping[str, Any], where: str = "workload") -> Requ
                                    lo_open=True))
     if not wl.records:
         raise ValueError(f"{where}.path: {spec['path']}: no requests (in the window asked for)")
+    if spec.get("max_model_len") is not None:
+        wl = refuse_too_long(wl, check_int(f"{where}.max_model_len", spec["max_model_len"],
+                                           minimum=2), where)
     return RequestSet(np.array([r.arrival_s for r in wl.records], dtype=float),
                       np.array([max(1, r.input_len) for r in wl.records], dtype=np.int64),
                       np.array([max(1, r.output_len) for r in wl.records], dtype=np.int64))
+
+
+def refuse_too_long(wl: Any, max_model_len: int, where: str) -> Any:
+    """Drop the requests whose prompt + output exceed ``max_model_len``, as vLLM refuses them
+    (HTTP 400: "maximum context length is ... tokens"), with one warning line counting them
+    and naming the first; every request refused is a one-line error."""
+    import dataclasses
+    import warnings
+    kept = [r for r in wl.records if r.input_len + r.output_len <= max_model_len]
+    if len(kept) == len(wl.records):
+        return wl
+    first = next(r for r in wl.records if r.input_len + r.output_len > max_model_len)
+    what = (f"{len(wl.records) - len(kept)} of {len(wl.records)} requests are longer than "
+            f"max_model_len={max_model_len} (prompt + output; the first: "
+            f"{first.source or 'a request'}, {first.input_len} + {first.output_len} tokens)")
+    if not kept:
+        raise ValueError(f"{where}.max_model_len: {what}; none is left")
+    warnings.warn(f"{what}: refused, as vLLM refuses them", stacklevel=2)
+    return dataclasses.replace(wl, records=tuple(kept))
 
 
 # ---------------------------------------------------------------------------- replay files

@@ -1,8 +1,10 @@
-"""Turning a reader's raw rows into a :class:`~.records.Workload`: sort by arrival (stably,
-noting rows that were out of order) and count arrivals from the first request."""
+"""Turning a reader's raw rows into a :class:`~.records.Workload`: refuse a negative arrival
+(one line naming the row), sort by arrival (stably; rows out of order are noted and warned
+about in one line) and count arrivals from the first request."""
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,10 +17,17 @@ def make_workload(fmt: str, path: str | os.PathLike[str],
     """``rows`` are ``(arrival in seconds on any origin, RequestRecord fields but
     arrival_s)`` in file order."""
     notes = list(notes)
+    for t, fields in rows:
+        if t < 0:
+            where = fields.get("source") or fmt
+            raise ValueError(f"{os.fspath(path)}: {where}: arrival: must be >= 0 (a time since "
+                             f"the trace's start or the epoch), got {t:g} s")
     order = sorted(range(len(rows)), key=lambda i: rows[i][0])
     if order != list(range(len(rows))):
         moved = sum(1 for k, i in enumerate(order) if k != i)
         notes.append(f"{moved} rows were out of arrival order; sorted by arrival")
+        warnings.warn(f"{os.fspath(path)}: {moved} of {len(rows)} requests were out of "
+                      f"arrival order; sorted by arrival", stacklevel=2)
     base = rows[order[0]][0] if rows else 0.0
     records = tuple(RequestRecord(arrival_s=max(0.0, rows[i][0] - base), **rows[i][1])
                     for i in order)

@@ -12,6 +12,7 @@ import sys
 from typing import Callable
 
 from psdlab.cli import UsageError
+from psdlab.commands.simulate import add_file_workload_args, file_workload
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -32,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="plan on the requests of FILE (a vLLM or SGLang bench result, an Azure, "
                         "BurstGPT or Mooncake trace, ...: psdlab.analysis.formats): their "
                         "lengths and arrival pattern, scaled in rate, instead of Poisson")
-    p.add_argument("--format", metavar="F", help="FILE's format (default: told by content)")
+    add_file_workload_args(p)
     p.add_argument("--all", action="store_true", help="print every row, not only the Pareto set")
     p.add_argument("--json", action="store_true", help="one JSON object with all rows")
     p.add_argument("--backend", choices=tuple(BACKENDS), default="local",
@@ -72,11 +73,9 @@ def run(args: argparse.Namespace) -> int:
 
     raw = read_toml(args.config)
     cfg = config_from_dict(raw, os.path.dirname(os.path.abspath(args.config)))
-    if args.workload is not None:
-        cfg = cfg.replace(workload={"name": "file", "path": args.workload,
-                                    **({"format": args.format} if args.format else {})})
-    elif args.format is not None:
-        raise ValueError("--format: only with --workload")
+    spec_file = file_workload(args)
+    if spec_file is not None:
+        cfg = cfg.replace(workload=spec_file)
     spec = parse_plan(raw.get("plan"), cfg)
     if args.requests is not None:
         spec = dataclasses.replace(spec, requests=check_int("--requests", args.requests, 10))

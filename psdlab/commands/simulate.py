@@ -20,11 +20,33 @@ def add_override_args(p: argparse.ArgumentParser) -> None:
                         "bench result, an Azure, BurstGPT or Mooncake trace, ShareGPT, "
                         "Spec-Bench, ...: psdlab.analysis.formats); all of them unless "
                         "--requests caps it")
-    p.add_argument("--format", metavar="F", help="FILE's format (default: told by content)")
+    add_file_workload_args(p)
     p.add_argument("--engine-step", metavar="NAME",
                    help="server.engine_step: host work around the passes, a preset of "
                         "sim/costs/engine_steps.toml (vllm-v0, vllm-v1, torch), 'preset' (the "
                         "target GPU cost preset's) or 'none'")
+
+
+def add_file_workload_args(p: argparse.ArgumentParser) -> None:
+    """--format and --max-model-len beside a command's own --workload FILE."""
+    p.add_argument("--format", metavar="F", help="FILE's format (default: told by content)")
+    p.add_argument("--max-model-len", type=int, default=None, metavar="N",
+                   help="with --workload: refuse requests whose prompt + output exceed N "
+                        "tokens, as vLLM does (counted in one warning line)")
+
+
+def file_workload(args: argparse.Namespace) -> dict | None:
+    """The workload spec of ``--workload FILE`` (with its --format / --max-model-len), or None;
+    either option without --workload is a one-line error."""
+    if getattr(args, "workload", None) is None:
+        for flag in ("format", "max_model_len"):
+            if getattr(args, flag, None) is not None:
+                raise ValueError(f"--{flag.replace('_', '-')}: only with --workload")
+        return None
+    return {"name": "file", "path": args.workload,
+            **({"format": args.format} if getattr(args, "format", None) else {}),
+            **({"max_model_len": args.max_model_len}
+               if getattr(args, "max_model_len", None) is not None else {})}
 
 
 def apply_overrides(cfg, args: argparse.Namespace):
@@ -37,15 +59,12 @@ def apply_overrides(cfg, args: argparse.Namespace):
     for name in ("requests", "seed"):
         if getattr(args, name, None) is not None:
             changes[name] = getattr(args, name)
-    if getattr(args, "workload", None) is not None:
+    spec = file_workload(args)
+    if spec is not None:
         from psdlab.sim.workloads import requests_from_file
-        spec = {"name": "file", "path": args.workload,
-                **({"format": args.format} if getattr(args, "format", None) else {})}
         changes["workload"] = spec
         if "requests" not in changes:
             changes["requests"] = len(requests_from_file(spec, "--workload"))
-    elif getattr(args, "format", None) is not None:
-        raise ValueError("--format: only with --workload")
     if changes.get("server_mode") not in (None, "ar") and cfg.drafter is None:
         raise ValueError("drafter: missing (required for --mode " + changes["server_mode"] + ")")
     return cfg.replace(**changes) if changes else cfg

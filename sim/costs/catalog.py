@@ -15,10 +15,7 @@ from typing import Any, Mapping
 
 from psdlab.analysis.checks import check_int, check_positive
 
-try:  # Python 3.11+
-    import tomllib as _toml
-except ModuleNotFoundError:  # pragma: no cover - Python 3.10
-    import tomli as _toml  # type: ignore[no-redef]
+from psdlab.analysis.toml_reader import tomllib as _toml
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 HARDWARE_TOML = os.path.join(_HERE, "hardware.toml")
