@@ -30,7 +30,8 @@ from psdlab.runtime.drafter_build import preferred_dtype, runnable_dtype
 from psdlab.runtime.step_loop import _Loop
 from psdlab.runtime.requests import Request
 from psdlab.runtime.run_state import EngineResult
-from psdlab.runtime.runner import PASSES, PREFILL_RULES, ModelSpec, RunnerConfig
+from psdlab.runtime.runner import (PASSES, PREFILL_RULES, ModelSpec, RunnerConfig,
+                                   resolve_passes)
 from psdlab.runtime.tracing import software_versions
 from psdlab.runtime.workers import WorkerSpec, start_workers
 
@@ -84,9 +85,11 @@ class EngineConfig:
         check_range("idle_spin_s", self.idle_spin_s, 0.0, 60.0)
         check_choice("compile", self.compile, COMPILE_MODES)
         check_choice("passes", self.passes, PASSES)
-        if self.batch_invariant and self.passes == "dynamic":
-            raise ValueError("batch_invariant: needs static passes (passes static, graphs or "
-                             "auto on CUDA), got passes dynamic")
+        if self.batch_invariant and resolve_passes(
+                self.passes, self.device.split(":")[0], self.compile) == "dynamic":
+            raise ValueError(f"batch_invariant: needs static passes (passes static or graphs; "
+                             f"auto is graphs on CUDA only), got passes {self.passes} on "
+                             f"{self.device}")
         check_choice("dtype", self.dtype, ("float32", "float16", "bfloat16"))
         if self.drafter_dtype is not None:
             check_choice("drafter_dtype", self.drafter_dtype, ("float32", "float16", "bfloat16"))

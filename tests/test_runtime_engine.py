@@ -307,9 +307,33 @@ def test_cli_run_writes_trace_outputs_and_json(models, tmp_path, capsys):
     assert len(read_trace(trace).requests) == 5
 
 
+def test_cli_run_on_static_passes_in_the_batch_invariant_mode(models, tmp_path):
+    """`psdlab run --passes static --batch-invariant`: the trace says how the workers ran
+    their passes (one target shape), and the outputs equal AR's on dynamic passes."""
+    from psdlab.cli import main
+    pfile = write_prompt_ids(tmp_path / "p.jsonl", prompts(4, seed=9))
+    common = ["--prompts", str(pfile), "--target", str(models["target"]), "--draft",
+              str(models["noisy"]), "--max-new-tokens", "6", "--max-len", "128",
+              "--ignore-eos", "--backend", "inline", "--k", "3", "--batch", "2"]
+    runs = {}
+    for name, extra in (("ar", ["--mode", "ar"]),
+                        ("psd", ["--mode", "psd", "--passes", "static", "--batch-invariant"])):
+        outs = tmp_path / f"{name}.jsonl"
+        assert main(["run", *common, *extra, "--trace", str(tmp_path / f"{name}.trace"),
+                     "--outputs", str(outs)]) == 0
+        runs[name] = [json.loads(x)["token_ids"] for x in outs.read_text().splitlines()]
+    assert runs["psd"] == runs["ar"]
+    passes = read_trace(tmp_path / "psd.trace").run.extra["passes"]
+    assert passes["target"] == {"passes": "static", "static_shapes": 1,
+                                "static_setup_s": passes["target"]["static_setup_s"]}
+    assert passes["drafter"]["passes"] == "static" and passes["drafter"]["static_shapes"] > 1
+
+
 @pytest.mark.parametrize("argv,msg", [(["--k", "0"], "k: must be in [1, 64], got 0"),
                                       (["--arrivals", "soon"], "arrivals: must be"),
-                                      (["--temperature", "-1"], "temperature: must be in")])
+                                      (["--temperature", "-1"], "temperature: must be in"),
+                                      (["--batch-invariant"], "batch_invariant: needs static"),
+                                      (["--passes", "graphs"], "passes: graphs need a CUDA")])
 def test_cli_run_bad_input_is_one_line(models, tmp_path, capsys, argv, msg):
     from psdlab.cli import main
     pfile = write_prompt_ids(tmp_path / "p.jsonl", [[1, 2]])

@@ -58,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
                         drafter_core=args.drafter_core,
                         target_core=args.target_core, dtype=args.dtype,
                         drafter_dtype=args.drafter_dtype, idle_spin_s=args.idle_spin_s,
-                        compile=args.compile)
+                        compile=args.compile, passes=args.passes,
+                        batch_invariant=args.batch_invariant)
     models = session.resolve_models(args.target, args.draft, True, progress=not args.json)
     tokenizer = session.load_tokenizer(models.tokenizer)
     requests = cycle_requests(session.load_requests(args.prompts, tokenizer, "offline"),

@@ -23,7 +23,14 @@ def add_worker_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile", choices=COMPILE_MODES,
                    default="off",
                    help="run each pass's layers through torch.compile (reduce-overhead: CUDA "
-                        "graphs on GPU; eager: dynamo tracing only)")
+                        "graphs on GPU; eager: dynamo tracing only); with --passes graphs, "
+                        "default puts each static pass through inductor before capture")
+    p.add_argument("--passes", choices=("auto", "dynamic", "static", "graphs"), default="auto",
+                   help="auto: CUDA graphs of static passes on a GPU, eager dynamic passes on "
+                        "CPU; static: the graph-safe passes run eagerly (docs/cuda.md)")
+    p.add_argument("--batch-invariant", action="store_true",
+                   help="every target pass one shape, so bf16 greedy output equals AR's "
+                        "(needs static passes or graphs)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -100,7 +107,9 @@ def engine_config(args: argparse.Namespace, eos: int | None):
         drafter_core=args.drafter_core,
         target_core=args.target_core, dtype=args.dtype, drafter_dtype=args.drafter_dtype,
         controlled_alpha=args.controlled_alpha, idle_spin_s=args.idle_spin_s,
-        compile=getattr(args, "compile", "off"), adaptive_policy=policy, adaptive_prior=prior)
+        compile=getattr(args, "compile", "off"), passes=getattr(args, "passes", "auto"),
+        batch_invariant=getattr(args, "batch_invariant", False), adaptive_policy=policy,
+        adaptive_prior=prior)
 
 
 def adaptive_settings(args: argparse.Namespace):
