@@ -90,13 +90,12 @@ class RunnerConfig:
                                 # (`runtime.cpu_linear`); False: plain nn.Linear
     passes: str = "auto"        # "dynamic" (host-planned shapes, eager), "static" (bucketed
                                 # static passes, eager), "graphs" (static passes captured as
-                                # CUDA graphs at start); "auto": graphs on CUDA with compile
-                                # off, else dynamic (`runtime.pass_graphs`)
+                                # CUDA graphs at start); "auto": graphs on CUDA (compile off
+                                # or default), else dynamic (`resolve_passes`)
     static_widths: tuple[tuple[int, bool], ...] = ((1, False),)   # (tokens per row,
                                 # only_last) of the static passes: the controller sets them
                                 # per role (target: 1 and k + 1; drafter: 1 and k + 1, last only)
     uniform: bool = False       # static passes: every pass one shape (batch-invariant numerics)
-
 
 
 PASSES = ("auto", "dynamic", "static", "graphs")
