@@ -25,7 +25,7 @@ from psdlab.sim.sim_config import SimConfig
 from psdlab.sim.core import Core, JitterStreams
 from psdlab.sim.kv import check_fits
 from psdlab.sim.trace_records import Sink
-from psdlab.sim.trajectories import sample_trajectories
+from psdlab.sim.trajectories import cached_trajectories
 
 PATHS = ("fast", "simpy")
 
@@ -111,8 +111,9 @@ def build(config: SimConfig) -> Built:
         params = acceptance.request_params(np.random.default_rng(s_par), n, keys=reqs.keys)
     elif acceptance is not None:
         params = acceptance.request_params(np.random.default_rng(s_par), n)
-    traj = sample_trajectories(np.random.default_rng(s_acc), acceptance,
-                               np.asarray(params, dtype=float), karr, prompt, output)
+    traj = cached_trajectories(s_acc, config.acceptance if acceptance is not None else {},
+                               acceptance, np.asarray(params, dtype=float), karr, prompt,
+                               output)
     step = get_engine_step(srv.engine_step, "server.engine_step",
                            preset_default(config.target.cost))
     # the engine step's per-phase CVs unless the config has its own [jitter]

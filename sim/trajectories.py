@@ -15,9 +15,19 @@ entry (j = nsteps) has acc = emit = 0 and ctx = prompt + output_len.
 """
 from __future__ import annotations
 
+import json
+import os
+from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 import numpy as np
+
+#: trajectories kept per process by `cached_trajectories` (a plan's bisection trials of one
+#: configuration draw the same ones: same seed, lengths, k and acceptance; only arrivals move);
+#: $PSDLAB_TRAJECTORY_CACHE sets it (0: off; `benchmarks/plan_speed.py` times both)
+CACHE_SIZE = int(os.environ.get("PSDLAB_TRAJECTORY_CACHE", "32"))
+_CACHE: OrderedDict[tuple, "Trajectories"] = OrderedDict()
 
 
 @dataclass(frozen=True)
@@ -27,6 +37,30 @@ class Trajectories:
     acc: np.ndarray      # int8/int16 [total]
     emit: np.ndarray     # int8/int16 [total]
     ctx: np.ndarray      # int64 [total]
+
+
+def cached_trajectories(seed: np.random.SeedSequence, acceptance_spec: Mapping[str, Any],
+                        acceptance: Any, params: np.ndarray, k: np.ndarray,
+                        prompt: np.ndarray, output: np.ndarray) -> "Trajectories":
+    """`sample_trajectories` with ``np.random.default_rng(seed)``, remembered per process:
+    the draws are a function of the seed and of these inputs alone, so a repeat returns the
+    same (read-only) arrays without drawing again.  The key holds the seed's entropy and spawn
+    key, the acceptance spec as given and the bytes of the per-request inputs."""
+    key = (repr(seed.entropy), tuple(seed.spawn_key),
+           json.dumps(dict(acceptance_spec), sort_keys=True, default=str),
+           params.tobytes(), k.tobytes(), prompt.tobytes(), output.tobytes())
+    hit = _CACHE.get(key)
+    if hit is not None:
+        _CACHE.move_to_end(key)
+        return hit
+    traj = sample_trajectories(np.random.default_rng(seed), acceptance, params, k, prompt,
+                               output)
+    for arr in (traj.off, traj.nsteps, traj.acc, traj.emit, traj.ctx):
+        arr.flags.writeable = False                 # shared between runs: nobody writes
+    _CACHE[key] = traj
+    while len(_CACHE) > CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return traj
 
 
 def sample_trajectories(rng: np.random.Generator, acceptance, params: np.ndarray,
