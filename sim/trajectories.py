@@ -27,6 +27,9 @@ import numpy as np
 #: configuration draw the same ones: same seed, lengths, k and acceptance; only arrivals move);
 #: $PSDLAB_TRAJECTORY_CACHE sets it (0: off; `benchmarks/plan_speed.py` times both)
 CACHE_SIZE = int(os.environ.get("PSDLAB_TRAJECTORY_CACHE", "32"))
+#: larger draws (entries: verifications over all requests) are not kept: a plan's trials are
+#: small, and 32 large simulations would hold gigabytes
+CACHE_MAX_ENTRIES = 1 << 20
 _CACHE: OrderedDict[tuple, "Trajectories"] = OrderedDict()
 
 
@@ -46,6 +49,9 @@ def cached_trajectories(seed: np.random.SeedSequence, acceptance_spec: Mapping[s
     the draws are a function of the seed and of these inputs alone, so a repeat returns the
     same (read-only) arrays without drawing again.  The key holds the seed's entropy and spawn
     key, the acceptance spec as given and the bytes of the per-request inputs."""
+    if CACHE_SIZE <= 0:
+        return sample_trajectories(np.random.default_rng(seed), acceptance, params, k, prompt,
+                                   output)
     key = (repr(seed.entropy), tuple(seed.spawn_key),
            json.dumps(dict(acceptance_spec), sort_keys=True, default=str),
            params.tobytes(), k.tobytes(), prompt.tobytes(), output.tobytes())
@@ -55,6 +61,8 @@ def cached_trajectories(seed: np.random.SeedSequence, acceptance_spec: Mapping[s
         return hit
     traj = sample_trajectories(np.random.default_rng(seed), acceptance, params, k, prompt,
                                output)
+    if traj.ctx.size > CACHE_MAX_ENTRIES:
+        return traj
     for arr in (traj.off, traj.nsteps, traj.acc, traj.emit, traj.ctx):
         arr.flags.writeable = False                 # shared between runs: nobody writes
     _CACHE[key] = traj

@@ -47,6 +47,11 @@ def test_the_cache_is_bounded(cache, monkeypatch):
     for seed in range(5):
         T.cached_trajectories(*_args(seed=seed))
     assert len(T._CACHE) == 2
+    monkeypatch.setattr(T, "CACHE_MAX_ENTRIES", 10)       # a large draw is not kept
+    big = T.cached_trajectories(*_args(seed=9))
+    assert big.ctx.size > 10 and big is not T.cached_trajectories(*_args(seed=9))
+    monkeypatch.setattr(T, "CACHE_SIZE", 0)               # off
+    assert T.cached_trajectories(*_args(seed=3)) is not T.cached_trajectories(*_args(seed=3))
 
 
 def test_a_simulation_gives_the_same_trace_with_and_without_the_cache(monkeypatch, tmp_path):
