@@ -201,14 +201,16 @@ def meets_slo(metrics: Mapping[str, Any], spec: PlanSpec) -> bool:
 
 def evaluate(cfg: SimConfig, spec: PlanSpec, combo) -> dict[str, Any]:
     """Highest sustainable Poisson rate of one configuration (one replica)."""
+    from psdlab.sim.costtable import TableShare
     from psdlab.sim.simulation import simulate
 
     offline_workload, at_rate, n = _workloads(cfg, spec)
-    offline = simulate(_variant(cfg, spec, combo, offline_workload, n))
+    tables = TableShare()              # every run here differs only in its workload
+    offline = simulate(_variant(cfg, spec, combo, offline_workload, n), tables=tables)
     capacity = n / offline.makespan_s
 
     def trial(rate: float):
-        res = simulate(_variant(cfg, spec, combo, at_rate(rate), n))
+        res = simulate(_variant(cfg, spec, combo, at_rate(rate), n), tables=tables)
         return meets_slo(res.metrics, spec), res.metrics
 
     lo, hi, best = 0.0, 1.2 * capacity, None

@@ -105,6 +105,7 @@ class Core(ArrivalClock):
         self.lane_guess = None                # sim.lanes: boundary times to start from
         self.step_detail = True               # plans carry what step records need
         self.step_costs = None                # sim.sweep: cost tables, built on first use
+        self.shared_costs = None              # ... from these when set (sim.costtable.TableShare)
         self.nsteps_list = traj.nsteps.tolist()
         self.arrival_list = arrival.tolist()
         self.off_list = traj.off.tolist()

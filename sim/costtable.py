@@ -81,15 +81,22 @@ class StepCosts:
     the row's (sequences, summed context), just (verify,) without a drafter (AR);
     ``prefill``: (target, drafter) seconds keyed by (sequences, prompt tokens)."""
 
-    def __init__(self, core):
+    def __init__(self, core, share: "StepCosts | None" = None):
+        """``share``: the tables of an earlier core of the same models, k and m (a plan's
+        trials of one configuration, `TableShare`): their entries are reused, not refilled."""
         pl, k, m = core.planner, core.k, core.m
         self.has_draft = core.drafter is not None and k > 0
-        fns = [_verify_fn(pl, k)] + ([_draft_fn(pl, k)] if self.has_draft else [])
-        self.work = PairTable(fns, m)
-        pf = [_prefill_fn(core.target)]
-        if core.drafter is not None:
-            pf.append(_prefill_fn(core.drafter))
-        self.prefill = PairTable(pf, 2 * m + 1)
+        self.work: PairTable
+        self.prefill: PairTable
+        if share is not None:
+            self.work, self.prefill = share.work, share.prefill
+        else:
+            fns = [_verify_fn(pl, k)] + ([_draft_fn(pl, k)] if self.has_draft else [])
+            self.work = PairTable(fns, m)
+            pf = [_prefill_fn(core.target)]
+            if core.drafter is not None:
+                pf.append(_prefill_fn(core.drafter))
+            self.prefill = PairTable(pf, 2 * m + 1)
         self.models = (core.target, core.drafter)
         #: per request, the prefill passes beyond one per prompt of (target, drafter) (a
         #: chunked prefill, sim.costs); None for a model without a chunking rule, or none
@@ -111,3 +118,27 @@ class StepCosts:
                   float(prefill_time(mdl, np.array([n + x]), np.array([tokens]))[0])
                   for mdl, x in zip(self.models, (xt, xd)))
         return pt, pd
+
+
+class TableShare:
+    """The cost tables of the first fast-path run among runs whose configurations differ only
+    in their workload, requests and trace (a plan's bisection trials of one configuration,
+    ``sim.capacity.evaluate``), handed to the next ones: a table entry is a function of the
+    models, k and m alone, so every run reads the same numbers it would have computed.  A run
+    of another configuration (``key``) neither takes nor gives tables."""
+
+    def __init__(self) -> None:
+        self.key: str | None = None
+        self.costs: StepCosts | None = None
+
+    @staticmethod
+    def key_of(config) -> str:
+        return repr((config.server, config.target, config.drafter, config.jitter))
+
+    def offer(self, config) -> "StepCosts | None":
+        """The tables a run of ``config`` may reuse (None: build its own)."""
+        return self.costs if self.key == self.key_of(config) else None
+
+    def keep(self, config, costs: "StepCosts | None") -> None:
+        if costs is not None and self.costs is None:
+            self.key, self.costs = self.key_of(config), costs

@@ -155,9 +155,11 @@ def build(config: SimConfig) -> Built:
 
 
 def simulate(config: SimConfig, *, path: str = "fast", trace_path: str | None = None,
-             progress: bool = False, observer: Callable[[Core], None] | None = None) -> SimResult:
+             progress: bool = False, observer: Callable[[Core], None] | None = None,
+             tables: Any = None) -> SimResult:
     """Run one simulation.  ``trace_path`` overrides ``config.trace.path``; ``observer`` is
-    called with the core at every step boundary (after admission; for tests)."""
+    called with the core at every step boundary (after admission; for tests); ``tables``: a
+    `sim.costtable.TableShare` of runs that differ only in their workload (plan trials)."""
     from psdlab.analysis.checks import check_choice
     from psdlab.sim.fast import run_fast
     from psdlab.sim.servers import run_simpy
@@ -172,6 +174,8 @@ def simulate(config: SimConfig, *, path: str = "fast", trace_path: str | None = 
                          path=path, trace_path=out, cpu_s=time.process_time() - c0)
     built = build(config)
     core = built.core
+    if tables is not None:
+        core.shared_costs = tables.offer(config)
     level = config.trace.level
     out_path = trace_path if trace_path is not None else config.trace.path
     if level == "none":
@@ -189,6 +193,8 @@ def simulate(config: SimConfig, *, path: str = "fast", trace_path: str | None = 
         else:
             run_simpy(core, sink, observer)
         sink.finalize(core)
+        if tables is not None:
+            tables.keep(config, core.step_costs)
     finally:
         if writer is not None:
             writer.close()

@@ -38,7 +38,7 @@ def sweepable(c) -> bool:
 
 def _tables(c) -> StepCosts:
     if c.step_costs is None:
-        c.step_costs = StepCosts(c)
+        c.step_costs = StepCosts(c, share=c.shared_costs)
     return c.step_costs
 
 

@@ -1,6 +1,8 @@
-"""The per-process trajectory cache (`sim.trajectories.cached_trajectories`): a repeat of the
-same seed and inputs gets the same read-only arrays without drawing; any other input draws
-anew; and a simulation (a plan's trials) gives the same trace with the cache as without."""
+"""What a plan's bisection trials of one configuration reuse: the per-process trajectory cache
+(`sim.trajectories.cached_trajectories`: a repeat of the same seed and inputs gets the same
+read-only arrays without drawing, any other input draws anew) and the cost tables
+(`sim.costtable.TableShare`: handed on only between runs that differ in their workload); a
+simulation gives the same trace either way."""
 from __future__ import annotations
 
 import numpy as np
@@ -72,3 +74,29 @@ def test_a_simulation_gives_the_same_trace_with_and_without_the_cache(monkeypatc
         texts.append([line for line in lines if '"type": "run"' not in line])
     assert texts[0] == texts[1] == texts[2] and len(texts[0]) > 40
     T._CACHE.clear()
+
+
+def test_shared_cost_tables_give_the_same_trace_and_only_within_a_configuration(tmp_path):
+    from pathlib import Path
+
+    from psdlab.sim.costtable import TableShare
+    from psdlab.sim.sim_config import load_config
+    from psdlab.sim.simulation import simulate
+    base = load_config(str(Path(__file__).resolve().parents[1] / "sim" / "configs" /
+                           "psd_offline.toml")).replace(requests=30)
+    poisson = base.replace(workload={**base.workload, "name": "poisson", "rate": 2.0})
+
+    def steps(cfg, tables=None):
+        out = tmp_path / "t.jsonl"
+        simulate(cfg, trace_path=str(out), tables=tables)
+        return [x for x in out.read_text().splitlines() if '"type": "run"' not in x]
+
+    share = TableShare()
+    first = steps(base, share)
+    assert share.costs is not None and share.offer(poisson) is share.costs
+    assert steps(poisson, share) == steps(poisson) and first == steps(base)
+    other = base.replace(server_k=base.server.k + 1)
+    assert share.offer(other) is None                  # another configuration: its own tables
+    kept = share.costs
+    steps(other, share)
+    assert share.costs is kept                         # the first configuration's stay
