@@ -1,12 +1,13 @@
-"""How fast a 1000-configuration `psdlab plan` sweep runs with and without the per-process
-trajectory cache (`sim.trajectories.cached_trajectories`), beside `psdlab bench-sim`'s
-simulator speed, in one run; the two sweeps' rows must be identical.
+"""How fast a 1000-configuration `psdlab plan` sweep runs with and without what a
+configuration's bisection trials reuse (the trajectory cache, `sim.trajectories`, and the
+shared cost tables, `sim.costtable.TableShare`; ``PSDLAB_PLAN_REUSE=0`` turns both off),
+beside `psdlab bench-sim`'s simulator speed, in one run; the two sweeps' rows must be identical.
 
     .venv/bin/python benchmarks/plan_speed.py [--jobs 2] [--out results/plan/speed.json]
 
 The sweep is `benchmarks/plan_backends.py`'s (modes sd and psd, k 1..10, ten m, five
-drafters; 16 requests a trial, 2 bisection steps) on the local backend.  Uncached first, then
-cached, then the simulator alone (`sim.speed_bench.run_bench`, 100k requests).  Other jobs may
+drafters; 16 requests a trial, 2 bisection steps) on the local backend.  Without reuse first,
+then with it, then the simulator alone (`sim.speed_bench.run_bench`, 100k requests).  Other jobs may
 share the cores: the file records the load averages.
 """
 from __future__ import annotations
@@ -24,18 +25,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plan_backends import ROOT, sweep_config  # noqa: E402
 
 
-def sweep(cfg, spec, jobs: int, cache: int) -> dict:
+def sweep(cfg, spec, jobs: int, reuse: bool) -> dict:
     import psdlab.sim.trajectories as trajectories
     from psdlab.sim.capacity import run_plan
-    trajectories.CACHE_SIZE = cache          # this process; the workers read it at spawn
-    os.environ["PSDLAB_TRAJECTORY_CACHE"] = str(cache)
+    os.environ["PSDLAB_PLAN_REUSE"] = "1" if reuse else "0"     # the spawned workers read it
+    trajectories.CACHE_SIZE = 32 if reuse else 0                 # and this process
     trajectories._CACHE.clear()
     load = [round(x, 2) for x in os.getloadavg()]
     t0 = time.perf_counter()
     rows = run_plan(cfg, spec, jobs, backend="local")
     wall = time.perf_counter() - t0
     digest = hashlib.sha256(json.dumps(rows, sort_keys=True, default=str).encode()).hexdigest()
-    return {"trajectory_cache": cache, "wall_s": round(wall, 2), "rows_sha256": digest,
+    return {"reuse": reuse, "wall_s": round(wall, 2), "rows_sha256": digest,
             "load_before": load, "load_after": [round(x, 2) for x in os.getloadavg()]}
 
 
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     raw = sweep_config(16, 2)
     cfg = config_from_dict(raw, str(ROOT / "sim" / "configs"))
     spec = parse_plan(raw["plan"], cfg)
-    runs = [sweep(cfg, spec, args.jobs, 0), sweep(cfg, spec, args.jobs, 32)]
+    runs = [sweep(cfg, spec, args.jobs, False), sweep(cfg, spec, args.jobs, True)]
     sim = run_bench(100_000)
     same = runs[0]["rows_sha256"] == runs[1]["rows_sha256"]
     git = git_info(str(ROOT))
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
            "bench_sim": {k: sim[k] for k in ("requests", "wall_s", "requests_per_s",
                                               "events_per_s")}}
     for r in runs:
-        print(f"trajectory cache {r['trajectory_cache']}: {r['wall_s']} s, load "
+        print(f"reuse {'on' if r['reuse'] else 'off'}: {r['wall_s']} s, load "
               f"{r['load_before']} -> {r['load_after']}")
     print(f"identical rows: {same}; speed-up {doc['speedup']}x; bench-sim "
           f"{sim['requests_per_s']:,.0f} requests/s")

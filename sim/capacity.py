@@ -22,6 +22,7 @@ The Pareto set is over (devices: fewer is better, sustainable rate: higher is be
 from __future__ import annotations
 
 import itertools
+import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -205,7 +206,8 @@ def evaluate(cfg: SimConfig, spec: PlanSpec, combo) -> dict[str, Any]:
     from psdlab.sim.simulation import simulate
 
     offline_workload, at_rate, n = _workloads(cfg, spec)
-    tables = TableShare()              # every run here differs only in its workload
+    # every run here differs only in its workload ($PSDLAB_PLAN_REUSE=0: no sharing)
+    tables = None if os.environ.get("PSDLAB_PLAN_REUSE") == "0" else TableShare()
     offline = simulate(_variant(cfg, spec, combo, offline_workload, n), tables=tables)
     capacity = n / offline.makespan_s
 

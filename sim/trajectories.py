@@ -25,8 +25,9 @@ import numpy as np
 
 #: trajectories kept per process by `cached_trajectories` (a plan's bisection trials of one
 #: configuration draw the same ones: same seed, lengths, k and acceptance; only arrivals move);
-#: $PSDLAB_TRAJECTORY_CACHE sets it (0: off; `benchmarks/plan_speed.py` times both)
-CACHE_SIZE = int(os.environ.get("PSDLAB_TRAJECTORY_CACHE", "32"))
+#: $PSDLAB_PLAN_REUSE=0 turns it off, with the plan's shared cost tables
+#: (`benchmarks/plan_speed.py` times both ways)
+CACHE_SIZE = 0 if os.environ.get("PSDLAB_PLAN_REUSE") == "0" else 32
 #: larger draws (entries: verifications over all requests) are not kept: a plan's trials are
 #: small, and 32 large simulations would hold gigabytes
 CACHE_MAX_ENTRIES = 1 << 20
