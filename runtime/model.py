@@ -268,10 +268,16 @@ class Transformer(nn.Module):
         return self._head(x)
 
 
+def pinned(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``host`` in pinned memory when it goes to a CUDA device (so the copy does not make the
+    host wait), else as it is."""
+    return host.pin_memory() if device.type == "cuda" else host
+
+
 def host_to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
     """One host-to-device copy that does not make the host wait (pinned memory on CUDA)."""
     if device.type == "cuda":
-        return host.pin_memory().to(device, non_blocking=True)
+        return pinned(host, device).to(device, non_blocking=True)
     return host
 
 

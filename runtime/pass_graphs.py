@@ -22,8 +22,7 @@ from typing import Any, Callable, Protocol
 import torch
 
 from psdlab.runtime.kv_cache import KVCache
-from psdlab.runtime.model import host_to_device
-from psdlab.runtime.model import Transformer
+from psdlab.runtime.model import Transformer, host_to_device
 from psdlab.runtime.static_pass import (PassInputs, PassShape, batch_buckets, span_buckets,
                                         static_forward)
 

@@ -165,7 +165,10 @@ class ModelRunner:
         if cfg.compile != "off" and self.passes == "dynamic":
             self._compile(cfg.compile)
         self.static: Any = None
+        #: unseen tokens a drafting pass takes at once (the rest is caught up first)
+        self.draft_tail = RAGGED_TAIL
         if self.passes != "dynamic":
+            self.draft_tail = max(w for w, _last in cfg.static_widths)
             from psdlab.runtime.pass_graphs import (PassPlan, StaticPasses, capture_cuda,
                                                     capture_eager)
             capture = capture_cuda() if self.passes == "graphs" else capture_eager
@@ -294,9 +297,7 @@ class ModelRunner:
         self._rollback(slots, keep)
         # the unseen tokens (the bonus token, plus the last draft when all were accepted) go in
         # one batched ragged pass; only long rows (a rebuilt cache) are fed ahead slot by slot
-        leave = (RAGGED_TAIL if self.static is None else
-                 max(w for w, _last in self.cfg.static_widths))
-        tails = self._catch_up(slots, rows, leave=leave)
+        tails = self._catch_up(slots, rows, leave=self.draft_tail)
         logits = self._forward(slots, tails, only_last=True)[:, 0, :]
         B, kmax = len(slots), max(ks)
         picks = torch.zeros((B, kmax), dtype=torch.long, device=self.device)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from psdlab.runtime.kv_cache import KVCache
-from psdlab.runtime.model import Transformer
+from psdlab.runtime.model import Transformer, pinned
 
 #: key spans are multiples of this (and the largest is the cache's max_len)
 SPAN_QUANTUM = 64
@@ -92,10 +92,7 @@ class PassInputs:
                             dtype=torch.long)
 
     def fill(self, host: torch.Tensor) -> None:
-        if self.buf.device.type == "cuda":
-            self.buf.copy_(host.pin_memory(), non_blocking=True)
-        else:
-            self.buf.copy_(host)
+        self.buf.copy_(pinned(host, self.buf.device), non_blocking=True)
 
     def fill_tokens(self, tokens: torch.Tensor) -> None:
         """Rows' tokens from the device (the previous pass's picks) [n, T'] with T' <= T."""

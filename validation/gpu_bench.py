@@ -128,6 +128,12 @@ def _requests(cfg: GpuBenchConfig, vocab: int) -> list[Any]:
             for i in range(cfg.num_prompts)]
 
 
+def static_passes(passes: str) -> str:
+    """The static passes beside a run's resolved ``passes``: its own, or run eagerly where it
+    runs dynamic passes (CPU)."""
+    return "static" if passes == "dynamic" else passes
+
+
 def _sync(device: str) -> Any:
     import torch
     if device.startswith("cuda"):
@@ -144,14 +150,13 @@ def pass_table(cfg: GpuBenchConfig, models: dict, base: Any, requests: list,
     import torch
 
     from psdlab.runtime.model_config import ModelConfig
-    from psdlab.runtime.runner import RunnerConfig, resolve_passes
+    from psdlab.runtime.runner import RunnerConfig
     from psdlab.validation.gpu_passes import (floor_ms, hardware_bandwidth, hf_pass_times,
                                               psdlab_pass_times)
     m = max(cfg.batches)
     prompts = [list(requests[i % len(requests)].prompt_ids) for i in range(m)]
     sync = _sync(cfg.device)
-    static = resolve_passes(cfg.passes, cfg.device.split(":")[0], "off")
-    static = "static" if static == "dynamic" else static
+    static = static_passes(base.passes)
     variants = variants or {"psdlab_eager": {"passes": "dynamic"},
                             "psdlab_static": {"passes": static},
                             "psdlab_static_invariant": {"passes": static, "uniform": True}}
@@ -262,7 +267,7 @@ def invariant_check(cfg: GpuBenchConfig, models: dict, base: Any, requests: list
     m = min(cfg.batches)
     inv = replace(base, batch=m, batch_invariant=True, max_num_seqs=None, mode="psd",
                   controlled_alpha=None,
-                  passes="static" if base.passes == "dynamic" else base.passes)
+                  passes=static_passes(base.passes))
     outs: dict[str, list] = {}
     with Engine(inv, models["target"][0], models["drafter"][0]) as eng:
         for mode in ("ar", "sd-sep", "psd"):

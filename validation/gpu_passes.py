@@ -103,12 +103,12 @@ def hf_pass_times(hf_config: dict, dtype: Any, device: str, role: str, m: int, k
 
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
-    warnings.filterwarnings("ignore", message=".*past_key_values.*deprecated")
     with torch.device(device):
         model = LlamaForCausalLM(LlamaConfig(**hf_config)).to(dtype).eval()
     ids = torch.tensor([p for p in prompts[:m]], device=device)
     out: dict[str, Any] = {}
-    with torch.inference_mode():
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*past_key_values.*deprecated")
         past = model(input_ids=ids, use_cache=True).past_key_values
         n0 = ids.shape[1]
         for name, who, width, _last in KINDS:
