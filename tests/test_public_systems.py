@@ -31,8 +31,11 @@ OPTIONAL = {"batch", "request_rate", "acceptance", "basis", "derived", "note", "
 RANGES = {"cpu_overhead_ms_per_step": (0.01, 100.0), "tpot_ms": (0.5, 1000.0),
           "itl_ms": (0.5, 1000.0), "output_tokens_per_s": (1.0, 1e6),
           "sd_speedup_over_ar": (0.2, 6.0)}
-#: MineDraft's throughput / latency results are the judge: never a point here
-FORBIDDEN_SOURCES = ("2603.18016", "minedraft")
+#: MineDraft's throughput / latency results and Spec-Bench's speedup tables are the judges:
+#: never a point here
+FORBIDDEN_SOURCES = ("2603.18016", "minedraft", "hemingkx/spec-bench", "2401.07851")
+#: GitHub issue / pull-request threads: their points are held out by source (the file's header)
+THREAD_SOURCE = re.compile(r"github\.com/[\w.-]+/[\w.-]+/(issues|pull)/\d+")
 
 
 def _catalogs() -> dict[str, set[str]]:
@@ -119,7 +122,10 @@ def point_errors(p: dict[str, Any], cats: dict[str, set[str]]) -> list[str]:
                                  f"= {total:.3f}")
     text = (p["source"] + " " + p["figure"]).lower()
     if any(s in text for s in FORBIDDEN_SOURCES):
-        bad("source", "MineDraft's own results are the judge, never a public point")
+        bad("source", "MineDraft's own results and Spec-Bench's tables are the judges, "
+                      "never a public point")
+    if THREAD_SOURCE.search(p["source"]) and p["role"] != "held_out":
+        bad("role", "a point read from an issue / pull-request thread is held out (by source)")
     return errs
 
 
@@ -146,8 +152,16 @@ def cats() -> dict[str, set[str]]:
 
 
 def test_file_is_valid(points, cats):
-    assert 15 <= len(points) <= 40
+    assert 15 <= len(points) <= 60
     assert file_errors(points, cats) == []
+
+
+def test_thread_points_are_held_out_and_carry_their_acceptance(points):
+    """The issue-45 thread points: held out by source; every SD one has an acceptance."""
+    threads = [p for p in points if THREAD_SOURCE.search(p["source"])]
+    assert len(threads) >= 10
+    assert {p["role"] for p in threads} == {"held_out"}
+    assert all("acceptance" in p for p in threads if p["mode"] == "sd")
 
 
 def test_points_cover_the_engines_and_quantities(points):
@@ -165,7 +179,8 @@ MUTATIONS = [
     ("engine_step", "vllm-v2"), ("dtype", "int4"), ("tp", 3), ("mode", "spec"),
     ("quantity", "tokens_per_s"), ("published", -1.0), ("role", "train"), ("k", -1),
     ("input_len", 0), ("output_len", 2.5), ("id", "Bad Id"),
-    ("source", "arXiv 2603.18016 Fig. 5"),
+    ("source", "arXiv 2603.18016 Fig. 5"), ("source", "hemingkx/Spec-Bench Leaderboard.md"),
+    ("source", "https://github.com/vllm-project/vllm/issues/20780"),
 ]
 
 
