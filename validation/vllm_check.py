@@ -1,16 +1,19 @@
-"""The judgement of `psdlab check-vllm`: calibrate on one vLLM configuration, predict the others.
+"""The judgement of `psdlab check-vllm`: calibrate on one vLLM server, predict the others.
 
-Input: the runs the harness made (`runtime.vllm_ext.serve_check`), each a ``vllm bench serve
+Input: the runs the harness made (`validation.vllm_check_run`), each a ``vllm bench serve
 --save-detailed`` result plus ``/metrics`` snapshots before and after it, labelled with its
-configuration (mode, k, request rate) and repeat.  The calibration configuration's repeats
-(and only they) go to `validation.bench_calibrate.fit_from_bench`; every other configuration
-is predicted by `validation.bench_predict.predict_bench` from the calibration result's own
-requests (lengths, and vLLM's seeded arrival pattern re-timed to the configuration's rate, which
-is how ``vllm bench serve --seed`` draws them: the same gamma draws scaled by 1/rate), so no
-held-out measurement enters a prediction.  Each configuration is compared on mean TTFT, mean
-TPOT, output throughput and acceptance length (vLLM bench's own keys), with the calibration
-configuration's in-sample fit beside them and the spread of its repeats as the run-to-run
-noise.
+configuration (mode, k, request rate) and repeat.  The calibration -- by default every rate
+of one server (`default_calibration`: a short rate sweep, as a user would record the server
+they run), or one configuration -- goes to `validation.bench_calibrate.fit_from_bench`, all
+its runs jointly (two loads of one server separate the fixed cost of a step from its cost
+per sequence); every other configuration is predicted by
+`validation.bench_predict.predict_bench` from the calibration's first result's requests
+(lengths, and vLLM's seeded arrival pattern re-timed to the configuration's rate, which is how
+``vllm bench serve --seed`` draws them: the same gamma draws scaled by 1/rate), so no held-out
+measurement enters a prediction.  Each configuration is compared on mean TTFT, mean TPOT,
+output throughput and acceptance length (vLLM bench's own keys; every one judged on every
+held-out configuration, acceptance length where it speculates), each beside the spread of the
+configuration's own repeats (the run-to-run noise), so a miss can be told from noise.
 """
 from __future__ import annotations
 
@@ -94,10 +97,60 @@ def noise(values: Sequence[float | None]) -> float | None:
     return (max(vals) - min(vals)) / statistics.fmean(vals)
 
 
+def server_of(config: str) -> str:
+    """The server of configuration ``config``: ``sd-k4@0.5`` -> ``sd-k4``."""
+    return config.split("@")[0]
+
+
+#: the default calibration, stated before any held-out error was seen (`default_calibration`)
+CALIBRATION_RULE = ("every rate of the speculative server with the largest k (the server a "
+                    "user would run and record at a short rate sweep; AR when no server "
+                    "speculates); its first rate alone when that server is the only one")
+
+
+def default_calibration(configs: Sequence[str]) -> str:
+    """`CALIBRATION_RULE` over ``configs`` (names such as ``sd-k4@0.5``, ``ar@1``)."""
+    servers = list(dict.fromkeys(server_of(c) for c in configs))
+    if not servers:
+        raise ValueError("configurations: none to calibrate on")
+    sd = [x for x in servers if x.startswith("sd-k")]
+    server = max(sd, key=lambda x: int(x[4:])) if sd else servers[0]
+    if len(servers) == 1:              # nothing else to predict: one rate, the others held out
+        return next(c for c in configs if server_of(c) == server)
+    return server
+
+
+def check_calibration(calibration: str | None, configs: Sequence[str]) -> str:
+    """``--calibration`` checked against ``configs`` (a configuration or a server name); None:
+    `default_calibration`.  A one-line error naming the option and the allowed names."""
+    if calibration is None:
+        return default_calibration(configs)
+    if calibration not in list(configs) + sorted({server_of(c) for c in configs}):
+        raise ValueError(f"--calibration: must be one of {', '.join(configs)} (or a server "
+                         f"name such as {server_of(configs[0])}: all its rates), "
+                         f"got {calibration!r}")
+    return calibration
+
+
 def in_calibration(config: str, calibration: str) -> bool:
     """Whether configuration ``config`` (``sd-k4@0.5``) is calibration data: ``calibration``
     names one configuration, or one server (``sd-k4``: all its request rates)."""
-    return config == calibration or config.split("@")[0] == calibration
+    return config == calibration or server_of(config) == calibration
+
+
+def _counter_span(runs: Sequence[RunRecord], cal: Sequence[RunRecord],
+                  calibration: str) -> str | None:
+    """A note when the acceptance counters' span (the first calibration run's snapshot before
+    to the last one's after) also counts runs outside the calibration on that server."""
+    first, last = runs.index(cal[0]), runs.index(cal[-1])
+    others = sorted({r.config for r in runs[first:last + 1]
+                     if (r.mode, r.k) == (cal[0].mode, cal[0].k)
+                     and not in_calibration(r.config, calibration)})
+    if not others:
+        return None
+    return (f"the acceptance counters span {cal[0].config} r{cal[0].repeat} to "
+            f"{cal[-1].config} r{cal[-1].repeat} on one server, so they also count the "
+            f"drafts of {', '.join(others)} run in between (held-out runs of the same server)")
 
 
 def evaluate(runs: Sequence[RunRecord], calibration: str, *, seed: int = 0,
@@ -155,9 +208,24 @@ def evaluate(runs: Sequence[RunRecord], calibration: str, *, seed: int = 0,
     held = [r for r in rows if r["role"] == "held-out"]
     within = {m: [abs(r["error"][m]) <= GOAL for r in held if r["error"][m] is not None]
               for m in METRICS}
-    return {"calibration": calibration, "goal": GOAL, "fit": fit.to_dict(),
+    judged = [(r["error"][m], r["noise"][m]) for r in held for m in METRICS
+              if r["error"][m] is not None]
+    misses = [(e, n) for e, n in judged if abs(e) > GOAL]
+    span = _counter_span(list(runs), cal, calibration) if sd else None
+    return {"calibration": calibration,
+            "calibration_configs": sorted({r.config for r in cal}),
+            "goal": GOAL, "fit": fit.to_dict(),
             "drafter_to_target_ratio": ratio,
+            "notes": [span] if span else [],
             "rows": rows,
+            "held_out": {"judged": len(judged),
+                         "within_goal": sum(abs(e) <= GOAL for e, _ in judged),
+                         "with_repeat_noise": sum(n is not None for _, n in judged),
+                         "misses_beyond_noise": sum(n is not None and abs(e) > n
+                                                    for e, n in misses),
+                         "misses_within_noise": sum(n is not None and abs(e) <= n
+                                                    for e, n in misses),
+                         "misses_noise_unmeasured": sum(n is None for _, n in misses)},
             "summary": {m: {"held_out_within_goal": sum(v), "held_out_compared": len(v),
                             "max_abs_error": max((abs(r["error"][m]) for r in held
                                                   if r["error"][m] is not None), default=None)}
@@ -187,36 +255,77 @@ def _provenance(doc: Mapping[str, Any]) -> list[str]:
     m, g = doc["machine"], doc.get("git") or {}
     loads = [r["load_before"][0] for r in doc.get("runs", []) if r.get("load_before")]
     load = f"{min(loads):.2f}-{max(loads):.2f}" if loads else "not recorded"
-    return [f"Measured {doc.get('date')} on {m.get('cpu_model')} ({m.get('cpus')} CPUs; "
-            f"{', '.join(m.get('cpu_flags') or [])}), {doc.get('vllm_version')}, commit "
-            f"{g.get('short')} ({g.get('tree')}). Other jobs shared the cores: 1-minute load "
-            f"average before the runs {load}.", ""]
+    lines = [f"Measured {doc.get('date')} on {m.get('cpu_model')} ({m.get('cpus')} CPUs; "
+             f"{', '.join(m.get('cpu_flags') or [])}), {doc.get('vllm_version')}, commit "
+             f"{g.get('short')} ({g.get('tree')}). Other jobs shared the cores: 1-minute load "
+             f"average before the runs {load}.", ""]
+    again = doc.get("rejudged")
+    if again:
+        rg = again.get("git") or {}
+        lines += [f"Re-judged without a server {again.get('date')} at commit {rg.get('short')} "
+                  f"({rg.get('tree')}): `{doc.get('command')}`.", ""]
+    return lines
+
+
+def _calibration(doc: Mapping[str, Any]) -> list[str]:
+    """What the fit saw and why (lines for the markdown)."""
+    configs = doc.get("calibration_configs") or [doc["calibration"]]
+    how = ("every rate of one server, fitted jointly" if len(configs) > 1
+           else "one configuration")
+    line = f"Calibration: {', '.join(configs)} ({how})."
+    if doc.get("calibration_rule"):
+        line += (" Chosen by the default rule, stated before any held-out error was seen: "
+                 f"{doc['calibration_rule']}." if doc.get("calibration_default")
+                 else " Chosen with --calibration.")
+    return [line, ""]
+
+
+def _mark(r: Mapping[str, Any], m: str, goal: float) -> str:
+    err, spread = r["error"][m], r["noise"][m]
+    if r["role"] != "held-out" or err is None:
+        return ""
+    if abs(err) <= goal:
+        return " ok"
+    if spread is None:
+        return " MISS"
+    return " MISS (within noise)" if abs(err) <= spread else " MISS (beyond noise)"
 
 
 def markdown(doc: Mapping[str, Any]) -> str:
     """The predicted-vs-measured table (one line per configuration and figure)."""
     lines = [f"# psdlab check-vllm: calibrated on `{doc['calibration']}`, predicting the others",
-             "", f"Goal: |error| <= {100 * doc['goal']:.0f}% on each held-out figure. "
-             "Noise: (max - min) / mean over a configuration's repeats.", "",
+             "", *_calibration(doc),
+             f"Goal: |error| <= {100 * doc['goal']:.0f}% on every held-out figure (each of "
+             "the four on every held-out configuration; acceptance length where it "
+             "speculates). Repeat noise: (max - min) / mean over a configuration's repeats "
+             "(- : run once).", "",
              *_provenance(doc),
-             "| configuration | role | figure | measured | predicted | error | noise |",
+             "| configuration | role | figure | measured | predicted | error | repeat noise |",
              "|---|---|---|---|---|---|---|"]
     order = sorted(doc["rows"], key=lambda r: (r["role"] != "calibration", r["config"]))
     for r in order:
         for m, label in METRICS.items():
             if r["measured"][m] is None and r["predicted"][m] is None:
                 continue
-            mark = "" if r["role"] != "held-out" or r["error"][m] is None else (
-                " ok" if abs(r["error"][m]) <= doc["goal"] else " MISS")
             lines.append(f"| {r['config']} | {r['role']} (x{r['repeats']}) | {label} | "
                          f"{_f(r['measured'][m], '.4g')} | {_f(r['predicted'][m], '.4g')} | "
-                         f"{_pct(r['error'][m])}{mark} | {_pct(r['noise'][m]).lstrip('+')} |")
+                         f"{_pct(r['error'][m])}{_mark(r, m, doc['goal'])} | "
+                         f"{_pct(r['noise'][m]).lstrip('+')} |")
     lines += [f"\n{r['config']}: not predicted ({r['not_predicted']})" for r in order
               if r.get("not_predicted")]
     lines += ["", "Held-out figures within the goal: " + ", ".join(
         f"{METRICS[m]} {s['held_out_within_goal']}/{s['held_out_compared']}"
         for m, s in doc["summary"].items())]
-    notes = (doc.get("fit") or {}).get("notes") or []
+    h = doc.get("held_out")
+    if h:
+        misses = h["judged"] - h["within_goal"]
+        lines[-1] += f"; {h['within_goal']} of {h['judged']} in all."
+        lines += ["", f"Repeat noise measured for {h['with_repeat_noise']} of {h['judged']} "
+                  f"held-out figures (the others' configurations ran once). Of the {misses} "
+                  f"misses, {h['misses_beyond_noise']} exceed their repeat noise, "
+                  f"{h['misses_within_noise']} lie within it, {h['misses_noise_unmeasured']} "
+                  f"have no repeat noise measured."]
+    notes = list(doc.get("notes") or []) + list((doc.get("fit") or {}).get("notes") or [])
     if notes:
         lines += ["", "What the calibration could and could not identify (the fit's notes):", ""]
         lines += [f"- {n}" for n in notes]

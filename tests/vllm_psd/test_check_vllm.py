@@ -1,6 +1,7 @@
 """`psdlab check-vllm` small: vLLM's own server (AR, and draft-model SD with k = 2) on the tiny
 random model, driven by vLLM's own ``vllm bench serve``; the files it writes, the spec-decode
-counters of the SD run, and that the calibration on SD predicted the AR configuration."""
+counters of the SD run, and that the calibration on SD (the default: every rate of the SD server
+with the largest k) predicted the AR configuration."""
 from __future__ import annotations
 
 import json
@@ -55,7 +56,8 @@ def test_bench_results_are_vllms_and_counters_moved(run_dir):
 
 def test_calibrated_on_sd_and_predicted_ar(run_dir):
     doc = json.loads((run_dir / "check_vllm.json").read_text())
-    assert doc["calibration"] == "sd-k2@4"
+    assert doc["calibration"] == "sd-k2"            # the default: every rate of the largest k
+    assert doc["calibration_configs"] == ["sd-k2@4"]
     rows = {r["config"]: r for r in doc["rows"]}
     assert rows["sd-k2@4"]["role"] == "calibration" and rows["ar@4"]["role"] == "held-out"
     # only the calibration run's files went into the fit

