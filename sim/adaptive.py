@@ -20,71 +20,37 @@ drafted again (``catch_up``); entering PSD re-forms two batches and drafts one o
 (``drafts_dropped``, the drafting time that was spent on them).
 
 Acceptance is drawn when a step is planned, from one generator in request-id order, and the
-step's durations come from the cost models only, so the SimPy path (devices as resources, one
-process per phase) and the fast path (a plain loop) give identical traces for the same seed.
-No KV limit, jitter or per-request k with this mode (one-line errors).
+step's durations come from the cost models (``sim.adaptive_costs``: with the engine step's host
+work when ``server.engine_step`` names one) times the step-time jitter of the step's index (the
+same streams as the fixed modes, ``sim.core.JitterStreams``), so the SimPy path (devices as
+resources, one process per phase) and the fast path, which drive this server and
+``sim.core.Core`` through one protocol (``sim.server_protocol``), give identical traces for the
+same seed.  ``server.first_token = "step"`` emits a first token at the end of its step.
+Refused with this mode (``sim.build``, one-line errors): a KV limit, per-request k
+(``server.k_choices``: the policy picks k) and ``server.cap_proposals``.
 """
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from psdlab.sim.arrival_clock import ArrivalClock
 from psdlab.analysis.adaptive_policy import AcceptanceTracker, AdaptivePolicy, LiveState
 from psdlab.analysis.trace import Phase, RequestRecord, StepRecord, Verified
+from psdlab.sim.adaptive_costs import ModelCosts, draft_phase, verify_phase
 from psdlab.sim.step_plan import cost_time, prefill_time
 
 #: one phase: kind, device, duration (s), sequences, tokens, context tokens
 PhaseT = tuple[str, str, float, int, int, int]
 
 
-def draft_time(drafter, n: int, k: int, ctx: int) -> float:
-    """k sequential drafter passes over n sequences (contexts ctx + j n), plus its
-    ``phase_overhead`` (as ``sim.step_plan``)."""
-    if n <= 0 or k <= 0:
-        return 0.0
-    j = np.arange(k)
-    per = cost_time(drafter, np.full(k, n), np.full(k, n), ctx + j * n)
-    total = 0.0
-    for x in per.tolist():
-        total += x
-    return total + float(getattr(drafter, "phase_overhead", 0.0))
-
-
-class ModelCosts:
-    """The policy's cost estimate from the cost models, at the running sequences' mean context
-    rounded to ``CTX_STEP`` tokens; answers are memoised in ``memo`` (shared across steps)."""
-
-    CTX_STEP = 64
-
-    def __init__(self, target, drafter, mean_ctx: float, memo: dict | None = None):
-        self.target, self.drafter = target, drafter
-        self.ctx = int(round(float(mean_ctx) / self.CTX_STEP)) * self.CTX_STEP
-        self.memo = {} if memo is None else memo
-
-    def verify(self, n: int, k: int) -> float:
-        key = ("v", n, k, self.ctx)
-        if key not in self.memo:
-            self.memo[key] = float(cost_time(self.target, [n], [n * (k + 1)],
-                                             [n * self.ctx])[0])
-        return self.memo[key]
-
-    def draft(self, n: int, k: int) -> float:
-        key = ("d", n, k, self.ctx)
-        if key not in self.memo:
-            self.memo[key] = draft_time(self.drafter, n, k, n * self.ctx)
-        return self.memo[key]
-
-    def catch_up(self, n: int, tokens: int) -> float:
-        if tokens <= 0:
-            return 0.0
-        return float(prefill_time(self.drafter, np.array([n]), np.array([tokens]))[0])
-
-
 @dataclass
 class Step:
+    """One planned step: its segments of phases, the verifications and drafts it carries and,
+    once planned, the clock after each segment (``ends``, from ``start``)."""
     choice: str
     segments: list[list[PhaseT]]
     verified: list[tuple[int, int, int, int]] = field(default_factory=list)
@@ -93,20 +59,37 @@ class Step:
     verify_batch: int | None = None
     draft_batch: int | None = None
     ready_after: int | None = None
+    start: float = 0.0
+    ends: list[float] = field(default_factory=list)
+
+    def segment_phases(self) -> list[list[tuple[str, float]]]:
+        """(device, seconds) of each phase, per segment (``sim.server_protocol.StepPlan``)."""
+        return [[(p[1], p[2]) for p in seg] for seg in self.segments]
+
+    @property
+    def end(self) -> float:
+        """The clock after the step."""
+        return self.ends[-1] if self.ends else self.start
 
 
 class AdaptiveServer(ArrivalClock):
-    """The state machine both paths drive: ``prepare`` / ``plan`` / ``commit``."""
+    """The state machine both paths drive (``sim.server_protocol.Server``): ``prepare`` /
+    ``plan`` / ``commit``.  ``jitter``: a ``sim.core.JitterStreams`` (None: none); ``hosts``:
+    the engine step per mode ("ar", "sd", "psd": ``StepHost``; None: no engine step)."""
 
     def __init__(self, *, m: int, policy: AdaptivePolicy, target, drafter, acceptance,
                  params: np.ndarray, arrival, prompt, output, rng: np.random.Generator,
-                 target_dev: str, drafter_dev: str):
+                 target_dev: str, drafter_dev: str, jitter: Any = None,
+                 hosts: dict[str, Any] | None = None, first_token_at_step_end: bool = False):
         self.m, self.policy = m, policy
         self.tracker = AcceptanceTracker.for_config(policy.cfg)
         self.target, self.drafter, self.acceptance = target, drafter, acceptance
         self.params, self.rng = params, rng
         self.arrival, self.prompt, self.output = arrival, prompt, output
-        self.tdev, self.ddev = target_dev, drafter_dev
+        self.target_dev, self.drafter_dev = target_dev, drafter_dev
+        self.jitter, self.hosts = jitter, hosts
+        self.first_at_end = bool(first_token_at_step_end)
+        self.step_detail = True                   # the fast path's switch (unused here)
         n = self.N = arrival.size
         self.produced = np.zeros(n, np.int64)
         self.lag = np.zeros(n, np.int64)
@@ -131,6 +114,18 @@ class AdaptiveServer(ArrivalClock):
                          "drafts_dropped": 0}
         self.finished: list[int] = []
         self.memo: dict = {}                      # the policy's cost estimates (ModelCosts)
+
+    def _factor(self, key: str) -> float:
+        """The jitter factor of phase kind ``key`` at this step (1.0 without jitter)."""
+        if self.jitter is None:
+            return 1.0
+        return float(self.jitter.at(key, self.step, 1)[0])
+
+    def _host(self) -> Any:
+        """The engine step of the current mode, or None."""
+        if self.hosts is None:
+            return None
+        return self.hosts[self.mode[0] if self.mode else "ar"]
 
     # ------------------------------------------------------------------ boundary
     def prepare(self) -> str:
@@ -159,7 +154,8 @@ class AdaptiveServer(ArrivalClock):
                           acceptance=self.tracker.rates(kmax),
                           drafter_lag=int(self.lag[ids].sum()) if ids.size else 0)
         d = self.policy.decide(state, ModelCosts(self.target, self.drafter, mean_ctx,
-                                                 self.memo))
+                                                 self.memo,
+                                                 self.hosts["sd"] if self.hosts else None))
         new = (d.mode, d.k)
         if new != self.mode:
             if self.mode is not None:
@@ -187,7 +183,14 @@ class AdaptiveServer(ArrivalClock):
         self.ready = None
 
     # ------------------------------------------------------------------ planning
-    def plan(self) -> Step:
+    def plan(self, max_steps: int = 1) -> Step:
+        """The next step (one; ``max_steps`` is the protocol's), timed from ``now``."""
+        step = self._plan()
+        step.start = self.now
+        step.ends = segment_ends(self.now, step)
+        return step
+
+    def _plan(self) -> Step:
         mode, k = self._decide()
         self.counters[f"steps_{mode}"] += 1
         pend = self.pending
@@ -221,14 +224,18 @@ class AdaptiveServer(ArrivalClock):
         lengths = self.prompt[ids]
         tokens = int(lengths.sum())
         out: list[PhaseT] = []
-        for dev, model in ((self.tdev, self.target), (self.ddev, self.drafter)):
+        t_target = 0.0
+        for dev, model, key in ((self.target_dev, self.target, "prefill_t"),
+                                (self.drafter_dev, self.drafter, "prefill_d")):
             passes = int(model.prefill_passes(lengths).sum())
             dur = float(prefill_time(model, np.array([passes]), np.array([tokens]))[0])
             if model is self.drafter:
-                drafter = drafter or (self.policy.cfg.modes != ("ar",) and dur <= out[0][2])
+                drafter = drafter or (self.policy.cfg.modes != ("ar",) and dur <= t_target)
                 if not drafter:
                     break
-            out.append(("prefill", dev, dur, len(ids), tokens, 0))
+            else:
+                t_target = dur
+            out.append(("prefill", dev, dur * self._factor(key), len(ids), tokens, 0))
         self.lag[ids] = 0 if drafter else lengths
         return out
 
@@ -243,10 +250,11 @@ class AdaptiveServer(ArrivalClock):
             dur = float(cost_time(self.drafter, [passes], [int(late.sum())], [ctx])[0])
             self.counters["catch_up_tokens"] += int(late.sum())
             self.policy.note_cost("catch_up", dur)
-        dur += draft_time(self.drafter, len(ids), k, ctx)
+        dur += draft_phase(self.drafter, self._host(), len(ids), k, ctx)
+        dur *= self._factor("draft")
         step.drafted = list(ids)
         self.last_draft_s = dur
-        return ("draft", self.ddev, dur, len(ids), len(ids) * k, ctx)
+        return ("draft", self.drafter_dev, dur, len(ids), len(ids) * k, ctx)
 
     def _verify(self, step: Step, ids: list[int], ks: list[int]) -> PhaseT:
         arr = np.asarray(sorted(ids), np.int64)
@@ -264,8 +272,10 @@ class AdaptiveServer(ArrivalClock):
         step.verified = list(zip(arr.tolist(), kk.tolist(), acc.tolist(), emit.tolist(),
                                  strict=True))
         ctx = int(self.ctx(arr).sum())
-        dur = float(cost_time(self.target, [arr.size], [int((kk + 1).sum())], [ctx])[0])
-        return ("verify", self.tdev, dur, int(arr.size), int((kk + 1).sum()), ctx)
+        tokens = int((kk + 1).sum())
+        dur = verify_phase(self.target, self._host(), int(arr.size), tokens, ctx)
+        return ("verify", self.target_dev, dur * self._factor("verify"), int(arr.size), tokens,
+                ctx)
 
     def _psd(self, step: Step, live: list[int], k: int) -> None:
         members = [[r for r in live if self.batch[r] == b] for b in (0, 1)]
@@ -295,14 +305,15 @@ class AdaptiveServer(ArrivalClock):
         step.verify_batch = x
 
     # ------------------------------------------------------------------ commit
-    def commit(self, step: Step, ends: list[float]) -> list[StepRecord]:
-        recs = self._records(step, ends)
-        end = ends[-1] if ends else self.now
+    def commit(self, step: Step) -> None:
+        """Advance the clock to the step's end and apply what it did."""
+        ends = step.ends
+        end = step.end
         if self.pending:
-            self.first_t[self.pending] = ends[0]
+            self.first_t[self.pending] = ends[-1] if self.first_at_end else ends[0]
         done = [r for r in self.pending if self.output[r] <= 1]
         for r in done:
-            self.finish_t[r] = ends[0]
+            self.finish_t[r] = self.first_t[r]
         self.held[[r for r, *_ in step.verified]] = 0
         mode = self.mode[0] if self.mode else "ar"
         for r, p, _a, e in step.verified:
@@ -328,9 +339,10 @@ class AdaptiveServer(ArrivalClock):
         self.pending = []
         self.now = end
         self.step += 1
-        return recs
 
-    def _records(self, step: Step, ends: list[float]) -> list[StepRecord]:
+    def step_records(self, step: Step) -> list[StepRecord]:
+        """The step's records (before ``commit``): its prefill, then its decode work."""
+        ends = step.ends
         starts = [self.now] + ends[:-1]
         out = []
         idx = self.step
@@ -354,6 +366,17 @@ class AdaptiveServer(ArrivalClock):
                                                   and step.draft_batch is not None
                                                   and step.draft_batch != step.verify_batch)))
         return out
+
+    def summary(self) -> dict[str, Any]:
+        """Switches, transitions, the switch costs paid and the choice timeline (the trace
+        header's ``extra["adaptive"]``)."""
+        st = self.policy.stats
+        c = self.counters
+        return {"switches": c["switches"], "transitions": dict(st["transitions"]),
+                "switch_cost_s": dict(st["switch_cost_s"]),
+                "catch_up_tokens": c["catch_up_tokens"], "drafts_dropped": c["drafts_dropped"],
+                "steps": {m: c[f"steps_{m}"] for m in ("ar", "sd", "psd")},
+                "timeline": [[t, label] for t, label in self.timeline]}
 
     def request_record(self, r: int) -> RequestRecord:
         return RequestRecord(id=int(r), arrival=float(self.arrival[r]),

@@ -1,5 +1,5 @@
 """The fast path: advance many steps per Python iteration (cost tables and numpy instead of
-one planner call per step).
+one planner call per step); one loop for every server (``sim.server_protocol``).
 
 Between arrivals, completions and preemptions nothing changes but counters, so ``Core.plan``
 computes up to ``server.max_interval_steps`` steps at once (contexts from the pre-sampled
@@ -7,28 +7,35 @@ trajectories, step times from one vectorised cost-model call per phase kind, the
 cumulative sum) and stops exactly at the first step boundary where something could change.
 In the steady regimes (``sim.lanes``: PSD overlap, SD, AR without a KV limit) a plan also runs
 across admissions and completions: ``sim.sweep`` lays the stretch out in one causal pass with
-step costs from tables (``sim.costtable``), a few list operations per step.
-Because acceptance is pre-sampled per request (``sim.trajectories``) and jitter is drawn per
-global step index, this path gives the same trace, byte for byte, as the step-by-step SimPy
-path (``sim.servers``); ``tests/test_sim_paths.py`` checks it.
+step costs from tables (``sim.costtable``), a few list operations per step.  The adaptive
+server (``sim.adaptive``) plans one step at a time.
+Because acceptance is pre-sampled per request (``sim.trajectories``) or drawn as a step is
+planned (adaptive), and jitter is drawn per global step index, this path gives the same trace,
+byte for byte, as the step-by-step SimPy path (``sim.servers``); ``tests/test_sim_paths.py``
+checks it.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
+
+from psdlab.sim.server_protocol import Server, Sink
 
 
-def run_fast(core, sink, max_steps: int, observer: Callable | None = None) -> None:
-    core.step_detail = sink.level == "step"      # plans carry per-step detail only if used
+def run_fast(server: Server[Any], sink: Sink, max_steps: int,
+             observer: Callable[[Any], None] | None = None) -> None:
+    """Drive ``server`` to the end, ``max_steps`` steps per plan at most; ``observer`` is
+    called with the server at every boundary (after admission)."""
+    server.step_detail = sink.level == "step"    # plans carry per-step detail only if used
     while True:
-        status = core.prepare()
+        status = server.prepare()
         if observer is not None:
-            observer(core)
+            observer(server)
         if status == "done":
             return
         if status == "idle":
-            core.after_idle(core.now + core.idle_delay())
+            server.after_idle(server.now + server.idle_delay())
             continue
-        plan = core.plan(max_steps)
-        recs = sink.step_records(core, plan)
-        core.commit(plan)
-        sink.write(core, recs)
+        plan = server.plan(max_steps)
+        recs = sink.step_records(server, plan)
+        server.commit(plan)
+        sink.write(server, recs)

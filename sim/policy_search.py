@@ -21,7 +21,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from psdlab.analysis.adaptive_policy import LiveState, policy_config, predict, rank
+from psdlab.analysis.adaptive_policy import LiveState, PolicyConfig, predict, rank
 
 #: the fixed configurations compared by default: (label, mode, k)
 DEFAULT_FIXED = (("ar", "ar", 0), ("sd2", "sd", 2), ("sd4", "sd", 4), ("psd2", "psd", 2),
@@ -57,8 +57,8 @@ def _mean_lengths(cfg, n: int = 400) -> tuple[float, float]:
 
 def thresholds(cfg) -> dict[str, Any]:
     """The policy's choice per running-batch size n = 1..server.m, and its ranges."""
-    from psdlab.sim.adaptive import ModelCosts
-    pcfg = policy_config(cfg.adaptive)
+    from psdlab.sim.adaptive_costs import ModelCosts
+    pcfg = cfg.policy or PolicyConfig()          # read by SimConfig; defaults without one
     target, drafter, acceptance = _models(cfg)
     prompt, output = _mean_lengths(cfg)
     costs = ModelCosts(target, drafter, prompt + output / 2)

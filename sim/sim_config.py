@@ -22,7 +22,11 @@ Layout of a config file (see ``sim/configs/*.toml``)::
     [jitter]      optional, passed to sim.costs.make_jitter
     [trace]       path, level = "step" | "request" | "none"
     [adaptive]    mode = "adaptive" only: modes, k_choices, margin, hold, ... (the policy's
-                  settings, analysis.adaptive_policy; the server: sim.adaptive)
+                  settings, analysis.adaptive_policy; the server: sim.adaptive); read once into
+                  ``SimConfig.policy`` (a frozen ``PolicyConfig``)
+
+The drafter's device per mode is one rule here (``drafter_placement``, ``drafter_device``), used
+by the simulator's build and by the capacity planner's device count.
 """
 from __future__ import annotations
 
@@ -31,6 +35,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, cast, overload
 
+from psdlab.analysis.adaptive_policy import PolicyConfig, policy_config
 from psdlab.analysis.checks import check_choice, check_int
 from psdlab.analysis.toml_reader import tomllib
 
@@ -40,6 +45,28 @@ TRACE_LEVELS = ("step", "request", "none")
 
 #: when the first token is emitted (server.first_token)
 FIRST_TOKEN = ("prefill", "step")
+
+#: the device a sim drafter gets when it needs one of its own and shares the target's name
+OWN_DRAFTER_DEVICE = "sim:drafter"
+
+
+def drafter_placement(mode: str) -> str:
+    """Where a mode runs its drafter: "none" (ar), "shared" (co-located sd: the target's
+    devices) or "own" (sd-sep, psd, adaptive: a device of its own)."""
+    if mode == "ar":
+        return "none"
+    return "shared" if mode == "sd" else "own"
+
+
+def drafter_device(mode: str, target_device: str, drafter_dev: str | None) -> str:
+    """The drafter's device in a run: the target's for co-located SD; else the drafter's own
+    (``OWN_DRAFTER_DEVICE`` when it has none or names the target's)."""
+    if drafter_placement(mode) == "shared":
+        return target_device
+    if drafter_dev is None or drafter_dev == target_device:
+        return OWN_DRAFTER_DEVICE
+    return drafter_dev
+
 
 @dataclass(frozen=True)
 class ServerConfig:
@@ -110,14 +137,15 @@ class SimConfig:
     seed: int = 0
     jitter: Mapping[str, Any] | None = None
     trace: TraceConfig = field(default_factory=TraceConfig)
-    #: mode = "adaptive": the policy's settings (analysis.adaptive_policy.policy_config)
+    #: mode = "adaptive": the [adaptive] table as written (the policy's settings)
     adaptive: Mapping[str, Any] | None = None
+    #: mode = "adaptive": that table read once (defaults where it is missing); None otherwise
+    policy: PolicyConfig | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
         check_int("requests", self.requests, 1, 100_000_000)
-        if self.adaptive is not None:
-            from psdlab.analysis.adaptive_policy import policy_config
-            policy_config(self.adaptive)
+        if self.adaptive is not None or self.server.mode == "adaptive":
+            object.__setattr__(self, "policy", policy_config(self.adaptive))
             if self.server.mode != "adaptive":
                 raise ValueError(f"adaptive: only with server.mode = 'adaptive', got "
                                  f"{self.server.mode!r}")

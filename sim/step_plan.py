@@ -91,6 +91,16 @@ class Plan:
         assert self.ends is not None, "the plan is not timed yet"
         return float(self.ends[j, -1])
 
+    @property
+    def end(self) -> float:
+        """The clock after the plan's last step (``sim.server_protocol.StepPlan``)."""
+        return self.step_end(self.S - 1)
+
+    def segment_phases(self) -> list[list[tuple[str, float]]]:
+        """The first step's phases that do work, as (device, seconds), per segment."""
+        return [[(ph.device, float(ph.dur[0])) for ph in self.phases
+                 if ph.seg == seg and ph.seqs[0] > 0] for seg in range(self.nseg)]
+
 
 def proposal_caps(core, ids: np.ndarray, ctx: np.ndarray) -> np.ndarray:
     """Draft tokens each sequence proposes under ``server.cap_proposals``: min(k_i, R - 1),

@@ -1,11 +1,14 @@
-"""Trace records from plans: step records (one per simulated step) and request records."""
+"""Trace records from plans: step records (one per simulated step) and request records, and
+the sinks the execution paths hand them to (``sim.server_protocol.Sink``): ``Sink`` streams a
+``sim.core.Core`` run to its trace file; ``AdaptiveSink`` keeps an adaptive run in memory and
+writes it at the end (its header carries the run's switch counts)."""
 from __future__ import annotations
 
 from typing import Callable
 
 import numpy as np
 
-from psdlab.analysis.trace import Phase, RequestRecord, StepRecord, Verified
+from psdlab.analysis.trace import Phase, RequestRecord, RunInfo, StepRecord, Trace, Verified
 from psdlab.sim.step_plan import proposal_caps
 
 
@@ -153,3 +156,33 @@ class Sink:
         if self.writer is not None and self.level != "none":
             for rec in recs:
                 self.writer.request(rec)
+
+
+class AdaptiveSink:
+    """The records of an adaptive run (``sim.adaptive``): kept in memory; ``finalize`` adds the
+    switch summary to the header and writes the trace file (steps, then requests)."""
+
+    def __init__(self, trace: Trace, level: str, out_path: str | None,
+                 on_finish: Callable[[int], None] | None = None):
+        self.trace, self.level, self.out_path = trace, level, out_path
+        self.on_finish = on_finish
+
+    def step_records(self, server, step) -> list[StepRecord]:
+        return server.step_records(step) if self.level == "step" else []
+
+    def write(self, server, recs: list[StepRecord]) -> None:
+        self.trace.steps.extend(recs)
+        for r in server.finished:
+            self.trace.requests.append(server.request_record(r))
+        if self.on_finish is not None and server.finished:
+            self.on_finish(len(server.finished))
+
+    def finalize(self, server) -> None:
+        from psdlab.analysis.trace import write_trace
+        run = self.trace.run
+        self.trace.run = RunInfo(**{**vars(run), "extra": {**run.extra,
+                                                           "adaptive": server.summary()}})
+        if self.out_path:
+            keep = (self.trace if self.level == "step"
+                    else Trace(run=self.trace.run, requests=self.trace.requests))
+            write_trace(self.out_path, keep)

@@ -1,0 +1,207 @@
+"""``build(config) -> Built``: the models, the requests and the server of a config, before any
+simulation -- one code path for every mode, so that an adaptive run and a fixed-mode run of
+one config serve the same requests.
+
+Randomness: one ``SeedSequence(seed)`` spawns independent streams, in this order, for the
+workload, the per-request acceptance parameters, the accepted counts, the step-time jitter and
+the per-request k (``server.k_choices``); the same seed gives the same trace (byte for byte) on
+either execution path.  The server is a ``sim.core.Core`` (ar, sd, sd-sep, psd: accepted
+counts pre-sampled per request, ``sim.trajectories``) or a ``sim.adaptive.AdaptiveServer``
+(the policy picks the mode and k at every step; accepted counts drawn as steps are planned).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from psdlab.analysis.trace import RunInfo
+from psdlab.sim.adaptive import AdaptiveServer
+from psdlab.sim.core import Core, JitterStreams
+from psdlab.sim.sim_config import SimConfig, drafter_device
+
+
+@dataclass
+class Built:
+    """A server ready to run and the header of its trace."""
+    core: Core | AdaptiveServer
+    run: RunInfo
+
+
+@dataclass
+class Inputs:
+    """What every mode draws from a config: requests, models, acceptance, step costs."""
+    arrival: np.ndarray
+    prompt: np.ndarray
+    output: np.ndarray
+    keys: Any                  # the requests' keys (keyed acceptance models), or None
+    target: Any
+    drafter: Any               # None for ar
+    acceptance: Any            # None for ar
+    drafter_dev: str
+    step: Any                  # the engine step (sim.costs.engine_step.EngineStep) or None
+    jitter: JitterStreams
+    s_par: np.random.SeedSequence
+    s_acc: np.random.SeedSequence
+    s_k: np.random.SeedSequence
+
+    @property
+    def n(self) -> int:
+        return int(self.arrival.size)
+
+    def params(self) -> np.ndarray:
+        """Per-request acceptance parameters (zeros without a drafter)."""
+        from psdlab.sim.acceptance import KeyedAcceptanceModel
+        acc = self.acceptance
+        if acc is None:
+            return np.zeros(self.n)
+        rng = np.random.default_rng(self.s_par)
+        if isinstance(acc, KeyedAcceptanceModel) and acc.needs_keys:
+            return np.asarray(acc.request_params(rng, self.n, keys=self.keys), dtype=float)
+        return np.asarray(acc.request_params(rng, self.n), dtype=float)
+
+    def step_host(self, mode: str, target_dev: str) -> Any:
+        """The engine step bound to a mode (``sim.costs.engine_step.StepHost``), or None."""
+        if self.step is None:
+            return None
+        from psdlab.sim.costs.engine_step import StepHost
+        return StepHost(self.step, mode, self.drafter_dev != target_dev, self.drafter,
+                        self.target)
+
+
+def _versions() -> dict[str, str]:
+    import simpy
+
+    from psdlab.analysis.version import __version__
+    return {"psdlab": __version__, "numpy": np.__version__, "simpy": simpy.__version__}
+
+
+def draw_inputs(config: SimConfig) -> Inputs:
+    """The seed streams, the workload's requests, the cost models and acceptance model, the
+    drafter's device, the engine step and the jitter of a config."""
+    from psdlab.sim.acceptance_registry import make_acceptance
+    from psdlab.sim.costs import make_cost_model, make_jitter
+    from psdlab.sim.costs.engine_step import get_engine_step, preset_default
+    from psdlab.sim.workloads import make_workload
+
+    srv = config.server
+    s_work, s_par, s_acc, s_jit, s_k = np.random.SeedSequence(config.seed).spawn(5)
+    reqs = make_workload(dict(config.workload)).generate(np.random.default_rng(s_work),
+                                                         config.requests)
+    target = make_cost_model(dict(config.target.cost), "target.cost")
+    drafter = acceptance = None
+    if srv.mode != "ar":
+        assert config.drafter is not None          # SimConfig requires one unless mode = "ar"
+        drafter = make_cost_model(dict(config.drafter.cost), "drafter.cost")
+        acceptance = make_acceptance(dict(config.acceptance))
+    step = get_engine_step(srv.engine_step, "server.engine_step",
+                           preset_default(config.target.cost))
+    # the engine step's per-phase CVs unless the config has its own [jitter]
+    jitter: Any = make_jitter(dict(config.jitter) if config.jitter else None)
+    if step is not None and not config.jitter:
+        jitter = step.jitter()
+    return Inputs(arrival=np.asarray(reqs.arrival, dtype=float),
+                  prompt=np.asarray(reqs.prompt_len, dtype=np.int64),
+                  output=np.asarray(reqs.output_len, dtype=np.int64), keys=reqs.keys,
+                  target=target, drafter=drafter, acceptance=acceptance,
+                  drafter_dev=drafter_device(srv.mode, config.target.device,
+                                             config.drafter.device if config.drafter else None),
+                  step=step, jitter=JitterStreams(jitter, s_jit), s_par=s_par, s_acc=s_acc,
+                  s_k=s_k)
+
+
+def _core(config: SimConfig, inp: Inputs) -> tuple[Core, int, dict[str, Any]]:
+    """A fixed-mode server: per-request k, the KV check, the pre-sampled trajectories."""
+    from psdlab.sim.kv import check_fits
+    from psdlab.sim.trajectories import cached_trajectories
+
+    srv = config.server
+    n = inp.n
+    if srv.mode == "ar":
+        karr = np.zeros(n, np.int64)
+    elif srv.k_choices:
+        karr = np.random.default_rng(inp.s_k).choice(np.asarray(srv.k_choices, np.int64), n)
+    else:
+        karr = np.full(n, srv.k, np.int64)
+    check_fits(inp.prompt, inp.output, karr + 1, srv.block_size, srv.kv_blocks)
+    traj = cached_trajectories(inp.s_acc, config.acceptance if inp.acceptance is not None
+                               else {}, inp.acceptance, inp.params(), karr, inp.prompt,
+                               inp.output)
+    core = Core(mode=srv.mode, k=karr, m=srv.m, policy=srv.policy, kv_blocks=srv.kv_blocks,
+                block_size=srv.block_size, target=inp.target, drafter=inp.drafter,
+                target_dev=config.target.device, drafter_dev=inp.drafter_dev,
+                arrival=inp.arrival, prompt=inp.prompt, output=inp.output, traj=traj,
+                jitter=inp.jitter, cap_proposals=srv.cap_proposals and srv.mode != "ar",
+                first_token_at_step_end=srv.first_token == "step",
+                step_host=inp.step_host(srv.mode, config.target.device))
+    extra = {"policy": srv.policy, "cap_proposals": srv.cap_proposals,
+             "k_choices": list(srv.k_choices), "kv_blocks": srv.kv_blocks,
+             "block_size": srv.block_size}
+    return core, int(karr.max()) if n else 0, extra
+
+
+def check_adaptive(srv: Any) -> None:
+    """The ``[server]`` settings the adaptive server refuses (one-line errors)."""
+    if srv.k_choices:
+        raise ValueError("server.k_choices: not allowed for server.mode = 'adaptive' "
+                         "(the policy picks k from adaptive.k_choices)")
+    if srv.kv_blocks:
+        raise ValueError("server.kv_blocks: must be 0 for server.mode = 'adaptive' "
+                         "(no KV limit in the adaptive server)")
+    if srv.cap_proposals:
+        raise ValueError("server.cap_proposals: must be false for server.mode = 'adaptive'")
+
+
+def _adaptive(config: SimConfig, inp: Inputs) -> tuple[AdaptiveServer, int, dict[str, Any]]:
+    """The adaptive server: the policy ([adaptive], read by SimConfig) picks mode and k."""
+    from psdlab.analysis.adaptive_policy import AdaptivePolicy
+    pcfg = config.policy
+    assert pcfg is not None                        # SimConfig reads it for mode = "adaptive"
+    if (inp.output < 1).any():
+        bad = int(np.flatnonzero(inp.output < 1)[0])
+        raise ValueError(f"workload: output_len must be >= 1, got {inp.output[bad]} for "
+                         f"request {bad}")
+    hosts = None
+    if inp.step is not None:
+        hosts = {m: inp.step_host(m, config.target.device) for m in ("ar", "sd", "psd")}
+    server = AdaptiveServer(m=config.server.m, policy=AdaptivePolicy(pcfg), target=inp.target,
+                            drafter=inp.drafter, acceptance=inp.acceptance,
+                            params=inp.params(), arrival=inp.arrival, prompt=inp.prompt,
+                            output=inp.output, rng=np.random.default_rng(inp.s_acc),
+                            target_dev=config.target.device, drafter_dev=inp.drafter_dev,
+                            jitter=inp.jitter, hosts=hosts,
+                            first_token_at_step_end=config.server.first_token == "step")
+    return server, max(pcfg.k_choices, default=0), {"policy": dict(vars(pcfg))}
+
+
+def build(config: SimConfig) -> Built:
+    """The server of a config (no simulation yet) and its trace header."""
+    srv = config.server
+    if srv.mode == "adaptive":
+        check_adaptive(srv)
+    inp = draw_inputs(config)
+    core: Core | AdaptiveServer
+    if srv.mode == "adaptive":
+        core, k, extra = _adaptive(config, inp)
+    else:
+        core, k, extra = _core(config, inp)
+    target, drafter, step = inp.target, inp.drafter, inp.step
+    devices = {"target": config.target.device}
+    models = {"target": config.target.name}
+    if drafter is not None:
+        assert config.drafter is not None
+        devices["drafter"] = inp.drafter_dev
+        models["drafter"] = config.drafter.name
+    extra.update({"requests": inp.n, "acceptance": dict(config.acceptance),
+                  "costs": {"target": target.describe(),
+                            "drafter": drafter.describe() if drafter else None}})
+    if srv.mode != "adaptive" or config.jitter:
+        extra["jitter"] = dict(config.jitter) if config.jitter else None
+    if step is not None:
+        extra["engine_step"] = step.describe()
+    extra["trace_level"] = config.trace.level
+    run = RunInfo(mode=srv.mode, k=k, m=srv.m, source="sim", devices=devices, models=models,
+                  workload=dict(config.workload), seed=config.seed, versions=_versions(),
+                  extra=extra)
+    return Built(core=core, run=run)
