@@ -321,7 +321,7 @@ def markdown(doc: Mapping[str, Any]) -> str:
         misses = h["judged"] - h["within_goal"]
         lines[-1] += f"; {h['within_goal']} of {h['judged']} in all."
         lines += ["", f"Repeat noise measured for {h['with_repeat_noise']} of {h['judged']} "
-                  f"held-out figures (the others' configurations ran once). Of the {misses} "
+                  f"held-out figures (a configuration run once has none). Of the {misses} "
                   f"misses, {h['misses_beyond_noise']} exceed their repeat noise, "
                   f"{h['misses_within_noise']} lie within it, {h['misses_noise_unmeasured']} "
                   f"have no repeat noise measured."]
