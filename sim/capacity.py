@@ -22,12 +22,13 @@ The Pareto set is over (devices: fewer is better, sustainable rate: higher is be
 from __future__ import annotations
 
 import itertools
+import math
 import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from psdlab.analysis.checks import check_int, check_positive
-from psdlab.sim.sim_config import MODES, ModelConfig, SimConfig
+from psdlab.sim.sim_config import MODES, ModelConfig, SimConfig, drafter_placement
 
 SLO_METRICS = ("ttft", "tpot", "e2e")
 SLO_STATS = ("mean", "p50", "p90", "p99")
@@ -138,7 +139,7 @@ def cost_label(cost: Any) -> str:
 
 def devices_per_replica(cfg: SimConfig, mode: str, drafter: ModelConfig | None) -> int:
     n = _tp(cfg.target.cost)
-    if mode in ("sd-sep", "psd", "adaptive") and drafter is not None:
+    if drafter_placement(mode) == "own" and drafter is not None:
         n += _tp(drafter.cost)
     return n
 
@@ -162,14 +163,17 @@ def _workloads(cfg: SimConfig, spec: PlanSpec) -> tuple[dict[str, Any], Any, int
         lengths = _lengths(cfg)
         return ({"name": "offline", **lengths},
                 lambda rate: {"name": "poisson", "rate": rate, **lengths}, spec.requests)
-    from psdlab.sim.workloads import requests_from_file
+    from psdlab.sim.workloads import mean_rate, requests_from_file
     base = {k: v for k, v in cfg.workload.items() if k != "rate_scale"}
     arrival = requests_from_file(cfg.workload).arrival[:spec.requests]
-    span = float(arrival[-1] - arrival[0]) if arrival.size > 1 else 0.0
-    file_rate = (arrival.size - 1) / span if span > 0 else 1.0
+    file_rate = mean_rate(arrival)
     scale = float(cfg.workload.get("rate_scale", 1.0))
-    return ({**base, "rate_scale": OFFLINE_SCALE},
-            lambda rate: {**base, "rate_scale": scale * rate / file_rate}, int(arrival.size))
+
+    def at_rate(rate: float) -> dict[str, Any]:
+        # all at once (file_rate inf): the arrivals, re-based to 0, are the same at any scale
+        return {**base, "rate_scale": scale * rate / file_rate if math.isfinite(file_rate)
+                else scale}
+    return ({**base, "rate_scale": OFFLINE_SCALE}, at_rate, int(arrival.size))
 
 
 def trial_requests(cfg: SimConfig, spec: PlanSpec) -> int:

@@ -214,6 +214,17 @@ def requests_from_file(spec: Mapping[str, Any], where: str = "workload") -> Requ
                       np.array([max(1, r.output_len) for r in wl.records], dtype=np.int64))
 
 
+def mean_rate(arrival: Any) -> float:
+    """Requests per second over the arrivals' span, (n - 1) / (last - first); inf when they all
+    arrive at once (fewer than two, or no span) -- the rule of
+    ``analysis.formats.records.Workload.mean_rate``, for arrays."""
+    arr = np.asarray(arrival, dtype=float)
+    if arr.size < 2:
+        return math.inf
+    span = float(arr.max() - arr.min())
+    return (arr.size - 1) / span if span > 0 else math.inf
+
+
 def refuse_too_long(wl: Any, max_model_len: int, where: str) -> Any:
     """Drop the requests whose prompt + output exceed ``max_model_len``, as vLLM refuses them
     (HTTP 400: "maximum context length is ... tokens"), with one warning line counting them

@@ -132,3 +132,30 @@ def test_malformed_workload_file_names_the_line(tmp_path):
     wl.write_text("arrival,prompt_len,output_len\n0.0,10,20\n0.5,12,7\n")
     res = simulate(load_config(cfg))
     assert sorted(r.output_len for r in res.trace.requests) == [7, 20]
+
+
+def test_one_drafter_device_rule():
+    """sim.sim_config.drafter_device / drafter_placement: the build's device and the planner's
+    device count come from one rule."""
+    from psdlab.sim.capacity import devices_per_replica
+    from psdlab.sim.sim_config import ModelConfig, drafter_device, drafter_placement
+    assert [drafter_placement(m) for m in ("ar", "sd", "sd-sep", "psd", "adaptive")] == [
+        "none", "shared", "own", "own", "own"]
+    assert drafter_device("sd", "gpu0", "gpu1") == "gpu0"
+    assert drafter_device("psd", "gpu0", "gpu0") == "sim:drafter"
+    assert drafter_device("adaptive", "gpu0", "gpu1") == "gpu1"
+    assert drafter_device("sd-sep", "gpu0", None) == "sim:drafter"
+    cfg = config_from_dict({**GOOD, "target": {"cost": {"name": "constant", "time": 0.02,
+                                                        "tp": 4}}})
+    d = ModelConfig(name="d", device="sim:drafter", cost={"name": "constant", "tp": 2})
+    assert [devices_per_replica(cfg, m, d) for m in ("ar", "sd", "sd-sep", "psd", "adaptive")] \
+        == [4, 4, 6, 6, 6]
+
+
+def test_one_file_rate_rule():
+    import math
+
+    from psdlab.sim.workloads import mean_rate
+    assert mean_rate([0.0, 1.0, 2.0, 4.0]) == 0.75
+    assert mean_rate([3.0, 0.0, 1.0]) == 2 / 3                   # order does not matter
+    assert mean_rate([0.0, 0.0]) == math.inf == mean_rate([5.0]) == mean_rate([])

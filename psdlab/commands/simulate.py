@@ -116,11 +116,10 @@ def _write_vllm_bench(args: argparse.Namespace, cfg, result) -> str:
 
     from psdlab.analysis.formats.vllm_bench_write import (bench_result_from_trace,
                                                           write_bench_result)
+    from psdlab.sim.workloads import mean_rate
     rate = _workload_rate(cfg)
     if rate is None and result.trace.requests:
-        arrivals = sorted(r.arrival for r in result.trace.requests)
-        span = arrivals[-1] - arrivals[0]
-        rate = (len(arrivals) - 1) / span if span > 0 else float("inf")
+        rate = mean_rate([r.arrival for r in result.trace.requests])
     doc = bench_result_from_trace(result.trace, request_rate=rate)
     path = args.result_file or (os.path.splitext(os.path.basename(args.config))[0]
                                 + ".vllm-bench.json")
