@@ -36,13 +36,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
 from typing import Any, Callable, Sequence
 
-PARTS = ("schedule", "update", "exec_host", "sampling", "process_outputs", "other")
+from psdlab.validation.host_steps import V1_PARTS as PARTS
+from psdlab.validation.host_steps import fits, parse_ints, summarize_cell, v1_decode_steps
+
 LSCPU_KEYS = ("Model name", "CPU family", "Model", "Thread(s) per core", "Core(s) per socket",
               "Socket(s)", "Hypervisor vendor", "L2 cache", "L3 cache", "CPU max MHz")
 
@@ -131,65 +132,17 @@ def instrument(llm: Any) -> StepTimer:
     return tm
 
 
-def decode_steps(steps: Sequence[dict[str, Any]], batch: int, k: int) -> list[dict[str, float]]:
-    """The full decode steps of one run, each with its host time and parts (ms)."""
-    want = batch * (k + 1)
-    out = []
-    for s in steps:
-        if s.get("new", 1) or s.get("seqs") != batch or s.get("tokens") != want:
-            continue
-        fwd = s.get("fwd_target", 0.0) + s.get("fwd_draft", 0.0)
-        host = s["wall"] - fwd
-        fwd_cpu = s.get("fwd_target_cpu", 0.0) + s.get("fwd_draft_cpu", 0.0)
-        host_cpu = s.get("wall_cpu", s["wall"]) - fwd_cpu
-        exec_host = s.get("exec", 0.0) - fwd - s.get("sampling", 0.0)
-        named = (s.get("schedule", 0.0) + s.get("update", 0.0) + s.get("exec", 0.0)
-                 + s.get("process_outputs", 0.0))
-        out.append({"host": 1e3 * host, "host_cpu": 1e3 * host_cpu,
-                    "wall": 1e3 * s["wall"], "forward": 1e3 * fwd,
-                    "schedule": 1e3 * s.get("schedule", 0.0),
-                    "update": 1e3 * s.get("update", 0.0), "exec_host": 1e3 * exec_host,
-                    "sampling": 1e3 * s.get("sampling", 0.0),
-                    "process_outputs": 1e3 * s.get("process_outputs", 0.0),
-                    "other": 1e3 * (s["wall"] - named), "emitted": s.get("emitted", 0)})
-    return out
-
-
-def quantiles(xs: Sequence[float]) -> tuple[float, float, float]:
-    q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else [xs[0]] * 3
-    return q[0], statistics.median(xs), q[2]
-
-
-def lstsq(rows: Sequence[Sequence[float]], ys: Sequence[float]) -> tuple[list[float], float]:
-    """Least-squares coefficients and R^2 (numpy, which vLLM brings)."""
-    import numpy as np
-    a, y = np.asarray(rows, dtype=float), np.asarray(ys, dtype=float)
-    coef, *_ = np.linalg.lstsq(a, y, rcond=None)
-    resid = y - a @ coef
-    tot = float(((y - y.mean()) ** 2).sum())
-    return [float(c) for c in coef], (1.0 - float((resid ** 2).sum()) / tot) if tot else 1.0
-
-
-def fits(cells: Sequence[dict[str, Any]], key: str = "host_ms",
-         stat: str = "repeat_median") -> dict[str, Any]:
-    """Lines through each cell's ``key`` ``stat`` (default: the median of the repeats'
-    medians, which a minority of repeats slowed by other jobs does not move): per mode in the
-    batch, and over all modes in batch, scheduled tokens and an SD indicator."""
-    out: dict[str, Any] = {}
-    for label in sorted({c["label"] for c in cells}):
-        cs = [c for c in cells if c["label"] == label]
-        coef, r2 = lstsq([[1.0, c["batch"]] for c in cs], [c[key][stat] for c in cs])
-        out[label] = {"model": f"{key} = fixed + per_seq x batch", "fixed_ms": coef[0],
-                      "per_seq_ms": coef[1], "r2": r2, "points": len(cs)}
-    rows = [[1.0, c["batch"], c["scheduled_tokens"], 1.0 if c["mode"] == "sd" else 0.0,
-             float(c["k"])] for c in cells]
-    coef, r2 = lstsq(rows, [c[key][stat] for c in cells])
-    out["all"] = {"model": f"{key} = fixed + per_seq x batch + per_token x scheduled tokens"
-                           " + sd_fixed x [SD] + per_draft_pass x k",
-                  "fixed_ms": coef[0], "per_seq_ms": coef[1], "per_token_ms": coef[2],
-                  "sd_fixed_ms": coef[3], "per_draft_pass_ms": coef[4], "r2": r2,
-                  "points": len(cells)}
-    return out
+def _v1_cell(cell: dict[str, Any]) -> dict[str, Any]:
+    """The committed file's layout (results/engine/vllm_cpu_step_host.json) of a cell."""
+    host, cpu = cell.pop("host"), cell.pop("host_cpu")
+    cell["host_ms"] = {k: v for k, v in host.items() if k != "repeat_medians"}
+    cell["host_cpu_ms"] = {k: v for k, v in cpu.items() if k != "repeat_medians"}
+    cell["repeat_medians_ms"] = host["repeat_medians"]
+    cell["repeat_medians_cpu_ms"] = cpu["repeat_medians"]
+    for key, name in (("wall", "wall_ms_median"), ("forward", "forward_ms_median"),
+                      ("emitted", "emitted_per_step_median")):
+        cell[name] = cell.pop(key)["median"]
+    return cell
 
 
 def run_mode(pair: dict[str, str], mode: str, k: int, args: argparse.Namespace,
@@ -216,34 +169,20 @@ def run_mode(pair: dict[str, str], mode: str, k: int, args: argparse.Namespace,
             tm.steps = []
             llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts[:b]], sp,
                          use_tqdm=False)
-            per[b].append(decode_steps(tm.steps, b, k if mode == "sd" else 0))
+            per[b].append(v1_decode_steps(tm.steps, b, k if mode == "sd" else 0))
     llm.llm_engine.engine_core.shutdown()
     cells = []
+    kk = k if mode == "sd" else 0
     for b in args.batches:
-        steps = [s for run in per[b] for s in run]
-        if not steps:
-            raise RuntimeError(f"{mode} k={k} batch={b}: no full decode step recorded")
-        q1, med, q3 = quantiles([s["host"] for s in steps])
-        c1, cmed, c3 = quantiles([s["host_cpu"] for s in steps])
-        reps = [statistics.median([s["host"] for s in run]) for run in per[b] if run]
-        reps_cpu = [statistics.median([s["host_cpu"] for s in run]) for run in per[b] if run]
-        kk = k if mode == "sd" else 0
-        cells.append({
-            "mode": mode, "k": kk, "label": f"sd-k{k}" if mode == "sd" else "ar", "batch": b,
-            "scheduled_tokens": b * (kk + 1), "steps": len(steps),
-            "host_ms": {"median": med, "p25": q1, "p75": q3, "iqr": q3 - q1,
-                        "repeat_median": statistics.median(reps)},
-            "host_cpu_ms": {"median": cmed, "p25": c1, "p75": c3, "iqr": c3 - c1,
-                            "repeat_median": statistics.median(reps_cpu)},
-            "repeat_medians_ms": reps, "repeat_medians_cpu_ms": reps_cpu,
-            "wall_ms_median": statistics.median([s["wall"] for s in steps]),
-            "forward_ms_median": statistics.median([s["forward"] for s in steps]),
-            "emitted_per_step_median": statistics.median([s["emitted"] for s in steps]),
-            "parts_ms_median": {p: statistics.median([s[p] for s in steps]) for p in PARTS}})
-        print(f"{cells[-1]['label']:6s} batch {b:3d}: host {med:7.3f} ms "
-              f"(IQR {q3 - q1:.3f}; CPU time {cmed:.3f}, IQR {c3 - c1:.3f}; "
-              f"{len(steps)} steps), forward "
-              f"{cells[-1]['forward_ms_median']:.3f} ms", file=sys.stderr)
+        cell = summarize_cell(per[b], keys=("host", "host_cpu", "wall", "forward", "emitted"),
+                              parts=PARTS, mode=mode, k=kk,
+                              label=f"sd-k{k}" if mode == "sd" else "ar", batch=b,
+                              scheduled_tokens=b * (kk + 1))
+        cells.append(_v1_cell(cell))
+        print(f"{cell['label']:6s} batch {b:3d}: host {cell['host_ms']['median']:7.3f} ms "
+              f"(IQR {cell['host_ms']['iqr']:.3f}; CPU time {cell['host_cpu_ms']['median']:.3f}"
+              f", IQR {cell['host_cpu_ms']['iqr']:.3f}; {cell['steps']} steps), forward "
+              f"{cell['forward_ms_median']:.3f} ms", file=sys.stderr)
     return cells
 
 
@@ -307,14 +246,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--tiny-dir", default="/tmp/psdlab_vllm_step_host_tiny")
     args = ap.parse_args(argv)
     try:
-        args.batches = sorted({int(x) for x in args.batches.split(",") if x.strip()})
-        ks = [int(x) for x in args.ks.split(",") if x.strip()]
-    except ValueError:
-        ap.error("--batches / --ks: comma-separated integers, e.g. 1,2,4")
-    if not args.batches or min(args.batches) < 1 or max(args.batches) > 256:
+        args.batches = parse_ints(args.batches, "--batches", 1, 256)
+        ks = parse_ints(args.ks, "--ks", 1, 8)
+    except ValueError as e:
+        ap.error(str(e))
+    if not args.batches:
         ap.error("--batches: integers in 1..256")
-    if any(not 1 <= k <= 8 for k in ks):
-        ap.error("--ks: integers in 1..8")
     if args.repeats < 1 or args.new_tokens < 8 or args.threads < 1:
         ap.error("--repeats >= 1, --new-tokens >= 8, --threads >= 1")
     _env()

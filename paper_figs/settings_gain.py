@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from psdlab.paper_figs import simruns
+from psdlab.sim.costs.engine_step import DRAFT_TERMS, HOST_TERMS, TRANSFER_TERMS
 from psdlab.sim.system_check import stamp, write_pair
 
 COMMAND = "psdlab systems gain -o results/engine/settings_gain.json"
@@ -36,11 +37,9 @@ PAPER_CLAIMS = {"throughput_gain": 0.75, "latency_reduction": 0.39,
                           "end-to-end latency vs standard SD"}
 #: each engine-step term and the fields that turn it off
 TERMS: dict[str, dict[str, Any]] = {
-    "host (scheduler, output processing)": {"host_fixed_s": 0.0, "host_per_seq_s": 0.0,
-                                            "host_per_token_s": 0.0},
-    "SD-only proposer step work": {"draft_fixed_s": 0.0, "draft_per_pass_s": 0.0,
-                                   "draft_per_seq_s": 0.0},
-    "cross-device transfer": {"transfer_s": 0.0, "transfer_prob_bytes": 0.0},
+    "host (scheduler, output processing)": dict.fromkeys(HOST_TERMS, 0.0),
+    "SD-only step work (scorer, rejection sampler, outputs)": dict.fromkeys(DRAFT_TERMS, 0.0),
+    "cross-device transfer": dict.fromkeys(TRANSFER_TERMS, 0.0),
     "single driver (PSD halves' host work serialised)": {"single_driver": False},
     "step-time variability": {"cv_verify": 0.0, "cv_draft": 0.0, "cv_prefill": 0.0},
 }

@@ -162,10 +162,8 @@ def _step_s(met: Mapping[str, Any]) -> float:
 
 def _no_host(step: Any) -> dict[str, Any]:
     """The engine step with its host terms off (same jitter): the baseline of a host time."""
-    zero = {k: 0.0 for k in ("host_fixed_s", "host_per_tp_rank_s", "host_per_seq_s",
-                             "host_per_token_s", "draft_fixed_s", "draft_per_pass_s",
-                             "draft_per_seq_s",
-                             "transfer_s", "transfer_prob_bytes")}
+    from psdlab.sim.costs.engine_step import DRAFT_TERMS, HOST_TERMS, TRANSFER_TERMS
+    zero = {k: 0.0 for k in HOST_TERMS + DRAFT_TERMS + TRANSFER_TERMS}
     return {**(dict(step) if isinstance(step, Mapping) else {"base": step}), **zero}
 
 

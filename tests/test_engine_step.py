@@ -135,7 +135,7 @@ def test_engine_step_recorded_in_the_run_record():
 
 
 @pytest.mark.parametrize("spec, needle", [
-    ("vllm-v9", "unknown engine step 'vllm-v9'; known: torch, vllm-v0, vllm-v1,"),
+    ("vllm-v9", "unknown engine step 'vllm-v9'; known: hf-assisted, torch, vllm-v0,"),
     ({"base": "vllm-v0", "overlap": 1.5}, "server.engine_step.overlap: must be in [0, 1]"),
     ({"base": "vllm-v0", "host_per_seq_s": -1}, "server.engine_step.host_per_seq_s: must be"),
     ({"base": "vllm-v0", "cv_draft": 5}, "server.engine_step.cv_draft: must be in [0, 3]"),

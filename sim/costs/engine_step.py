@@ -12,10 +12,11 @@ every verify and drafting phase, so all execution paths see the same times):
 
 - target side, a step over n sequences and T scheduled tokens on a TP group of p GPUs:
   ``Hv = host_fixed_s + host_per_tp_rank_s p + host_per_seq_s n + host_per_token_s T``;
-- drafter side (SD, PSD), a drafting phase of j passes: ``Hd = draft_fixed_s +
-  draft_per_pass_s j + draft_per_seq_s n`` plus, when the drafter
-  has its own device (sd-sep, psd), ``transfer_s`` and the draft distributions shipped with the
-  drafts (``transfer_prob_bytes`` x vocabulary per draft token over the drafter's link);
+- drafter side (SD, PSD), a drafting phase of j passes proposing D draft tokens:
+  ``Hd = draft_fixed_s + draft_per_pass_s j + draft_per_seq_s n + draft_per_token_s D`` plus,
+  when the drafter has its own device (sd-sep, psd), ``transfer_s`` and the draft
+  distributions shipped with the drafts (``transfer_prob_bytes`` x vocabulary per draft token
+  over the drafter's link);
 - AR and SD: the verify phase carries Hv, the drafting phase Hd (they run one after the other);
 - PSD with ``single_driver``: one driver runs both halves' host work in sequence, so each of
   the two overlapped phases carries Hv + Hd of its own batch: the step lasts max(t, V) + Hv + Hd
@@ -50,9 +51,13 @@ NONE = "none"
 FROM_PRESET = "preset"
 #: fraction of a link's per-direction bandwidth a transfer reaches (engines.toml network_eff)
 LINK_EFF = 0.7
-_SECONDS = ("host_fixed_s", "host_per_tp_rank_s", "host_per_seq_s", "host_per_token_s",
-            "draft_fixed_s", "draft_per_pass_s", "draft_per_seq_s", "transfer_s",
-            "transfer_prob_bytes")
+#: the target side's host terms (every mode)
+HOST_TERMS = ("host_fixed_s", "host_per_tp_rank_s", "host_per_seq_s", "host_per_token_s")
+#: the SD-only terms of a drafting phase
+DRAFT_TERMS = ("draft_fixed_s", "draft_per_pass_s", "draft_per_seq_s", "draft_per_token_s")
+#: moving drafts and their distributions between devices
+TRANSFER_TERMS = ("transfer_s", "transfer_prob_bytes")
+_SECONDS = HOST_TERMS + DRAFT_TERMS + TRANSFER_TERMS
 _CVS = ("cv_verify", "cv_draft", "cv_prefill")
 
 
@@ -68,6 +73,7 @@ class EngineStep:
     draft_fixed_s: float = 0.0
     draft_per_pass_s: float = 0.0
     draft_per_seq_s: float = 0.0
+    draft_per_token_s: float = 0.0
     transfer_s: float = 0.0
     transfer_prob_bytes: float = 0.0
     single_driver: bool = True
@@ -221,7 +227,8 @@ class StepHost:
 
     def _hd(self, n, dtok, passes):
         s = self.step
-        h = s.draft_fixed_s + s.draft_per_pass_s * passes + s.draft_per_seq_s * n
+        h = (s.draft_fixed_s + s.draft_per_pass_s * passes + s.draft_per_seq_s * n
+             + s.draft_per_token_s * dtok)
         if self.separate:
             h = h + s.transfer_s + self.prob_s * dtok
         return h
@@ -255,5 +262,6 @@ class StepHost:
         return np.where(n > 0, self._phase(gpu, host), gpu)
 
 
-__all__ = ["EngineStep", "PhaseJitter", "StepHost", "engine_step_presets", "get_engine_step",
+__all__ = ["HOST_TERMS", "DRAFT_TERMS", "TRANSFER_TERMS",
+           "EngineStep", "PhaseJitter", "StepHost", "engine_step_presets", "get_engine_step",
            "check_spec", "preset_default", "known_names", "NONE", "FROM_PRESET"]
