@@ -231,7 +231,8 @@ def test_heldout_error_above_ten_percent_warns(tmp_path, capsys):
     assert any(w.startswith("verify: held-out error") for w in cal.warnings)
     path = tmp_path / "noisy.jsonl"
     write_trace(path, trace)
-    assert main(["calibrate", str(path), "-o", str(tmp_path / "m.json")]) == 0
+    assert main(["calibrate", str(path), "-o", str(tmp_path / "m.json"),
+                 "--no-acceptance-selection"]) == 0
     assert "warning: verify: held-out error" in capsys.readouterr().err
 
 
@@ -400,11 +401,12 @@ def test_cli_calibrates_and_writes_a_loadable_model(tmp_path, capsys):
     a, b = _write(tmp_path, "a.jsonl", make_trace(2, seed=50)), _write(
         tmp_path, "b.jsonl", make_trace(4, seed=51))
     out = tmp_path / "m.json"
-    assert main(["calibrate", a, b, "-o", str(out)]) == 0
+    assert main(["calibrate", a, b, "-o", str(out), "--no-acceptance-selection"]) == 0
     text = capsys.readouterr().out
     assert "verify" in text and "held-out error" in text and "position 1" in text
     assert read_model(out)["meta"]["calibration"]["k"] == [2, 4]
-    assert main(["calibrate", a, b, "-o", str(out), "--json", "--holdout", "0.3"]) == 0
+    assert main(["calibrate", a, b, "-o", str(out), "--json", "--holdout", "0.3",
+                 "--no-acceptance-selection"]) == 0
     obj = json.loads(capsys.readouterr().out)
     fit = obj["meta"]["fits"]["verify"]
     assert fit["n_heldout"] == round(0.3 * fit["n"])
@@ -419,7 +421,8 @@ def test_cli_truncated_trace_reads_up_to_the_cut_line_with_one_warning(tmp_path,
     n = len(lines)
     with open(path, "w") as fh:          # cut the last line in half, as a crash would
         fh.write("\n".join(lines[:-1]) + "\n" + lines[-1][: len(lines[-1]) // 2])
-    assert main(["calibrate", path, "-o", str(tmp_path / "m.json")]) == 0
+    assert main(["calibrate", path, "-o", str(tmp_path / "m.json"),
+                 "--no-acceptance-selection"]) == 0
     err = capsys.readouterr().err
     warns = [line for line in err.splitlines() if "warning:" in line and "cut short" in line]
     assert len(warns) == 1 and f"{path}:{n}:" in warns[0] and "Traceback" not in err

@@ -245,17 +245,19 @@ def test_calibrate_cli_takes_the_probe_beside_the_traces_or_named(tmp_path, caps
     folder.mkdir()
     path = folder / "sd.jsonl"
     write_trace(path, _serial_trace(5, 4e-5))
-    assert main(["calibrate", str(path), "-o", str(tmp_path / "plain.json")]) == 0
+    assert main(["calibrate", str(path), "-o", str(tmp_path / "plain.json"),
+                 "--no-acceptance-selection"]) == 0
     plain = json.loads((tmp_path / "plain.json").read_text())
     assert "context_probe" not in plain["meta"]
     write_probe(folder, {"verify": {"slope": 1e-5, "se": 0.0}})
-    assert main(["calibrate", str(path), "-o", str(tmp_path / "beside.json")]) == 0
+    assert main(["calibrate", str(path), "-o", str(tmp_path / "beside.json"),
+                 "--no-acceptance-selection"]) == 0
     beside = json.loads((tmp_path / "beside.json").read_text())
     assert beside["roles"]["target"]["coef"]["per_context"] == 1e-5
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"verify": {"slope": 3e-5, "se": 0.0}}))
     assert main(["calibrate", str(path), "-o", str(tmp_path / "named.json"),
-                 "--context-probe", str(other)]) == 0
+                 "--context-probe", str(other), "--no-acceptance-selection"]) == 0
     named = json.loads((tmp_path / "named.json").read_text())
     assert named["roles"]["target"]["coef"]["per_context"] == 3e-5
     capsys.readouterr()

@@ -231,19 +231,3 @@ def candidate_specs(traces: Sequence[Trace], candidates: Sequence[Candidate] = C
     it."""
     data, builders = _inputs(traces, candidates, resample, pool)
     return [(name, build(data).spec()) for name, build, _ in builders]
-
-
-def add_to_model(path: str, selection: Selection, make_default: bool = True) -> None:
-    """Store the chosen model in a model file as acceptance ``fitted`` (the default when
-    ``make_default``) and the candidates' scores under ``meta.acceptance_transfer``."""
-    import json
-    with open(path, encoding="utf-8") as fh:
-        doc = json.load(fh)
-    meta = doc.setdefault("meta", {})
-    acc = meta.setdefault("acceptance", {})
-    acc["fitted"] = selection.chosen.spec()
-    if make_default:
-        acc["default"] = "fitted"
-    meta["acceptance_transfer"] = selection.to_dict()
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, indent=1)

@@ -32,7 +32,14 @@ written with its ``write_fit``, which checks every role builds), times in second
                   (how the engine fed prompts, analysis.chunking; the prefill fits' per_seq
                    is then per pass, and sim.costs' calibrated model charges it so)
        "calibration": {"traces", "sources", "k", "m", "holdout", "seed", "notes",
-                       "warnings"}}}
+                       "warnings"},
+       "acceptance_transfer": {the acceptance model chosen for new prompts by
+                               cross-validation, validation.acceptance_cv.Selection.to_dict:
+                               chosen, spec, scores, prompts, criterion, method}}}
+
+With a selection (``acceptance_transfer``), its chosen model is also ``meta.acceptance.fitted``
+and the file's default acceptance.  ``write_model`` is the one writer: ``psdlab calibrate`` and
+the demo (``validation.calibrate_files.calibrate_to_file``) both write through it.
 
 Unbounded interval ends (too few phases) are written as null.
 """
@@ -40,7 +47,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from psdlab.sim.costs.fitted import FitFile, load_fit, read_fit_file, write_fit
 from psdlab.validation.phase_model import TERMS, Calibration, forward_coefficients, phase_overhead
@@ -77,13 +84,26 @@ def role_docs(cal: Calibration) -> dict[str, dict[str, Any]]:
     return roles
 
 
-def meta_doc(cal: Calibration, *, traces: Sequence[str] = (), holdout: float = 0.2,
-             seed: int = 0) -> dict[str, Any]:
+def acceptance_doc(cal: Calibration, transfer: Mapping[str, Any] | None = None
+                   ) -> dict[str, Any]:
+    """``meta.acceptance``: the calibration's acceptance specs and default; with a selection
+    (``transfer``: ``Selection.to_dict()``), its chosen spec as ``fitted``, the default."""
     acceptance: dict[str, Any] = {}
     if cal.acceptance is not None:
         acceptance = dict(cal.acceptance.specs())
         if acceptance:
             acceptance["default"] = cal.acceptance.default
+    if transfer is not None:
+        acceptance["fitted"] = dict(transfer["spec"])
+        acceptance["default"] = "fitted"
+    return acceptance
+
+
+def meta_doc(cal: Calibration, *, traces: Sequence[str] = (), holdout: float = 0.2,
+             seed: int = 0, transfer: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The file's ``meta`` (module docstring); ``transfer``: the acceptance selection's
+    ``Selection.to_dict()``, or None."""
+    acceptance = acceptance_doc(cal, transfer)
     return _clean({
         "acceptance": acceptance,
         "acceptance_fit": None if cal.acceptance is None else cal.acceptance.to_dict(),
@@ -97,14 +117,21 @@ def meta_doc(cal: Calibration, *, traces: Sequence[str] = (), holdout: float = 0
         "calibration": {"traces": list(traces), "sources": list(cal.sources),
                         "k": list(cal.ks), "m": list(cal.ms), "holdout": holdout, "seed": seed,
                         "notes": list(cal.notes), "warnings": list(cal.warnings)},
+        **({"acceptance_transfer": dict(transfer)} if transfer is not None else {}),
     })
 
 
-def write_model(path: str | os.PathLike, cal: Calibration, **kw: Any) -> dict[str, Any]:
-    """Write the model file (module docstring); returns the object written."""
+def write_model(path: str | os.PathLike, cal: Calibration, *, traces: Sequence[str] = (),
+                holdout: float = 0.2, seed: int = 0,
+                transfer: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Write the model file (module docstring): the calibration, the traces it was fitted on
+    (as named by the caller), its held-out fraction and seed, and the acceptance selection
+    (``transfer``: ``validation.acceptance_cv.Selection.to_dict()``) when one was made;
+    returns the object written."""
     if not cal.costs:
         raise ValueError("calibration: no cost model was fitted; nothing to write")
-    roles, meta = role_docs(cal), meta_doc(cal, **kw)
+    roles = role_docs(cal)
+    meta = meta_doc(cal, traces=traces, holdout=holdout, seed=seed, transfer=transfer)
     write_fit(path, roles, meta)
     return {"format": "psdlab.cost-fit", "version": 1, "meta": meta, "roles": roles}
 

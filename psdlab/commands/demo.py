@@ -4,12 +4,11 @@ predicts the held-out runs (a set written after every earlier demo, another k, P
 arrivals),
 writes a report folder (markdown, CSVs, PNG figures, results.json with the machine, date and
 commit) and ends with the measured gain, predicted gain and error, and what each gain
-compares."""
+compares.  This module parses the arguments and prints; ``validation.demo.command`` does the
+rest."""
 from __future__ import annotations
 
 import argparse
-import json
-import os
 
 
 def register(subparsers) -> None:
@@ -68,42 +67,12 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if (args.target is None) != (args.draft is None):
-        raise ValueError("--target/--draft: give both (model directories) or neither (the "
-                         "real pair)")
-    from dataclasses import replace
-
-    from psdlab.analysis.checks import check_int, check_range
-    from psdlab.validation.demo.run_demo import BUDGET_S, demo, reanalyse
-    from psdlab.validation.demo.measurement_plan import default_plan
-    if args.traces is not None:
-        if not os.path.isdir(args.traces):
-            raise FileNotFoundError(f"--traces: no such directory: {args.traces}")
-        return _print(reanalyse(args.traces, args.output, quiet=True,
-                                diagnostics=args.diagnostics), args.json)
-    repeats = None if args.repeats is None else check_int("--repeats", args.repeats, 1, 20)
-    seed = 0 if args.seed is None else check_int("--seed", args.seed, 0)
-    plan = default_plan(args.quick, repeats=repeats, seed=seed)
-    if args.prompts is not None:
-        plan = replace(plan, num_prompts=check_int("--prompts", args.prompts, 1, 256))
-    if args.max_new_tokens is not None:
-        plan = replace(plan, max_new_tokens=check_int("--max-new-tokens", args.max_new_tokens,
-                                                      2, 512))
-    if args.controlled_alpha is not None:
-        plan = replace(plan, controlled_alpha=args.controlled_alpha)
-    budget = (BUDGET_S if args.time_budget is None else
-              check_range("--time-budget", args.time_budget, 0.0, 86400.0))
-    result = demo(args.output, plan=plan, target=args.target, draft=args.draft,
-                  quiet=args.json, budget_s=budget or None, diagnostics=args.diagnostics)
-    return _print(result, args.json)
-
-
-def _print(result, as_json: bool) -> int:
-    if as_json:
-        print(json.dumps(result.to_dict(), default=str))
-        return 0
-    print(f"report: {result.files['report']}")
-    if "results" in result.files:
-        print(f"results: {result.files['results']}")
-    print("\n".join(result.headline))
+    from psdlab.validation.demo.command import DemoOptions, demo_command
+    lines = demo_command(DemoOptions(
+        output=args.output, quick=args.quick, prompts=args.prompts,
+        max_new_tokens=args.max_new_tokens, controlled_alpha=args.controlled_alpha,
+        target=args.target, draft=args.draft, repeats=args.repeats, seed=args.seed,
+        time_budget=args.time_budget, traces=args.traces, diagnostics=args.diagnostics,
+        as_json=args.json))
+    print("\n".join(lines))
     return 0

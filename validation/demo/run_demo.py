@@ -34,14 +34,13 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from psdlab.analysis.trace import read_trace
+from psdlab.analysis.trace import Trace, read_trace
 from psdlab.sim.costs.fitted import FitFile
-from psdlab.validation.acceptance_cv import add_to_model, select
-from psdlab.validation.calibrate import calibrate
+from psdlab.validation.calibrate_files import calibrate_to_file
 from psdlab.validation.context_slopes import read_probe
 from psdlab.validation.demo.diagnostic_replays import diagnostic_acceptance
 from psdlab.validation.demo.measurement_plan import Measured, Plan, default_plan, run_plan
@@ -49,7 +48,7 @@ from psdlab.validation.demo.noise_budget import budget as noise_budget
 from psdlab.validation.demo.prompt_sides import POOL_EVERY, POOL_SPLITS, pool_splits_text
 from psdlab.validation.demo.demo_report import write_demo_report
 from psdlab.validation.demo.report_sections import transfer_sections
-from psdlab.validation.model_file import load_model, write_model
+from psdlab.validation.model_file import load_model
 from psdlab.validation.report import spread_rows
 from psdlab.validation.results_file import (build_results, concurrency_rows,
                                             headline_comparisons, headline_lines)
@@ -121,21 +120,34 @@ def resolve_pair(target: str | None, draft: str | None, quiet: bool) -> tuple[st
     return target, draft, tokenizer_dir(target)
 
 
+def load_runs(measured: Sequence[Measured], loaded: Mapping[str, Trace] | None = None
+              ) -> dict[str, Trace]:
+    """Every run's trace by path: those in ``loaded``, the others read (each file once)."""
+    out = dict(loaded or {})
+    for m in measured:
+        if m.path not in out:
+            out[m.path] = read_trace(m.path)
+    return out
+
+
 def calibrate_runs(measured: Sequence[Measured], out_dir: str,
-                   pool: dict[str, str] | None = None) -> FitFile:
+                   pool: dict[str, str] | None = None,
+                   traces: Mapping[str, Trace] | None = None) -> FitFile:
     """Fit on the calibration runs (acceptance: and the pool; context slopes: the context
-    probe beside their traces, when there is one); write model.json with the replay
-    parameters and return it, read once."""
+    probe beside their traces, when there is one) and write model.json as ``psdlab
+    calibrate`` does on those traces (``validation.calibrate_files.calibrate_to_file``: the
+    replay parameters and the acceptance model for new prompts); return it, read once.
+    ``traces``: the runs' traces by path, already read."""
     os.makedirs(out_dir, exist_ok=True)
     cal = [m for m in measured if m.spec.role == "calibrate"]
     if not cal:
         raise ValueError("plan: no calibration runs")
-    traces = [read_trace(m.path) for m in cal]
+    loaded = load_runs(cal, traces)
     path = os.path.join(out_dir, "model.json")
     probe = read_probe(os.path.dirname(os.path.abspath(cal[0].path)))
-    calibration = calibrate(traces, holdout=0.2, seed=0, context_probe=probe)
-    write_model(path, calibration, traces=[os.path.basename(m.path) for m in cal])
-    add_to_model(path, select(traces, pool=pool))
+    calibrate_to_file(path, [loaded[m.path] for m in cal],
+                      [os.path.basename(m.path) for m in cal], holdout=0.2, seed=0,
+                      context_probe=probe, pool=pool)
     return load_model(path)
 
 
@@ -221,16 +233,19 @@ def analyse(out_dir: str, measured: Sequence[Measured], plan: Plan, target_dir: 
             drafter_dir: str = "", *, seeds: Sequence[int] = SEEDS,
             quiet: bool = True, timings: dict[str, Any] | None = None,
             t0: float | None = None, pool: dict[str, str] | None = None,
-            diagnostics: bool = False) -> DemoResult:
+            diagnostics: bool = False, traces: Mapping[str, Trace] | None = None
+            ) -> DemoResult:
     """Steps 3-5 on measured runs: calibrate (the acceptance model on the calibration runs
     and the acceptance ``pool``, ``validation.acceptance_pool``), replay, report;
-    ``diagnostics``: the report's diagnostic sections too (module docstring)."""
+    ``diagnostics``: the report's diagnostic sections too (module docstring); ``traces``:
+    the runs' traces by path when already read (each trace file is read once)."""
     t0 = time.perf_counter() if t0 is None else t0
     timings = dict(timings or {})
+    loaded = load_runs(measured, traces)
     _say("psdlab demo: calibrating the simulator on the calibration runs", quiet)
-    model = calibrate_runs(measured, out_dir, pool)
+    model = calibrate_runs(measured, out_dir, pool, loaded)
     _say("psdlab demo: replaying every run in the calibrated simulator", quiet)
-    named = [(m.spec.name, read_trace(m.path)) for m in measured]
+    named = [(m.spec.name, loaded[m.path]) for m in measured]
     validation = validate(model, named, seeds=seeds,
                           groups={m.spec.name: m.spec.config for m in measured})
     roles = {m.spec.config: m.spec.role for m in measured}
@@ -253,7 +268,7 @@ def analyse(out_dir: str, measured: Sequence[Measured], plan: Plan, target_dir: 
     timings["analysis_s"] = time.perf_counter() - t0 - sum(
         timings.get(k, 0.0) for k in ("prepare_s", "probe_s", "runs_s"))
     timings["total_s"] = time.perf_counter() - t0
-    intro = _intro(plan, target_dir, drafter_dir, timings, measured)
+    intro = _intro(plan, target_dir, drafter_dir, timings, measured, loaded)
     files = write_demo_report(out_dir, validation, named, roles=roles, held=held,
                               cal=cal_cfgs, repeats=repeats, headline=lines, intro=intro,
                               sections=sections, diagnostics=diagnostics)
@@ -288,8 +303,9 @@ def reanalyse(trace_dir: str, out_dir: str, *, seeds: Sequence[int] = SEEDS,
     paths = sorted(os.path.join(trace_dir, f) for f in os.listdir(trace_dir)
                    if f.endswith(".jsonl"))
     measured = []
+    loaded: dict[str, Trace] = {}
     for path in paths:
-        tr = read_trace(path)
+        tr = loaded[path] = read_trace(path)
         extra = tr.run.extra or {}
         if "demo_run" not in extra or "demo_role" not in extra:
             raise ValueError(f"{path}: not a psdlab demo trace (no demo_run/demo_role in its "
@@ -305,7 +321,7 @@ def reanalyse(trace_dir: str, out_dir: str, *, seeds: Sequence[int] = SEEDS,
         raise FileNotFoundError(f"--traces: no .jsonl traces in {trace_dir}")
     measured.sort(key=lambda x: (x[0], x[1]))
     runs = [m for *_, m in measured]
-    first = read_trace(runs[0].path)
+    first = loaded[runs[0].path]
     offline = [m.spec.config for m in runs if m.spec.arrivals == "offline"]
     plan = Plan(runs=tuple(m.spec for m in runs), num_prompts=len(first.requests),
                 max_new_tokens=int((first.run.workload or {}).get("max_new_tokens", 32)),
@@ -319,7 +335,7 @@ def reanalyse(trace_dir: str, out_dir: str, *, seeds: Sequence[int] = SEEDS,
         write_pool(os.path.join(out_dir, POOL_FILE), pool, copied=True)
     return analyse(out_dir, runs, plan, str(models.get("target", "")),
                    str(models.get("drafter", "")), seeds=seeds, quiet=quiet, pool=pool,
-                   diagnostics=diagnostics)
+                   diagnostics=diagnostics, traces=loaded)
 
 
 def _configs(measured: Sequence[Measured], role: str) -> list[str]:
@@ -327,7 +343,7 @@ def _configs(measured: Sequence[Measured], role: str) -> list[str]:
 
 
 def _intro(plan: Plan, target: str, drafter: str, timings: dict[str, Any],
-           measured: Sequence[Measured]) -> list[str]:
+           measured: Sequence[Measured], traces: Mapping[str, Trace]) -> list[str]:
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     rate = next((m.rate for m in measured if m.rate), None)
     configs = {m.spec.config for m in measured}
@@ -362,7 +378,7 @@ def _intro(plan: Plan, target: str, drafter: str, timings: dict[str, Any],
         lines.append(f"{timings['skipped_runs']:.0f} repeat run(s) skipped to stay within the "
                      f"time budget (every configuration ran at least once).")
     if "runs_s" not in timings:
-        recorded = [(read_trace(m.path).run.extra or {}).get("load_1min") for m in measured]
+        recorded = [(traces[m.path].run.extra or {}).get("load_1min") for m in measured]
         loads = [x for x in recorded if isinstance(x, (int, float))]
         lines[-1] = ("Re-analysed from the traces of an earlier demo (nothing was run now); "
                      "load average (1 min) at the start of its runs: "

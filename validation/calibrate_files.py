@@ -1,0 +1,151 @@
+"""Calibration from files, each read once: what ``psdlab calibrate`` and the demo run.
+
+``read_inputs`` opens every input once (its bytes), tells serving-benchmark results (vLLM
+``bench serve`` / SGLang ``bench_serving``, ``analysis.formats``) from traces by content, and
+parses psdlab and MineDraft traces from those bytes (the same checks and one-line errors as
+``validation.importers.load_traces``).
+
+``calibrate_to_file`` is the one path from loaded traces to a model file: the cost and
+acceptance fits (``validation.calibrate``), the acceptance model for new prompts
+(``validation.acceptance_cv.select``: cross-validation over the calibration prompts and the
+acceptance pool's, ``validation.acceptance_pool``), written by ``validation.model_file.
+write_model`` alone.  The demo's ``model.json`` and ``psdlab calibrate -o`` on the same traces
+(named alike, in the same order) are the same file.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping, Sequence
+
+from psdlab.analysis.formats.detect import FORMATS
+from psdlab.analysis.formats.parsing import SNIFF_BYTES
+from psdlab.analysis.trace import StepRecord, Trace, TraceFormatError, iter_records
+from psdlab.validation.bench_replay import BENCH_FORMATS
+from psdlab.validation.importers.minedraft import (convert_line, looks_like_minedraft,
+                                                   parse_filename)
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What ``read_inputs`` found: serving-benchmark results (``bench``; their paths go to
+    ``validation.bench_calibrate``) or the traces of every file, in order."""
+    bench: bool
+    traces: tuple[Trace, ...] = ()
+
+
+def _is_bench(data: bytes) -> bool:
+    """Whether a file's bytes are a vLLM or SGLang bench result: its head is detected as one
+    (``analysis.formats.detect.detect_format``, on bytes already read)."""
+    head = data[:SNIFF_BYTES].decode("utf-8-sig", errors="replace")
+    if not head.strip():
+        return False
+    name = next((name for name, module in FORMATS.items() if module.sniff(head)), None)
+    return name in BENCH_FORMATS
+
+
+def _json_lines(name: str, data: bytes) -> Iterator[tuple[int, Any]]:
+    """The non-blank lines of a JSONL file as (line number, object), parsed as they are
+    taken; a line that is not UTF-8 or not JSON is a one-line error naming the file and
+    line."""
+    for lineno, line in enumerate(data.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError:
+            raise TraceFormatError(f"{name}: not a text file (not UTF-8); expected a JSONL "
+                                   f"trace") from None
+        try:
+            yield lineno, json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise TraceFormatError(f"{name}:{lineno}: not valid JSON ({exc.msg}); the file "
+                                   f"may be truncated or corrupt") from None
+
+
+def _is_psdlab(obj: Any) -> bool:
+    return isinstance(obj, dict) and obj.get("type") in ("run", "step", "request")
+
+
+def _minedraft(name: str, lines: list[tuple[int, Any]]) -> list[Trace]:
+    """Every benchmark run of a MineDraft file (``importers.minedraft.read_minedraft``: the
+    warm-up runs its name counts left out)."""
+    cfg = parse_filename(name)
+    n_warm = cfg["warmup"] if cfg and len(lines) == cfg["warmup"] + cfg["runs"] else 0
+    return [convert_line(obj, f"{name}:{lineno}", cfg, lineno, warmup=i < n_warm)
+            for i, (lineno, obj) in enumerate(lines) if i >= n_warm]
+
+
+def _psdlab(name: str, data: bytes) -> Trace:
+    """A psdlab trace from its bytes (``analysis.trace.read_trace``'s checks)."""
+    records = iter_records(io.BytesIO(data), name)
+    trace = Trace(run=next(records))
+    for rec in records:
+        (trace.steps if isinstance(rec, StepRecord) else trace.requests).append(rec)
+    return trace
+
+
+def traces_of(name: str, data: bytes) -> list[Trace]:
+    """The traces in one file's bytes: one for a psdlab trace, one per benchmark run for
+    MineDraft (told apart by the first record, as ``validation.importers.detect_format``)."""
+    lines = _json_lines(name, data)
+    try:
+        lineno, first = next(lines)
+    except StopIteration:
+        raise TraceFormatError(f"{name}: empty file (no records)") from None
+    if _is_psdlab(first):
+        return [_psdlab(name, data)]
+    if looks_like_minedraft(first):
+        return _minedraft(name, [(lineno, first), *lines])
+    raise TraceFormatError(f"{name}:{lineno}: neither a psdlab trace (first record "
+                           f"'type': 'run') nor a MineDraft trace ('traces': [...])")
+
+
+def read_inputs(paths: Sequence[str | os.PathLike]) -> Inputs:
+    """Every input read once: bench results (all of them; a mix is a one-line error) or
+    traces."""
+    blobs = []
+    for path in paths:
+        with open(path, "rb") as fh:
+            blobs.append((os.fspath(path), fh.read()))
+    kinds = [_is_bench(data) for _, data in blobs]
+    if any(kinds) and not all(kinds):
+        bad = blobs[kinds.index(False)][0]
+        raise ValueError(f"{bad}: not a vLLM or SGLang bench result, but the other inputs are; "
+                         f"give one kind of input at a time")
+    if kinds and all(kinds):
+        return Inputs(bench=True)
+    return Inputs(bench=False,
+                  traces=tuple(t for name, data in blobs for t in traces_of(name, data)))
+
+
+def with_rows(traces: Sequence[Trace]) -> list[Trace]:
+    """The traces whose verified rows are real (not made from step totals by an importer,
+    ``acceptance_fit.STEP_TOTALS``): what the acceptance selection is fitted and scored on."""
+    from psdlab.validation.acceptance_fit import STEP_TOTALS
+    return [t for t in traces if (t.run.extra or {}).get("verified_rows") != STEP_TOTALS]
+
+
+def calibrate_to_file(path: str | os.PathLike, traces: Sequence[Trace], names: Sequence[str],
+                      *, holdout: float = 0.2, seed: int = 0,
+                      context_probe: Mapping[str, Any] | None = None,
+                      pool: Mapping[str, str] | None = None,
+                      select_acceptance: bool = True) -> dict[str, Any]:
+    """Calibrate on loaded traces and write the model file (module docstring); ``names``: the
+    trace files as the file records them; ``context_probe``: a ``runtime.context_timing``
+    result; ``pool``: the acceptance pool's patterns; ``select_acceptance``: choose the
+    acceptance model for new prompts by cross-validation (the file's default acceptance then;
+    on the traces with real verified rows only, ``with_rows``; none: no selection).
+    Returns the object written."""
+    from psdlab.validation.acceptance_cv import select
+    from psdlab.validation.calibrate import calibrate
+    from psdlab.validation.model_file import write_model
+    cal = calibrate(traces, holdout=holdout, seed=seed, context_probe=context_probe)
+    rows = with_rows(traces)
+    transfer = None
+    if select_acceptance and cal.acceptance is not None and rows:
+        transfer = select(rows, pool=dict(pool) if pool else None).to_dict()
+    return write_model(path, cal, traces=list(names), holdout=holdout, seed=seed,
+                       transfer=transfer)
