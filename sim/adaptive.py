@@ -26,8 +26,9 @@ same streams as the fixed modes, ``sim.core.JitterStreams``), so the SimPy path 
 resources, one process per phase) and the fast path, which drive this server and
 ``sim.core.Core`` through one protocol (``sim.server_protocol``), give identical traces for the
 same seed.  ``server.first_token = "step"`` emits a first token at the end of its step.
-Refused with this mode (``sim.build``, one-line errors): a KV limit, per-request k
-(``server.k_choices``: the policy picks k) and ``server.cap_proposals``.
+``server.cap_proposals``: a sequence proposes min(k, tokens it still needs - 1), the
+verification padded to the longest row.  Refused with this mode (``sim.build``, one-line
+errors): a KV limit and per-request k (``server.k_choices``: the policy picks k).
 """
 from __future__ import annotations
 
@@ -39,8 +40,8 @@ import numpy as np
 
 from psdlab.sim.arrival_clock import ArrivalClock
 from psdlab.analysis.adaptive_policy import AcceptanceTracker, AdaptivePolicy, LiveState
-from psdlab.analysis.trace import Phase, RequestRecord, StepRecord, Verified
-from psdlab.sim.adaptive_costs import ModelCosts, draft_phase, verify_phase
+from psdlab.analysis.trace import RequestRecord
+from psdlab.sim.adaptive_costs import ModelCosts, capped_draft_phase, draft_phase, verify_phase
 from psdlab.sim.step_plan import cost_time, prefill_time
 
 #: one phase: kind, device, duration (s), sequences, tokens, context tokens
@@ -55,6 +56,7 @@ class Step:
     segments: list[list[PhaseT]]
     verified: list[tuple[int, int, int, int]] = field(default_factory=list)
     drafted: list[int] = field(default_factory=list)
+    drafted_k: list[int] = field(default_factory=list)     # draft tokens of each drafted
     k: int = 0
     verify_batch: int | None = None
     draft_batch: int | None = None
@@ -80,7 +82,8 @@ class AdaptiveServer(ArrivalClock):
     def __init__(self, *, m: int, policy: AdaptivePolicy, target, drafter, acceptance,
                  params: np.ndarray, arrival, prompt, output, rng: np.random.Generator,
                  target_dev: str, drafter_dev: str, jitter: Any = None,
-                 hosts: dict[str, Any] | None = None, first_token_at_step_end: bool = False):
+                 hosts: dict[str, Any] | None = None, first_token_at_step_end: bool = False,
+                 cap_proposals: bool = False):
         self.m, self.policy = m, policy
         self.tracker = AcceptanceTracker.for_config(policy.cfg)
         self.target, self.drafter, self.acceptance = target, drafter, acceptance
@@ -89,6 +92,7 @@ class AdaptiveServer(ArrivalClock):
         self.target_dev, self.drafter_dev = target_dev, drafter_dev
         self.jitter, self.hosts = jitter, hosts
         self.first_at_end = bool(first_token_at_step_end)
+        self.cap = bool(cap_proposals)            # propose min(k, tokens still needed - 1)
         self.step_detail = True                   # the fast path's switch (unused here)
         n = self.N = arrival.size
         self.produced = np.zeros(n, np.int64)
@@ -120,6 +124,15 @@ class AdaptiveServer(ArrivalClock):
         if self.jitter is None:
             return 1.0
         return float(self.jitter.at(key, self.step, 1)[0])
+
+    def _ks(self, ids: list[int], k: int) -> list[int]:
+        """Draft tokens per sequence: k, or min(k, tokens it still needs - 1) with
+        ``server.cap_proposals``."""
+        if not self.cap:
+            return [k] * len(ids)
+        arr = np.asarray(ids, np.int64)
+        left = self.output[arr] - self.produced[arr] - 1
+        return np.clip(np.minimum(k, left), 0, None).tolist()
 
     def _host(self) -> Any:
         """The engine step of the current mode, or None."""
@@ -212,7 +225,7 @@ class AdaptiveServer(ArrivalClock):
             segs.append([self._verify(step, live, [0] * len(live))])
         elif mode == "sd":
             segs.append([self._draft(step, live, k)])
-            segs.append([self._verify(step, live, [k] * len(live))])
+            segs.append([self._verify(step, live, step.drafted_k)])
         else:
             self._psd(step, live, k)
         return step
@@ -250,11 +263,16 @@ class AdaptiveServer(ArrivalClock):
             dur = float(cost_time(self.drafter, [passes], [int(late.sum())], [ctx])[0])
             self.counters["catch_up_tokens"] += int(late.sum())
             self.policy.note_cost("catch_up", dur)
-        dur += draft_phase(self.drafter, self._host(), len(ids), k, ctx)
+        ks = self._ks(ids, k)
+        if self.cap:
+            dur += capped_draft_phase(self.drafter, self._host(), np.asarray(ks, np.int64),
+                                      self.ctx(arr))
+        else:
+            dur += draft_phase(self.drafter, self._host(), len(ids), k, ctx)
         dur *= self._factor("draft")
-        step.drafted = list(ids)
+        step.drafted, step.drafted_k = list(ids), ks
         self.last_draft_s = dur
-        return ("draft", self.drafter_dev, dur, len(ids), len(ids) * k, ctx)
+        return ("draft", self.drafter_dev, dur, len(ids), sum(ks), ctx)
 
     def _verify(self, step: Step, ids: list[int], ks: list[int]) -> PhaseT:
         arr = np.asarray(sorted(ids), np.int64)
@@ -272,7 +290,8 @@ class AdaptiveServer(ArrivalClock):
         step.verified = list(zip(arr.tolist(), kk.tolist(), acc.tolist(), emit.tolist(),
                                  strict=True))
         ctx = int(self.ctx(arr).sum())
-        tokens = int((kk + 1).sum())
+        # capped proposals: every row computed at the longest row's width (the runtime pads)
+        tokens = int(arr.size * (kk.max() + 1)) if self.cap else int((kk + 1).sum())
         dur = verify_phase(self.target, self._host(), int(arr.size), tokens, ctx)
         return ("verify", self.target_dev, dur * self._factor("verify"), int(arr.size), tokens,
                 ctx)
@@ -286,7 +305,7 @@ class AdaptiveServer(ArrivalClock):
             if len(nonempty) == 1:                         # one batch: an SD step
                 b = nonempty[0]
                 step.segments.append([self._draft(step, members[b], k)])
-                step.segments.append([self._verify(step, members[b], [k] * len(members[b]))])
+                step.segments.append([self._verify(step, members[b], step.drafted_k)])
                 step.verify_batch = step.draft_batch = b
                 return
             y = 0 if len(members[0]) >= len(members[1]) else 1
@@ -326,7 +345,7 @@ class AdaptiveServer(ArrivalClock):
         if step.drafted:
             self.lag[step.drafted] = 0
             if mode == "psd" and step.ready_after is not None:
-                self.held[step.drafted] = step.k
+                self.held[step.drafted] = step.drafted_k
         self.ready = step.ready_after if mode == "psd" else None
         self.tracker.update([(p, a) for _r, p, a, _e in step.verified])
         gone = set(done)
@@ -339,33 +358,6 @@ class AdaptiveServer(ArrivalClock):
         self.pending = []
         self.now = end
         self.step += 1
-
-    def step_records(self, step: Step) -> list[StepRecord]:
-        """The step's records (before ``commit``): its prefill, then its decode work."""
-        ends = step.ends
-        starts = [self.now] + ends[:-1]
-        out = []
-        idx = self.step
-        decode: list[Phase] = []
-        pre: list[Phase] = []
-        for seg, s0 in zip(step.segments, starts, strict=True):
-            for kind, dev, dur, n, tok, ctx in seg:
-                ph = Phase(kind=kind, device=dev, start=s0, end=s0 + dur, seqs=n, tokens=tok,
-                           context=ctx)
-                (pre if kind == "prefill" else decode).append(ph)
-        if pre:
-            out.append(StepRecord(index=idx, start=starts[0], end=ends[0], phases=tuple(pre)))
-        if decode:
-            s0 = ends[0] if pre else starts[0]
-            ver = tuple(Verified(req=r, proposed=p, accepted=a, emitted=e)
-                        for r, p, a, e in step.verified)
-            out.append(StepRecord(index=idx, start=s0, end=ends[-1], phases=tuple(decode),
-                                  verified=ver, verify_batch=step.verify_batch,
-                                  draft_batch=step.draft_batch,
-                                  overlapped=bool(step.verify_batch is not None and ver
-                                                  and step.draft_batch is not None
-                                                  and step.draft_batch != step.verify_batch)))
-        return out
 
     def summary(self) -> dict[str, Any]:
         """Switches, transitions, the switch costs paid and the choice timeline (the trace

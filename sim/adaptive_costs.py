@@ -29,6 +29,26 @@ def draft_time(drafter: Any, n: int, k: int, ctx: int) -> float:
     return total + float(getattr(drafter, "phase_overhead", 0.0))
 
 
+def capped_draft_phase(drafter: Any, host: Any, ks: np.ndarray, ctx: np.ndarray) -> float:
+    """Drafter passes j = 0..max k_i - 1 over the sequences with k_i > j (contexts ``ctx`` + j
+    each; ``server.cap_proposals``), plus its ``phase_overhead`` and the host work."""
+    kmax = int(ks.max()) if ks.size else 0
+    if kmax <= 0:
+        return 0.0
+    j = np.arange(kmax)
+    sel = ks[None, :] > j[:, None]
+    n = sel.sum(axis=1)
+    per = cost_time(drafter, n, n, (ctx[None, :] * sel).sum(axis=1) + j * n)
+    total = 0.0
+    for x in per.tolist():
+        total += x
+    total += float(getattr(drafter, "phase_overhead", 0.0))
+    if host is None:
+        return total
+    return float(host.draft(np.array([total]), np.array([n[0]]), np.array([int(ks.sum())]),
+                            np.array([kmax]))[0])
+
+
 def verify_phase(target: Any, host: Any, n: int, tokens: int, ctx: int) -> float:
     """One target pass over ``tokens`` scheduled tokens of n sequences, plus the host work."""
     gpu = cost_time(target, [n], [tokens], [ctx])

@@ -149,8 +149,6 @@ def check_adaptive(srv: Any) -> None:
     if srv.kv_blocks:
         raise ValueError("server.kv_blocks: must be 0 for server.mode = 'adaptive' "
                          "(no KV limit in the adaptive server)")
-    if srv.cap_proposals:
-        raise ValueError("server.cap_proposals: must be false for server.mode = 'adaptive'")
 
 
 def _adaptive(config: SimConfig, inp: Inputs) -> tuple[AdaptiveServer, int, dict[str, Any]]:
@@ -171,8 +169,12 @@ def _adaptive(config: SimConfig, inp: Inputs) -> tuple[AdaptiveServer, int, dict
                             output=inp.output, rng=np.random.default_rng(inp.s_acc),
                             target_dev=config.target.device, drafter_dev=inp.drafter_dev,
                             jitter=inp.jitter, hosts=hosts,
-                            first_token_at_step_end=config.server.first_token == "step")
-    return server, max(pcfg.k_choices, default=0), {"policy": dict(vars(pcfg))}
+                            first_token_at_step_end=config.server.first_token == "step",
+                            cap_proposals=config.server.cap_proposals)
+    extra: dict[str, Any] = {"policy": dict(vars(pcfg))}
+    if config.server.cap_proposals:
+        extra["cap_proposals"] = True
+    return server, max(pcfg.k_choices, default=0), extra
 
 
 def build(config: SimConfig) -> Built:

@@ -158,6 +158,35 @@ class Sink:
                 self.writer.request(rec)
 
 
+def adaptive_step_records(server, step) -> list[StepRecord]:
+    """The records of an adaptive server's step (``sim.adaptive.Step``; call before
+    ``server.commit``): its prefill, then its decode work, as ``step_records`` writes them."""
+    ends = step.ends
+    starts = [server.now] + ends[:-1]
+    out = []
+    idx = server.step
+    decode: list[Phase] = []
+    pre: list[Phase] = []
+    for seg, s0 in zip(step.segments, starts, strict=True):
+        for kind, dev, dur, n, tok, ctx in seg:
+            ph = Phase(kind=kind, device=dev, start=s0, end=s0 + dur, seqs=n, tokens=tok,
+                       context=ctx)
+            (pre if kind == "prefill" else decode).append(ph)
+    if pre:
+        out.append(StepRecord(index=idx, start=starts[0], end=ends[0], phases=tuple(pre)))
+    if decode:
+        s0 = ends[0] if pre else starts[0]
+        ver = tuple(Verified(req=r, proposed=p, accepted=a, emitted=e)
+                    for r, p, a, e in step.verified)
+        out.append(StepRecord(index=idx, start=s0, end=ends[-1], phases=tuple(decode),
+                              verified=ver, verify_batch=step.verify_batch,
+                              draft_batch=step.draft_batch,
+                              overlapped=bool(step.verify_batch is not None and ver
+                                              and step.draft_batch is not None
+                                              and step.draft_batch != step.verify_batch)))
+    return out
+
+
 class AdaptiveSink:
     """The records of an adaptive run (``sim.adaptive``): kept in memory; ``finalize`` adds the
     switch summary to the header and writes the trace file (steps, then requests)."""
@@ -168,7 +197,7 @@ class AdaptiveSink:
         self.on_finish = on_finish
 
     def step_records(self, server, step) -> list[StepRecord]:
-        return server.step_records(step) if self.level == "step" else []
+        return adaptive_step_records(server, step) if self.level == "step" else []
 
     def write(self, server, recs: list[StepRecord]) -> None:
         self.trace.steps.extend(recs)

@@ -107,8 +107,6 @@ def test_metrics_from_the_trace():
 @pytest.mark.parametrize("change, msg", [
     ({"server": {"mode": "adaptive", "m": 4, "kv_blocks": 100}}, "server.kv_blocks: must be 0"),
     ({"server": {"mode": "adaptive", "m": 4, "k_choices": [2]}}, "server.k_choices: not allowed"),
-    ({"server": {"mode": "adaptive", "m": 4, "cap_proposals": True}},
-     "server.cap_proposals: must be false"),
     ({"adaptive": {"hold": 0}}, "adaptive.hold: must be in [1, 10000]"),
     ({"adaptive": {"bogus": 1}}, "adaptive.bogus: unknown key"),
 ])
@@ -217,3 +215,27 @@ def test_first_token_at_step_end():
     ends = {s.index: s.end for s in late.trace.steps}               # the decode record's end
     prefill_steps = [s for s in late.trace.steps if any(p.kind == "prefill" for p in s.phases)]
     assert {r.first_token for r in late.trace.requests} <= {ends[s.index] for s in prefill_steps}
+
+
+@pytest.mark.parametrize("modes", [["sd"], ["psd"], ["ar", "sd", "psd"]])
+def test_capped_proposals_never_draft_past_the_output(modes):
+    """server.cap_proposals: a sequence proposes min(k, tokens it still needs - 1); the
+    verification is padded to the longest row; both paths agree."""
+    raw = _raw(None, m=8, n=20, modes=modes, k_choices=[4])
+    free = simulate(config_from_dict(raw))
+    raw["server"] = {**raw["server"], "cap_proposals": True}
+    cap = simulate(config_from_dict(raw))
+    assert _lines(cap) == _lines(simulate(config_from_dict(raw), path="simpy"))
+    assert cap.trace.run.extra["cap_proposals"] is True
+    out = {r.id: r.output_len for r in cap.trace.requests}
+    made = {r: 1 for r in out}                                   # the prefill's token
+    for s in cap.trace.steps:
+        for v in s.verified:
+            assert v.proposed <= max(out[v.req] - made[v.req] - 1, 0)
+            made[v.req] += v.emitted
+        for p in s.phases:
+            if p.kind == "verify" and s.verified:
+                assert p.tokens == len(s.verified) * (max(v.proposed for v in s.verified) + 1)
+    assert made == out
+    assert (sum(p.tokens for s in cap.trace.steps for p in s.phases if p.kind == "draft")
+            < sum(p.tokens for s in free.trace.steps for p in s.phases if p.kind == "draft"))
