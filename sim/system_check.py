@@ -48,8 +48,12 @@ _REQUIRED = ("id", "source", "engine_step", "gpu_preset", "model", "hardware", "
              "input_len", "output_len", "quantity", "published", "role")
 _OPTIONAL = ("figure", "engine_used", "drafter", "k", "batch", "request_rate", "acceptance",
              "derived", "note", "dtype", "drafter_tp", "drafter_dtype", "requests",
-             "components_ms", "basis")
+             "components_ms", "basis", "api_server")
 BASES = ("throughput", "latency")
+#: how a served point's requests reached the engine: through an API server in its own process
+#: (vLLM 0.5.4 and later, vllm-project/vllm PR #6883) or in the engine's process (up to
+#: 0.5.3); absent: offline (no API server)
+API_SERVERS = {"own-process": 1.0, "engine-process": 0.0}
 #: geometric alpha of an SD point whose source publishes no acceptance and whose series has no
 #: fit point to set it on: an ASSUMED round value, flagged in the table
 ASSUMED_ALPHA = 0.7
@@ -86,6 +90,8 @@ def _point(raw: Mapping[str, Any], where: str) -> Point:
         check_positive(f"{where}.request_rate", raw["request_rate"])
     check_nonnegative(f"{where}.acceptance", raw.get("acceptance", 0.0))
     check_choice(f"{where}.basis", raw.get("basis", "throughput"), BASES)
+    if "api_server" in raw:
+        check_choice(f"{where}.api_server", raw["api_server"], tuple(API_SERVERS))
     return Point(id=str(raw["id"]), raw=raw, mode=mode, k=k,
                  quantity=check_choice(f"{where}.quantity", raw["quantity"], QUANTITIES),
                  published=check_positive(f"{where}.published", raw["published"]),
@@ -162,8 +168,8 @@ def _step_s(met: Mapping[str, Any]) -> float:
 
 def _no_host(step: Any) -> dict[str, Any]:
     """The engine step with its host terms off (same jitter): the baseline of a host time."""
-    from psdlab.sim.costs.engine_step import DRAFT_TERMS, HOST_TERMS, TRANSFER_TERMS
-    zero = {k: 0.0 for k in HOST_TERMS + DRAFT_TERMS + TRANSFER_TERMS}
+    from psdlab.sim.costs.engine_step import API_TERMS, DRAFT_TERMS, HOST_TERMS, TRANSFER_TERMS
+    zero = {k: 0.0 for k in HOST_TERMS + DRAFT_TERMS + TRANSFER_TERMS + API_TERMS}
     return {**(dict(step) if isinstance(step, Mapping) else {"base": step}), **zero}
 
 
@@ -174,10 +180,20 @@ def _speedup(p: Point, step: Any, seed: int, alpha: float | None) -> float:
     return float(sd["throughput_tok_s"]) / float(ar["throughput_tok_s"])
 
 
+def engine_step_of(p: Point) -> Any:
+    """The point's engine step spec: its preset, served through its API server if it was."""
+    step = p.raw["engine_step"]
+    if "api_server" not in p.raw:
+        return step
+    return {"base": step, "served": True, "api_overlap": API_SERVERS[p.raw["api_server"]]}
+
+
 def predict(p: Point, seed: int = 0, alpha: float | None = None) -> float:
     """The point's quantity as the simulator predicts it (``alpha``: the SD acceptance when
-    the point has none)."""
-    step = p.raw["engine_step"]
+    the point has none).  A served point's output rate is capped by what its API server's own
+    process can stream (``api_bound_tok_s``)."""
+    from psdlab.sim.costs.engine_step import api_bound_tok_s, get_engine_step
+    step = engine_step_of(p)
     q = p.quantity
     if q == "sd_speedup_over_ar":
         if p.mode != "sd":
@@ -185,7 +201,8 @@ def predict(p: Point, seed: int = 0, alpha: float | None = None) -> float:
         return _speedup(p, step, seed, alpha)
     met = _metrics(p, p.mode, step, seed, alpha)
     if q == "output_tokens_per_s":
-        return float(met["throughput_tok_s"])
+        bound = api_bound_tok_s(get_engine_step(step), float(p.raw["output_len"]))
+        return min(float(met["throughput_tok_s"]), bound)
     if q == "tpot_ms":
         return 1e3 * float(met["tpot"]["mean"])
     if q == "itl_ms":
@@ -206,7 +223,7 @@ def fit_alpha(p: Point, seed: int = 0) -> float:
     lo, hi = 0.05, 0.98
     for _ in range(14):
         mid = 0.5 * (lo + hi)
-        if _speedup(p, p.raw["engine_step"], seed, mid) < p.published:
+        if _speedup(p, engine_step_of(p), seed, mid) < p.published:
             lo = mid
         else:
             hi = mid
@@ -242,7 +259,9 @@ def check(points: list[Point], seed: int = 0) -> dict[str, Any]:
         pred = predict(p, seed, alpha)
         err = pred / p.published - 1.0
         rows.append({"id": p.id, "role": p.role, "quantity": p.quantity,
-                     "engine_step": p.raw["engine_step"], "gpu_preset": p.raw["gpu_preset"],
+                     "engine_step": p.raw["engine_step"]
+                     + (f" served ({p.raw['api_server']})" if "api_server" in p.raw else ""),
+                     "gpu_preset": p.raw["gpu_preset"],
                      "published": p.published, "predicted": pred, "error": err,
                      "within_10pct": abs(err) <= FIT_TOLERANCE, "acceptance": how,
                      "alpha": alpha, "source": p.raw["source"],

@@ -17,6 +17,7 @@ from sim_helpers import make_config
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 V0_FILE = os.path.join(ROOT, "results", "engine", "vllm_v0_step_host.json")
+API_FILE = os.path.join(ROOT, "results", "engine", "vllm_served_share.json")
 HF_FILE = os.path.join(ROOT, "results", "engine", "hf_assisted_step_host.json")
 
 
@@ -72,17 +73,21 @@ def test_hf_terms_are_what_a_step_adds_beyond_its_passes_host_work(h_ar, fixed, 
     assert got["draft_per_pass_s"] == pytest.approx(per_pass * 1e-3, abs=1e-9)
 
 
-@pytest.mark.skipif(not (os.path.exists(V0_FILE) and os.path.exists(HF_FILE)),
-                    reason="measurement files not committed")
+def _load(path):
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
 def test_presets_hold_what_the_committed_measurements_give():
-    with open(V0_FILE, encoding="utf-8") as fh:
-        v0 = json.load(fh)
-    with open(HF_FILE, encoding="utf-8") as fh:
-        hf = json.load(fh)
+    v0 = _load(V0_FILE)
+    api = et.api_terms(_load(API_FILE), v0)
     presets = engine_step_presets()
-    want = {"vllm-v0": et.v0_sd_terms(v0), "hf-assisted": et.hf_assisted_terms(hf, v0)}
-    for name, terms in want.items():
-        for key in ("draft_fixed_s", "draft_per_seq_s", "draft_per_pass_s", "draft_per_token_s"):
+    want = [("vllm-v0", et.v0_sd_terms(v0)), ("hf-assisted", et.hf_assisted_terms(
+        _load(HF_FILE), v0))] + [(name, api) for name in ("vllm-v0", "vllm-v1", "vllm-v1-async")]
+    keys = ("draft_fixed_s", "draft_per_seq_s", "draft_per_pass_s", "draft_per_token_s",
+            "api_per_request_s", "api_per_token_s")
+    for name, terms in want:
+        for key in keys:
             if key in terms:
                 assert getattr(presets[name], key) == pytest.approx(terms[key], rel=5e-3,
                                                                     abs=1e-9), (name, key)
@@ -112,3 +117,60 @@ def test_sd_only_work_lowers_the_psd_gain_of_a_single_driver():
     def gain(**terms):
         return _run("psd", 4, **terms) / _run("sd", 4, **terms)
     assert gain(draft_fixed_s=2e-3, draft_per_token_s=1e-4) < gain()
+
+
+@settings(max_examples=25, deadline=None)
+@given(per_req=st.floats(0.0, 10.0), per_tok=st.floats(0.0, 0.3))
+def test_api_terms_separate_per_request_from_per_token_work(per_req, per_tok):
+    runs = [{"way": "served", "requests": n, "output_len": length,
+             "cpu_s": {"api": 1e-3 * (per_req * n + per_tok * n * length)}}
+            for n in (16, 48) for length in (16, 64)]
+    runs.append({"way": "offline", "requests": 16, "output_len": 16, "cpu_s": {"api": 99.0}})
+    got = et.api_terms({"runs": runs}, _v0(et.VIDUR_A100_PER_SEQ_MS, 1, 0, 0))
+    assert got["api_per_request_s"] == pytest.approx(per_req * 1e-3, abs=1e-9)
+    assert got["api_per_token_s"] == pytest.approx(per_tok * 1e-3, abs=1e-9)
+
+
+def test_api_work_in_the_engine_process_slows_every_step():
+    api = {"served": True, "api_per_token_s": 1e-3}
+    assert _run("ar", 0, api_overlap=0.0, **api) < _run("ar", 0)
+    assert _run("sd", 3, api_overlap=0.0, **api) < _run("sd", 3)
+    # in its own process it leaves the engine's steps alone (it caps the rate instead)
+    assert _run("ar", 0, api_overlap=1.0, **api) == _run("ar", 0)
+    # and a run that is not served pays nothing
+    assert _run("ar", 0, api_overlap=0.0, api_per_token_s=1e-3) == _run("ar", 0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(per_tok=st.floats(1e-6, 1e-3), per_req=st.floats(0.0, 1e-2),
+       length=st.integers(1, 2000), f=st.floats(0.01, 1.0))
+def test_the_api_servers_rate_bound(per_tok, per_req, length, f):
+    from psdlab.sim.costs.engine_step import api_bound_tok_s, get_engine_step
+    step = get_engine_step({"base": "vllm-v1", "served": True, "api_overlap": f,
+                            "api_per_token_s": per_tok, "api_per_request_s": per_req})
+    bound = api_bound_tok_s(step, length)
+    assert bound == pytest.approx(1.0 / (f * (per_tok + per_req / length)))
+    assert api_bound_tok_s(step, 2 * length) >= bound       # longer answers amortise a request
+    slower = get_engine_step({"base": "vllm-v1", **{k: getattr(step, k) for k in (
+        "served", "api_overlap", "api_per_request_s")}, "api_per_token_s": 2 * per_tok})
+    assert api_bound_tok_s(slower, length) < bound
+    assert api_bound_tok_s(get_engine_step({"base": "vllm-v1"}), length) == float("inf")
+    in_engine = get_engine_step({"base": "vllm-v1", "served": True, "api_overlap": 0.0})
+    assert api_bound_tok_s(in_engine, length) == float("inf")
+
+
+def test_a_served_points_throughput_is_capped_by_its_api_server():
+    from psdlab.sim.costs.engine_step import api_bound_tok_s, get_engine_step
+    from psdlab.sim import system_check as sc
+    raw = {"id": "x", "source": "test", "engine_step": "vllm-v1", "gpu_preset": "vllm-cudagraph",
+           "model": "llama-3.1-8b", "hardware": "h100-sxm", "tp": 1, "mode": "ar", "batch": 64,
+           "input_len": 64, "output_len": 32, "quantity": "output_tokens_per_s",
+           "published": 1000.0, "role": "held_out", "requests": 64}
+    offline = sc.predict(sc._point(raw, "p"))
+    served = sc._point({**raw, "api_server": "own-process"}, "p")
+    bound = api_bound_tok_s(get_engine_step(sc.engine_step_of(served)), 32)
+    assert sc.predict(served) == pytest.approx(min(offline, bound))
+    in_engine = sc.predict(sc._point({**raw, "api_server": "engine-process"}, "p"))
+    assert in_engine < offline
+    with pytest.raises(ValueError, match=r"^p\.api_server: "):
+        sc._point({**raw, "api_server": "thread"}, "p")

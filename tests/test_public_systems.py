@@ -26,7 +26,8 @@ QUANTITIES = {"cpu_overhead_ms_per_step", "tpot_ms", "itl_ms", "output_tokens_pe
 REQUIRED = {"id", "figure", "source", "engine_used", "engine_step", "gpu_preset", "model",
             "drafter", "dtype", "hardware", "tp", "mode", "k", "input_len", "output_len",
             "quantity", "published", "role"}
-OPTIONAL = {"batch", "request_rate", "acceptance", "basis", "derived", "note", "components_ms"}
+OPTIONAL = {"batch", "request_rate", "acceptance", "basis", "derived", "note", "components_ms",
+            "api_server"}
 #: plausible ranges of a published figure, per quantity (catches unit slips: s for ms, x100)
 RANGES = {"cpu_overhead_ms_per_step": (0.01, 100.0), "tpot_ms": (0.5, 1000.0),
           "itl_ms": (0.5, 1000.0), "output_tokens_per_s": (1.0, 1e6),
@@ -107,6 +108,9 @@ def point_errors(p: dict[str, Any], cats: dict[str, set[str]]) -> list[str]:
             bad("basis", "only sd_speedup_over_ar points have a basis")
     if p["role"] not in ("fit", "held_out"):
         bad("role", "must be 'fit' or 'held_out'")
+    if "api_server" in p and (p["api_server"] not in ("own-process", "engine-process")
+                              or "vllm" not in p.get("engine_used", "").lower()):
+        bad("api_server", "'own-process' or 'engine-process', on vLLM points only")
     if "acceptance" in p and not (p["mode"] == "sd"
                                   and 1.0 <= p["acceptance"] <= p["k"] + 1):
         bad("acceptance", "tokens per SD step, in [1, k + 1], SD points only")

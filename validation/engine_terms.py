@@ -15,7 +15,12 @@ project's CPU, and this module is the one place that says how:
   host work per pass (which the torch GPU presets' ``step_host_s`` already charges per pass):
   ``host(k) - (k + 1) x host(AR) = fixed + per_pass x k``.
 
-Every fit reads thread CPU time (``*_cpu``: what other jobs on a shared core do not stretch).
+- the API server's terms (``api_per_request_s``, ``api_per_token_s``) of the vLLM presets, from
+  ``vllm serve`` measured here (``results/engine/vllm_served_share.json``): the API process's
+  CPU time while ``vllm bench serve`` streams N prompts x L tokens, a plane in requests and
+  tokens.
+
+Every fit reads CPU time (thread or process; what other jobs on a shared core do not stretch).
 Both are scaled from this CPU to a GPU server's host by one factor, the ratio of Vidur's
 published A100-host per-sequence scheduling + output-processing time ([V] in engine_steps.toml,
 0.0301 ms) to the same slope measured here on vLLM 0.9.2 V0 (schedule + process_outputs per
@@ -84,3 +89,19 @@ def hf_assisted_terms(hf: Mapping[str, Any], v0: Mapping[str, Any],
     f = scale["factor"] * 1e-3
     return {"draft_fixed_s": max(0.0, c["one"]) * f, "draft_per_pass_s": max(0.0, c["k"]) * f,
             "layers": layers, "fit_here_ms": c, "r2": fit["r2"], "scale": scale}
+
+
+def api_terms(served: Mapping[str, Any], v0: Mapping[str, Any]) -> dict[str, Any]:
+    """The API server's CPU per request and per output token (``vllm serve`` measured here,
+    ``results/engine/vllm_served_share.json``: its API process while ``vllm bench serve``
+    streams N prompts x L tokens), scaled to the GPU host like every term here."""
+    rows = [r for r in served["runs"] if r["way"] == "served"]
+    fit = fit_line([{"requests": r["requests"], "tokens": r["requests"] * r["output_len"],
+                     "api_ms": {STAT: 1e3 * r["cpu_s"]["api"]}} for r in rows],
+                   "api_ms", ("requests", "tokens"))
+    scale = host_scale(v0)
+    c = fit["coef_ms"]
+    f = scale["factor"] * 1e-3
+    return {"api_per_request_s": max(0.0, c["requests"]) * f,
+            "api_per_token_s": max(0.0, c["tokens"]) * f, "fit_here_ms": c, "r2": fit["r2"],
+            "scale": scale}

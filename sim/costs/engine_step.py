@@ -24,6 +24,11 @@ every verify and drafting phase, so all execution paths see the same times):
   one).  A PSD run whose other batch is empty (start-up, tail) keeps that charge: an upper
   bound for those few steps;
 - a phase carrying H lasts ``max(gpu, overlap H) + (1 - overlap) H``;
+- a run served through the engine's API server (``served``): the part of the API server's
+  per-token work that runs in the engine's own process (``1 - api_overlap``; vLLM up to 0.5.3)
+  adds ``api_per_token_s`` per sequence to every step's Hv; the part in its own process
+  (``api_overlap``) caps the output rate at ``api_bound_tok_s`` (``psdlab systems check``
+  applies it to served throughput points);
 - step-time variability: per phase kind, a gamma CV (``step_jitter``), used when the config
   has no ``[jitter]`` table.
 
@@ -57,7 +62,10 @@ HOST_TERMS = ("host_fixed_s", "host_per_tp_rank_s", "host_per_seq_s", "host_per_
 DRAFT_TERMS = ("draft_fixed_s", "draft_per_pass_s", "draft_per_seq_s", "draft_per_token_s")
 #: moving drafts and their distributions between devices
 TRANSFER_TERMS = ("transfer_s", "transfer_prob_bytes")
-_SECONDS = HOST_TERMS + DRAFT_TERMS + TRANSFER_TERMS
+#: a served engine's API server (HTTP, tokenisation, detokenisation, streaming): only when
+#: the run goes through it (``served``)
+API_TERMS = ("api_per_request_s", "api_per_token_s")
+_SECONDS = HOST_TERMS + DRAFT_TERMS + TRANSFER_TERMS + API_TERMS
 _CVS = ("cv_verify", "cv_draft", "cv_prefill")
 
 
@@ -76,6 +84,10 @@ class EngineStep:
     draft_per_token_s: float = 0.0
     transfer_s: float = 0.0
     transfer_prob_bytes: float = 0.0
+    api_per_request_s: float = 0.0
+    api_per_token_s: float = 0.0
+    api_overlap: float = 1.0
+    served: bool = False
     single_driver: bool = True
     cv_verify: float = 0.0
     cv_draft: float = 0.0
@@ -117,15 +129,19 @@ def _step_from(name: str, raw: Mapping[str, Any], where: str) -> EngineStep:
     for key in _SECONDS:
         vals[key] = check_nonnegative(f"{where}.{key}", raw.get(key, 0.0))
     vals["overlap"] = check_range(f"{where}.overlap", raw.get("overlap", 0.0), 0.0, 1.0)
+    vals["api_overlap"] = check_range(f"{where}.api_overlap", raw.get("api_overlap", 1.0),
+                                      0.0, 1.0)
     for key in _CVS:
         vals[key] = check_range(f"{where}.{key}", raw.get(key, 0.0), 0.0, 3.0)
-    drv = raw.get("single_driver", True)
-    if not isinstance(drv, bool):
-        raise ValueError(f"{where}.single_driver: expected true or false, got {drv!r}")
+    drv, served = raw.get("single_driver", True), raw.get("served", False)
+    for key, flag in (("single_driver", drv), ("served", served)):
+        if not isinstance(flag, bool):
+            raise ValueError(f"{where}.{key}: expected true or false, got {flag!r}")
     src = raw.get("sources", ())
     if not isinstance(src, (list, tuple)) or not all(isinstance(s, str) for s in src):
         raise ValueError(f"{where}.sources: expected a list of strings")
-    return EngineStep(name=name, single_driver=drv, description=str(raw.get("description", "")),
+    return EngineStep(name=name, single_driver=drv, served=served,
+                      description=str(raw.get("description", "")),
                       sources=tuple(src), **vals)
 
 
@@ -196,6 +212,18 @@ def preset_default(cost_spec: Mapping[str, Any]) -> str | None:
     return engine_presets()[eng].engine_step or None
 
 
+def api_bound_tok_s(step: EngineStep | None, output_len: float) -> float:
+    """Output tokens/s that a served engine's API server can stream from its own process
+    (``api_overlap`` of its work): ``1 / (api_overlap (api_per_token_s + api_per_request_s /
+    output_len))``; infinite when the run is not served or the API work is all in the engine's
+    process (then ``StepHost`` charges it per step instead)."""
+    if step is None or not step.served or step.api_overlap <= 0.0:
+        return float("inf")
+    per_token = step.api_overlap * (step.api_per_token_s
+                                    + step.api_per_request_s / max(1.0, float(output_len)))
+    return float("inf") if per_token <= 0.0 else 1.0 / per_token
+
+
 def prob_seconds_per_token(step: EngineStep, drafter: Any) -> float:
     """Seconds to ship one draft token's distribution over the drafter's link (0 when the
     drafter's cost model has no model/hardware catalog entry)."""
@@ -220,10 +248,15 @@ class StepHost:
         self.separate = bool(separate)
         self.prob_s = prob_seconds_per_token(step, drafter) if self.separate else 0.0
         self.both = mode == "psd" and step.single_driver
+        #: the API server's per-token work that runs in the engine's own process (served
+        #: runs only): every sequence streams at least one token per step
+        self.api_serial = (step.api_per_token_s * (1.0 - step.api_overlap)
+                           if step.served else 0.0)
 
     def _hv(self, n, tokens):
         s = self.step
-        return self.fixed + s.host_per_seq_s * n + s.host_per_token_s * tokens
+        return (self.fixed + (s.host_per_seq_s + self.api_serial) * n
+                + s.host_per_token_s * tokens)
 
     def _hd(self, n, dtok, passes):
         s = self.step
@@ -262,6 +295,6 @@ class StepHost:
         return np.where(n > 0, self._phase(gpu, host), gpu)
 
 
-__all__ = ["HOST_TERMS", "DRAFT_TERMS", "TRANSFER_TERMS",
+__all__ = ["HOST_TERMS", "DRAFT_TERMS", "TRANSFER_TERMS", "API_TERMS", "api_bound_tok_s",
            "EngineStep", "PhaseJitter", "StepHost", "engine_step_presets", "get_engine_step",
            "check_spec", "preset_default", "known_names", "NONE", "FROM_PRESET"]
