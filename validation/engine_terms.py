@@ -8,8 +8,9 @@ project's CPU, and this module is the one place that says how:
   the scorer's own host work (batch expansion and contraction, the target's sampler over the
   expanded batch), the rejection sampler and the output list -- fitted per step as
   ``fixed + per_seq x batch + per_draft_token x batch k`` (the scorer and the sampler work on
-  every draft token; R^2 0.99 against 0.87 for a line in batch and k).  The proposer's per-pass work stays inside the
-  drafter's passes, which ``vllm-eager`` prices whole (fitted on MineDraft's drafting medians).
+  every draft token; R^2 0.99 against 0.87 for a line in batch and k).  The proposer's
+  per-pass work stays inside the drafter's passes, which ``vllm-eager`` prices whole
+  (fitted on MineDraft's drafting medians).
 - ``hf-assisted``, from Hugging Face assisted generation (``results/engine/
   hf_assisted_step_host.json``, batch 1): what a step's host time adds beyond one AR step's
   host work per pass (which the torch GPU presets' ``step_host_s`` already charges per pass):
