@@ -30,6 +30,7 @@ import datetime
 import json
 import os
 import platform
+import statistics
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -271,7 +272,10 @@ def check(points: list[Point], seed: int = 0) -> dict[str, Any]:
     summary = {"fitted": len(fit), "fitted_within_10pct": sum(r["within_10pct"] for r in fit),
                "held_out": len(held),
                "held_out_mean_abs_error": (sum(abs(r["error"]) for r in held) / len(held)
-                                           if held else None)}
+                                           if held else None),
+               "held_out_median_abs_error": (statistics.median(abs(r["error"]) for r in held)
+                                             if held else None),
+               "held_out_within_15pct": sum(abs(r["error"]) <= 0.15 for r in held)}
     return {"command": COMMAND, "seed": seed, "points": rows, "summary": summary, **stamp()}
 
 
@@ -289,7 +293,8 @@ def markdown(res: dict[str, Any]) -> str:
              f"Written by `{res['command']}` on {res['date_utc']}, {res['machine']}, commit "
              f"{res['commit']}; seed {res['seed']}.  Fitted: {s['fitted_within_10pct']} of "
              f"{s['fitted']} within 10%; held out: {s['held_out']}"
-             + (f", mean |error| {s['held_out_mean_abs_error']:.1%}"
+             + (f", median |error| {s['held_out_median_abs_error']:.1%}, mean "
+                f"{s['held_out_mean_abs_error']:.1%}, {s['held_out_within_15pct']} within 15%"
                 if s["held_out_mean_abs_error"] is not None else "") + ".", "",
              "| id | role | quantity | engine step | published | predicted | error | setup "
              "| acceptance |", "|---|---|---|---|---|---|---|---|---|"]
