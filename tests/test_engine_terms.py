@@ -174,3 +174,16 @@ def test_a_served_points_throughput_is_capped_by_its_api_server():
     assert in_engine < offline
     with pytest.raises(ValueError, match=r"^p\.api_server: "):
         sc._point({**raw, "api_server": "thread"}, "p")
+
+
+@pytest.mark.parametrize("field, value, needle", [
+    ("api_overlap", 1.5, r"server\.engine_step\.api_overlap: "),
+    ("served", "yes", r"server\.engine_step\.served: expected true or false, got 'yes'"),
+    ("draft_per_token_s", -1e-3, r"server\.engine_step\.draft_per_token_s: "),
+    ("api_per_token_s", -1.0, r"server\.engine_step\.api_per_token_s: "),
+])
+def test_bad_new_terms_are_one_line_errors(field, value, needle):
+    from psdlab.sim.costs.engine_step import get_engine_step
+    with pytest.raises(ValueError, match="^" + needle) as err:
+        get_engine_step({"base": "vllm-v0", field: value})
+    assert "\n" not in str(err.value)
