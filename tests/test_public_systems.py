@@ -222,3 +222,20 @@ def test_sd_fields_in_range(points, cats, k, acc):
     p["k"], p["acceptance"] = k, acc
     ok = 1 <= k <= 16 and 1.0 <= acc <= k + 1
     assert (point_errors(p, cats) == []) == ok
+
+
+def test_judge_points_judge_and_set_nothing():
+    """Spec-Bench's SpS rows are judges (issue 45): their own file, role 'judge' only, and no
+    preset names them as a source or fit point."""
+    from psdlab.sim import system_check as sc
+    judge = os.path.join(os.path.dirname(PATH), "judge_points.toml")
+    pts = sc.load_points(judge)
+    assert pts and {p.role for p in pts} == {"judge"}
+    assert all("Spec-Bench" in p.raw["source"] for p in pts)
+    folder = os.path.dirname(PATH)
+    for name in ("engine_steps.toml", "engines.toml"):
+        with open(os.path.join(folder, name), encoding="utf-8") as fh:
+            text = fh.read().lower()
+        assert "spec-bench" not in text and "judge_points" not in text, name
+    with open(PATH, "rb") as fh:
+        assert all(p["role"] != "judge" for p in tomllib.load(fh)["point"])

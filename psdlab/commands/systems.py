@@ -55,7 +55,10 @@ def run(args: argparse.Namespace) -> int:
         if args.quick:
             raise UsageError("--quick: only with 'gain'")
         from psdlab.sim import system_check as sc
-        res = sc.check(sc.load_points(args.points), seed=args.seed)
+        command = sc.COMMAND if not args.points else (
+            f"psdlab systems check --points {args.points}"
+            + (f" -o {args.out}" if args.out else ""))
+        res = sc.check(sc.load_points(args.points), seed=args.seed, command=command)
         text = sc.markdown(res)
         if args.out:
             for path in sc.write(res, args.out):
