@@ -8,16 +8,14 @@ import os
 import sys
 from typing import Sequence
 
+from psdlab.analysis.registry import Registry
 from psdlab.paper_figs.common import FigOptions, FigureOutput
 
-FIGURES: dict[str, str] = {
-    "theory": "psdlab.paper_figs.fig_theory",
-    "throughput_k": "psdlab.paper_figs.fig_throughput_k",
-    "batch_ablation": "psdlab.paper_figs.fig_batch_ablation",
-    "lifespan": "psdlab.paper_figs.fig_lifespan",
-    "step_times": "psdlab.paper_figs.fig_step_times",
-    "validation": "psdlab.paper_figs.fig_validation",
-}
+#: figure name -> its module (imported when the figure is made; docs/registries.md)
+FIGURES: Registry[str] = Registry("figure")
+for _name in ("theory", "throughput_k", "batch_ablation", "lifespan", "step_times",
+              "validation"):
+    FIGURES.add(_name, f"psdlab.paper_figs.fig_{_name}")
 
 
 def parse_only(text: str | None) -> tuple[str, ...]:
@@ -38,7 +36,7 @@ def make_figures(opts: FigOptions, names: Sequence[str] | None = None, *,
     names = tuple(names) if names else tuple(FIGURES)
     parse_only(",".join(names))
     os.makedirs(opts.outdir, exist_ok=True)
-    modules = [importlib.import_module(FIGURES[n]) for n in names]
+    modules = [importlib.import_module(FIGURES.get(n, "--only")) for n in names]
     total = sum(mod.units(opts) for mod in modules)
     bar = None
     if progress:

@@ -32,13 +32,14 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from psdlab.analysis.checks import check_int, check_nonnegative, check_range
 from psdlab.analysis.formats.detect import read_workload
 from psdlab.analysis.formats.records import Workload as FileWorkload
+from psdlab.analysis.registry import Registry
 
 from .lengths import LengthDist, make_length, sharegpt_like_lengths
 
@@ -145,42 +146,58 @@ def _lengths(spec: Mapping[str, Any], where: str) -> tuple[LengthDist, LengthDis
             make_length(spec.get("output", DEFAULT_LEN), f"{where}.output"))
 
 
+#: the workloads by name (``psdlab.analysis.registry``; docs/registries.md): ``f(spec, where)``
+WORKLOADS: Registry[Callable[[Mapping[str, Any], str], Workload]] = Registry("workload")
+
+
 def make_workload(spec: Mapping[str, Any], where: str = "workload") -> Workload:
     """Build a workload from its spec (see the module docstring)."""
     if not isinstance(spec, Mapping):
         raise ValueError(f"{where}: expected a table with a 'name', got {spec!r}")
-    name = spec.get("name")
-    if name == "offline":
-        _fields(spec, where, ("prompt", "output"))
-        prompt, output = _lengths(spec, where)
-        return Workload("offline", prompt, output, spec=dict(spec))
-    if name in ("poisson", "gamma"):
-        _fields(spec, where, ("rate", "prompt", "output", "start") + (("cv",) if name == "gamma"
-                                                                      else ()))
-        if "rate" not in spec:
-            raise ValueError(f"{where}.rate: missing (requests per second)")
-        rate = check_range(f"{where}.rate", spec["rate"], 0.0, 1e9, lo_open=True)
-        cv = 1.0
-        if name == "gamma":
-            if "cv" not in spec:
-                raise ValueError(f"{where}.cv: missing (coefficient of variation of the gaps)")
-            cv = check_range(f"{where}.cv", spec["cv"], 0.0, 100.0, lo_open=True)
-        prompt, output = _lengths(spec, where)
-        start = check_nonnegative(f"{where}.start", spec.get("start", 0.0))
-        return Workload(name, prompt, output, rate=rate, cv=cv, start=start, spec=dict(spec))
-    if name == "replay":
-        _fields(spec, where, ("path",))
-        if "path" not in spec:
-            raise ValueError(f"{where}.path: missing (a .csv or .jsonl file)")
-        return Workload("replay", rows=read_requests(spec["path"]), spec=dict(spec))
-    if name == "file":
-        _fields(spec, where, ("path", "format", "rate_scale", "start", "end", "max_model_len"))
-        if "path" not in spec:
-            raise ValueError(f"{where}.path: missing (a trace or benchmark file "
-                             f"psdlab.analysis.formats reads)")
-        return Workload("file", rows=requests_from_file(spec, where), spec=dict(spec))
-    raise ValueError(f"{where}.name: unknown workload {name!r}; known: offline, poisson, gamma, "
-                     f"replay, file")
+    return WORKLOADS.get(spec.get("name"), f"{where}.name")(spec, where)
+
+
+@WORKLOADS.register("offline")
+def _offline(spec: Mapping[str, Any], where: str) -> Workload:
+    _fields(spec, where, ("prompt", "output"))
+    prompt, output = _lengths(spec, where)
+    return Workload("offline", prompt, output, spec=dict(spec))
+
+
+@WORKLOADS.register("gamma")
+@WORKLOADS.register("poisson")
+def _timed(spec: Mapping[str, Any], where: str) -> Workload:
+    name = str(spec["name"])
+    _fields(spec, where, ("rate", "prompt", "output", "start") + (("cv",) if name == "gamma"
+                                                                  else ()))
+    if "rate" not in spec:
+        raise ValueError(f"{where}.rate: missing (requests per second)")
+    rate = check_range(f"{where}.rate", spec["rate"], 0.0, 1e9, lo_open=True)
+    cv = 1.0
+    if name == "gamma":
+        if "cv" not in spec:
+            raise ValueError(f"{where}.cv: missing (coefficient of variation of the gaps)")
+        cv = check_range(f"{where}.cv", spec["cv"], 0.0, 100.0, lo_open=True)
+    prompt, output = _lengths(spec, where)
+    start = check_nonnegative(f"{where}.start", spec.get("start", 0.0))
+    return Workload(name, prompt, output, rate=rate, cv=cv, start=start, spec=dict(spec))
+
+
+@WORKLOADS.register("replay")
+def _replay(spec: Mapping[str, Any], where: str) -> Workload:
+    _fields(spec, where, ("path",))
+    if "path" not in spec:
+        raise ValueError(f"{where}.path: missing (a .csv or .jsonl file)")
+    return Workload("replay", rows=read_requests(spec["path"]), spec=dict(spec))
+
+
+@WORKLOADS.register("file")
+def _file(spec: Mapping[str, Any], where: str) -> Workload:
+    _fields(spec, where, ("path", "format", "rate_scale", "start", "end", "max_model_len"))
+    if "path" not in spec:
+        raise ValueError(f"{where}.path: missing (a trace or benchmark file "
+                         f"psdlab.analysis.formats reads)")
+    return Workload("file", rows=requests_from_file(spec, where), spec=dict(spec))
 
 
 @functools.lru_cache(maxsize=8)

@@ -1,6 +1,7 @@
 """Which reader a file needs, told from its content (not its name), and one entry point.
 
-``FORMATS`` maps each format's name to its reader module; every module has ``NAME``,
+``FORMATS`` (a ``psdlab.analysis.registry.Registry``) maps each format's name to its reader
+module; every module has ``NAME``,
 ``KIND`` ("workload", "bench", "counters" or "log"), ``sniff(head)`` and ``read(path)``.
 :func:`read_workload` reads any format that holds requests (the bench results through their
 ``read_workload``: detailed results only).
@@ -22,24 +23,22 @@ from . import (
     vllm_log,
     vllm_metrics,
 )
+from ..registry import Registry
 from .errors import FormatError, fail
 from .parsing import PathLike, head_text
 from .records import Workload
 
 #: name -> reader module, in the order detection tries them (most specific first)
-FORMATS: dict[str, ModuleType] = {m.NAME: m for m in (
-    vllm_metrics, vllm_bench, sglang_bench, azure, burstgpt, mooncake, sharegpt, specbench,
-    custom_prompts, vllm_log)}
+FORMATS: Registry[ModuleType] = Registry("format", error=FormatError)
+for _module in (vllm_metrics, vllm_bench, sglang_bench, azure, burstgpt, mooncake, sharegpt,
+                specbench, custom_prompts, vllm_log):
+    FORMATS.add(_module.NAME, _module)
 WORKLOAD_KINDS = ("workload", "bench")
 
 
 def module_for(format: str) -> ModuleType:
     """The reader module called ``format``; an unknown name lists the allowed ones."""
-    try:
-        return FORMATS[format]
-    except KeyError:
-        raise FormatError(f"unknown format {format!r}; allowed: "
-                          f"{', '.join(sorted(FORMATS))}") from None
+    return FORMATS.get(format, "format")
 
 
 def detect_format(path: PathLike) -> str:

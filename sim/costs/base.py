@@ -21,6 +21,8 @@ from typing import Any, Callable, Mapping, TypeVar
 
 import numpy as np
 
+from psdlab.analysis.registry import Registry
+
 _SCALARS = (int, float)
 
 
@@ -100,16 +102,14 @@ def vmax(a, b):
 # ---------------------------------------------------------------------------- registry
 
 CostFactory = Callable[[Mapping[str, Any], str], CostModel]
-COST_MODELS: dict[str, CostFactory] = {}
+#: the cost models by name (``psdlab.analysis.registry``; docs/registries.md)
+COST_MODELS: Registry[CostFactory] = Registry("cost model")
 _Factory = TypeVar("_Factory", bound=CostFactory)   # keeps the factory's own return type
 
 
 def register_cost_model(name: str) -> Callable[[_Factory], _Factory]:
     """Decorator: make a factory ``f(spec, where) -> CostModel`` available by name."""
-    def deco(factory: _Factory) -> _Factory:
-        COST_MODELS[name] = factory
-        return factory
-    return deco
+    return COST_MODELS.register(name)
 
 
 def make_cost_model(spec: Mapping[str, Any], where: str = "cost") -> CostModel:
@@ -119,11 +119,7 @@ def make_cost_model(spec: Mapping[str, Any], where: str = "cost") -> CostModel:
     `where` (``cost.name``, ``cost.hardware``, ...)."""
     if not isinstance(spec, Mapping):
         raise ValueError(f"{where}: expected a table/dict with a 'name', got {spec!r}")
-    name = spec.get("name")
-    if name not in COST_MODELS:
-        raise ValueError(f"{where}.name: unknown cost model {name!r}; known: "
-                         f"{', '.join(sorted(COST_MODELS))}")
-    return COST_MODELS[name](spec, where)
+    return COST_MODELS.get(spec.get("name"), f"{where}.name")(spec, where)
 
 
 def check_fields(spec: Mapping[str, Any], where: str, required: tuple[str, ...] = (),
