@@ -24,7 +24,7 @@ import sys
 import time
 from typing import Any, Sequence
 
-from psdlab.validation.host_steps import fit_line, parse_ints, summarize_cell
+from psdlab.validation.engine.host_steps import fit_line, parse_ints, summarize_cell
 
 KEYS = ("host", "host_cpu", "draft_host", "target_host", "draft_host_cpu", "target_host_cpu",
         "crop", "strategy", "verify_host", "forward", "wall")

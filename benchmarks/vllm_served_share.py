@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from psdlab.validation.host_steps import lstsq, parse_ints
+from psdlab.validation.engine.host_steps import lstsq, parse_ints
 
 
 def _cpu(procs: dict[str, list[Any]]) -> dict[str, float]:

@@ -41,8 +41,8 @@ import sys
 import time
 from typing import Any, Callable, Sequence
 
-from psdlab.validation.host_steps import V1_PARTS as PARTS
-from psdlab.validation.host_steps import fits, parse_ints, summarize_cell, v1_decode_steps
+from psdlab.validation.engine.host_steps import V1_PARTS as PARTS
+from psdlab.validation.engine.host_steps import fits, parse_ints, summarize_cell, v1_decode_steps
 
 LSCPU_KEYS = ("Model name", "CPU family", "Model", "Thread(s) per core", "Core(s) per socket",
               "Socket(s)", "Hypervisor vendor", "L2 cache", "L3 cache", "CPU max MHz")

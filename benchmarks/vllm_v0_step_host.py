@@ -31,7 +31,7 @@ import sys
 import time
 from typing import Any, Callable, Sequence
 
-from psdlab.validation.host_steps import fits, parse_ints, summarize_cell
+from psdlab.validation.engine.host_steps import fits, parse_ints, summarize_cell
 
 PARTS = ("schedule", "process_outputs", "proposer_host", "scorer_host", "verify",
          "outputs_list", "exec_host", "other")

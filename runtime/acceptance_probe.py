@@ -7,7 +7,7 @@ target's greedy output (an AR run of the real engine, EOS ignored as in the demo
 and one teacher-forced pass of the drafter over prompt + output give every position at
 once, where a timed SD run sees only the positions its verifications reach.  So a pool of
 prompts many times larger than the timed calibration runs serve costs a fraction of their
-time, and the acceptance model (``validation.acceptance_cv``) learns the population of
+time, and the acceptance model (``validation.acceptance.cross_validation``) learns the population of
 prompts from it rather than from the few dozen a timed run serves.
 
 ``probe_patterns`` splits the prompts over ``workers`` processes, each pinned to its own

@@ -2,8 +2,8 @@
 
 Simulates vLLM-bench-shaped results (``vllm_bench_write``) from a known affine step cost
 (target, and a drafter for SD) with gamma step-time jitter, at two AR and two SD request
-rates, calibrates on them (``validation.bench_calibrate.fit_from_bench``: the same code as
-``psdlab calibrate R.json ...``), and writes per coefficient the truth, the estimate, its 95%
+rates, calibrates on them (``validation.serving_results.calibration.fit_from_bench``: the same code
+as ``psdlab calibrate R.json ...``), and writes per coefficient the truth, the estimate, its 95%
 interval and whether the interval holds the truth, the acceptance per position, the fit's
 mean-latency errors, then predicts a held-out AR and SD rate (``predict_bench``) against a
 fresh simulation of the truth there.  Synthetic: it checks the method, not any machine.
@@ -24,8 +24,8 @@ from typing import Any
 
 from psdlab.analysis.formats.vllm_bench_write import write_bench_result
 from psdlab.sim.sim_config import config_from_dict
-from psdlab.validation.bench_calibrate import fit_from_bench
-from psdlab.validation.bench_predict import predict_bench, simulated_bench
+from psdlab.validation.serving_results.calibration import fit_from_bench
+from psdlab.validation.serving_results.predict import predict_bench, simulated_bench
 from psdlab.validation.results_file import git_info, machine_info
 
 TARGET: dict[str, Any] = {"name": "affine", "base": 0.012, "per_seq": 0.0006, "per_token": 4e-5,

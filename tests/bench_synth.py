@@ -9,7 +9,7 @@ from typing import Any
 
 from psdlab.analysis.formats.vllm_bench_write import write_bench_result
 from psdlab.sim.sim_config import config_from_dict
-from psdlab.validation.bench_predict import simulated_bench
+from psdlab.validation.serving_results.predict import simulated_bench
 
 TRUE_TARGET = {"name": "affine", "base": 0.012, "per_seq": 0.0006, "per_token": 4e-5,
                "per_context": 0.0}

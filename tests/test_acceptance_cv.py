@@ -1,6 +1,6 @@
-"""Choosing the acceptance model that transfers (validation/acceptance_cv.py): the CRPS, the
-per-prompt predictive draws, the pattern-resampling model (sim/acceptance_resampled.py), the
-growth of the per-request spread along a proposal, and the cross-validated choice."""
+"""Choosing the acceptance model that transfers (validation/acceptance/cross_validation.py): the
+CRPS, the per-prompt predictive draws, the pattern-resampling model (sim/acceptance_resampled.py),
+the growth of the per-request spread along a proposal, and the cross-validated choice."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from psdlab.sim.acceptance_registry import make_acceptance
-from psdlab.validation import acceptance_cv as cv
-from psdlab.validation import acceptance_transfer as at
+from psdlab.validation.acceptance import cross_validation as cv
+from psdlab.validation.acceptance import transfer as at
 from test_acceptance_transfer import KEYS, TRUE, fake_trace
 
 FALLBACK = {"name": "positional", "rates": [0.5, 0.5, 0.5, 0.5]}

@@ -1,5 +1,5 @@
 """The acceptance pool: greedy match patterns measured untimed (runtime/acceptance_probe.py)
-and how they enter the acceptance fit (validation/acceptance_pool.py)."""
+and how they enter the acceptance fit (validation/acceptance/pool.py)."""
 from __future__ import annotations
 
 import json
@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from greedy_util import greedy_trace
 from psdlab.sim.acceptance_registry import make_acceptance
-from psdlab.validation import acceptance_pool as ap
-from psdlab.validation.acceptance_transfer import trials, verifications
+from psdlab.validation.acceptance import pool as ap
+from psdlab.validation.acceptance.transfer import trials, verifications
 
 
 def _patterns(n: int, length: int, seed: int, rate: float = 0.6) -> dict[str, str]:
@@ -76,7 +76,7 @@ def test_the_cv_scores_pool_prompts_in_folds_and_picks_up_their_level():
     """With the pool the CV scores every pool prompt (in ``MAX_FOLDS`` folds once there are
     more prompts than that) and the refitted model learns the pool's level: a pool whose
     prompts match less predicts less acceptance than the runs alone."""
-    from psdlab.validation.acceptance_cv import MAX_FOLDS, folds, select
+    from psdlab.validation.acceptance.cross_validation import MAX_FOLDS, folds, select
     served = _patterns(6, 14, seed=3, rate=0.7)
     traces = [greedy_trace(served, k) for k in (2, 4)]
     low = {k.replace("-", "-p"): v for k, v in _patterns(60, 14, seed=4, rate=0.2).items()}
@@ -119,7 +119,7 @@ def test_probe_patterns_are_the_runs_match_patterns(tmp_path_factory):
     from psdlab.runtime.controller import Engine, EngineConfig
     from psdlab.runtime.requests import Request
     from psdlab.runtime.runner import ModelSpec
-    from psdlab.validation.match_patterns import match_patterns
+    from psdlab.validation.acceptance.match_patterns import match_patterns
     pair = shared_pair(tmp_path_factory)
     items = [(f"chat-{i}", tuple(p)) for i, p in enumerate(prompts(6, seed=5, lo=3, hi=20))]
     new = 12

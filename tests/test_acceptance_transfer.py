@@ -1,6 +1,6 @@
 """The acceptance model that transfers to unseen prompts: the simulator's ``fitted`` model
 (sim/acceptance_fitted.py), its maximum-likelihood fit and cross-validated choice
-(validation/acceptance_transfer.py), the demo's disjoint prompt sides
+(validation/acceptance/transfer.py), the demo's disjoint prompt sides
 (validation/demo/measurement_plan.py)
 and the results file's comparisons (validation/results_file.py)."""
 from __future__ import annotations
@@ -16,7 +16,7 @@ from psdlab.analysis.trace import RequestRecord, RunInfo, StepRecord, Trace, Ver
 from psdlab.sim.acceptance_registry import make_acceptance
 from psdlab.sim.acceptance_fitted import style_of
 from psdlab.sim.trajectories import sample_trajectories
-from psdlab.validation import acceptance_transfer as at
+from psdlab.validation.acceptance import transfer as at
 
 TRUE = {"name": "fitted", "styles": {"chat": 2.0, "code": 0.0, "math": 1.0}, "default": 1.0,
         "draft": [0.0, 0.5, 0.8, 1.0], "output": 0.0, "sigma": 0.7, "ref_position": 10}

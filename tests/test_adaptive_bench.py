@@ -6,7 +6,8 @@ import pytest
 
 from psdlab.analysis.trace import Phase, RunInfo, StepRecord, Trace, Verified
 from psdlab.cli import main
-from psdlab.validation.adaptive_bench import BenchPlan, _acceptance, _fit_costs, _judge, sim_config
+from psdlab.validation.adaptive.bench_adaptive import (BenchPlan, _acceptance, _fit_costs, _judge,
+                                                       sim_config)
 
 
 def _trace(rows):

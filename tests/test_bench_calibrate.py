@@ -1,6 +1,6 @@
-"""Calibration from serving-benchmark results (``validation.bench_calibrate``): synthetic vLLM
-bench results, simulated from a known cost model with step-time jitter and written by the
-vLLM bench writer, must give back that model within the fit's own intervals; the model file
+"""Calibration from serving-benchmark results (``validation.serving_results.calibration``):
+synthetic vLLM bench results, simulated from a known cost model with step-time jitter and written by
+the vLLM bench writer, must give back that model within the fit's own intervals; the model file
 round-trips; a prediction reproduces what the benchmark measured."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from bench_synth import TRUE_DRAFTER, TRUE_RATES, TRUE_TARGET, write_synth
 
 from psdlab.sim.costs import make_cost_model
-from psdlab.validation.bench_calibrate import BenchFit, fit_from_bench
-from psdlab.validation.bench_predict import predict_bench
+from psdlab.validation.serving_results.calibration import BenchFit, fit_from_bench
+from psdlab.validation.serving_results.predict import predict_bench
 
 TERMS3 = ("base", "per_seq", "per_token")
 

@@ -23,7 +23,7 @@ def test_bad_arguments_name_the_field(capsys, extra, field):
 
 
 def test_bf16_spacing():
-    from psdlab.validation.gpu_bench import bf16_spacing
+    from psdlab.validation.gpu.bench_gpu import bf16_spacing
     assert bf16_spacing(1.0) == 2 ** -7 and bf16_spacing(3.4) == 2 ** -6
     assert bf16_spacing(-5.0) == 2 ** -5
 
@@ -46,7 +46,7 @@ class _Logits:
     ([3.40625, 3.390625, 3.90625, 0.0], False)])  # both far below a third token
 def test_the_rule_accepts_near_ties_only(logits, accepted):
     pytest.importorskip("torch")
-    from psdlab.validation.gpu_bench import divergences
+    from psdlab.validation.gpu.bench_gpu import divergences
     got = divergences(_Logits(logits), [[3, 3]], [[2, 0, 1]], [[2, 1, 0]], "cpu")
     assert len(got) == 1 and got[0]["position"] == 1
     assert (got[0]["ar_token"], got[0]["token"]) == (0, 1)
@@ -57,8 +57,8 @@ def test_the_rule_accepts_near_ties_only(logits, accepted):
 def test_floor_counts_weights_and_kv():
     pytest.importorskip("torch")
     from psdlab.runtime.model_config import ModelConfig
-    from psdlab.validation.gpu_bench import hf_config
-    from psdlab.validation.gpu_passes import floor_ms, hardware_bandwidth
+    from psdlab.validation.gpu.bench_gpu import hf_config
+    from psdlab.validation.gpu.passes import floor_ms, hardware_bandwidth
     cfg = ModelConfig.from_hf(hf_config("1.3b", 32000, 512))
     assert floor_ms(cfg, 8, 128, 2, None) is None
     one = floor_ms(cfg, 1, 1, 2, 1000.0)

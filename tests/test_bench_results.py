@@ -20,8 +20,8 @@ from psdlab.analysis.formats.prompt_text import read_prompt_texts
 from psdlab.analysis.formats.vllm_bench_write import bench_result_from_trace, write_bench_result
 from psdlab.cli import main
 from psdlab.sim.simulation import simulate
-from psdlab.validation.bench_acceptance import from_counters
-from psdlab.validation.bench_replay import client_send_times, load_bench_run
+from psdlab.validation.serving_results.acceptance_counts import from_counters
+from psdlab.validation.serving_results.replay import client_send_times, load_bench_run
 
 DATA = Path(__file__).parent / "data" / "formats"
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 from psdlab.analysis.trace import (Phase, RequestRecord, RunInfo, StepRecord, Trace, Verified,
                             write_trace)
 from psdlab.cli import main
-from psdlab.validation.acceptance_fit import beta_moments, fit_acceptance, positional_rates
+from psdlab.validation.acceptance.fit import beta_moments, fit_acceptance, positional_rates
 from psdlab.validation.phase_model import design, predict_phases
 from psdlab.validation.calibrate import calibrate
 from psdlab.validation.nnls_fit import fit_nonneg, identifiable_columns

@@ -6,7 +6,7 @@
   sequence: synthetic bench results simulated from a known affine cost give it back, which one
   rate alone does not.
 - Each held-out figure carries its repeat-to-repeat noise beside its error.
-- The command only parses arguments and prints (`validation.vllm_check_run` holds the rest).
+- The command only parses arguments and prints (`validation.vllm_check.harness` holds the rest).
 """
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from psdlab.cli import main
-from psdlab.validation import vllm_check as vc
-from psdlab.validation import vllm_check_run as vr
+from psdlab.validation.vllm_check import judgement as vc
+from psdlab.validation.vllm_check import harness as vr
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "results" / "vllm" / "check_vllm"
@@ -127,7 +127,7 @@ def two_rates(tmp_path_factory):
     step-time jitter and written as vLLM bench results, on one server's counters."""
     from psdlab.analysis.formats.vllm_bench_write import write_bench_result
     from psdlab.sim.sim_config import config_from_dict
-    from psdlab.validation.bench_predict import simulated_bench
+    from psdlab.validation.serving_results.predict import simulated_bench
     d = tmp_path_factory.mktemp("two_rates")
     rates = [0.85, 0.6, 0.4]
     snaps = [_counters(d / f"m{i}.txt", 20000 * i, rates) for i in range(3)]
@@ -238,7 +238,7 @@ def test_reuse_default_is_the_rate_sweep_and_records_the_rejudging(tmp_path, cap
 def test_the_command_module_only_parses_and_prints():
     """Issue 44: commands hold no logic.  Its functions are the parser, the option values'
     split, the progress printer and `run` (which hands everything else to
-    `validation.vllm_check_run`); it writes no file, starts nothing, fits nothing."""
+    `validation.vllm_check.harness`); it writes no file, starts nothing, fits nothing."""
     path = ROOT / "psdlab" / "commands" / "check_vllm.py"
     source = path.read_text()
     tree = ast.parse(source)
@@ -251,8 +251,9 @@ def test_the_command_module_only_parses_and_prints():
         elif isinstance(node, ast.Import):
             imported |= {a.name for a in node.names}
     assert {x for x in imported if x.startswith("psdlab.")} == {
-        "psdlab.validation.vllm_check_run", "psdlab.validation.vllm_check_run.CheckSettings",
-        "psdlab.validation.vllm_check.markdown"}
+        "psdlab.validation.vllm_check.harness",
+        "psdlab.validation.vllm_check.harness.CheckSettings",
+        "psdlab.validation.vllm_check.judgement.markdown"}
     assert {x.split(".")[0] for x in imported} <= {"__future__", "argparse", "json", "shlex",
                                                    "sys", "pathlib", "typing", "psdlab"}
     calls = {n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")

@@ -14,7 +14,7 @@ import pytest
 
 from psdlab.cli import main
 from psdlab.runtime.vllm_ext import serve_check as sc
-from psdlab.validation import vllm_check as vc
+from psdlab.validation.vllm_check import judgement as vc
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "results" / "vllm" / "check_vllm"

@@ -1,6 +1,7 @@
-"""The structural prior of a calibration from speculative runs (``validation.drafter_prior``):
-the drafter-to-target ratio from two Hugging Face configs by the matmul-weight rule, and
-one-line errors for bad values (API and ``psdlab calibrate``)."""
+"""The structural prior of a calibration from speculative runs
+(``validation.serving_results.drafter_prior``): the drafter-to-target ratio from two Hugging Face
+configs by the matmul-weight rule, and one-line errors for bad values (API and ``psdlab
+calibrate``)."""
 from __future__ import annotations
 
 import json
@@ -10,9 +11,9 @@ import pytest
 from bench_synth import write_synth
 
 from psdlab.cli import main
-from psdlab.validation.bench_calibrate import fit_from_bench
-from psdlab.validation.drafter_prior import (ratio_from_configs, resolve_ratio,
-                                             spec_from_hf_config)
+from psdlab.validation.serving_results.calibration import fit_from_bench
+from psdlab.validation.serving_results.drafter_prior import (ratio_from_configs, resolve_ratio,
+                                                             spec_from_hf_config)
 
 SMOLLM2 = {"hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9,
            "num_key_value_heads": 3, "head_dim": 64, "num_hidden_layers": 30,

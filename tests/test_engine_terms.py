@@ -1,4 +1,4 @@
-"""Engine-step terms from the host measurements (validation/engine_terms.py): the derivations
+"""Engine-step terms from the host measurements (validation/engine/step_terms.py): the derivations
 recover known lines, the committed presets are what the committed measurements give, and
 each SD-only term moves the simulated system the physical way."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from psdlab.sim.costs.engine_step import engine_step_presets
 from psdlab.sim.simulation import simulate
-from psdlab.validation import engine_terms as et
+from psdlab.validation.engine import step_terms as et
 from sim_helpers import make_config
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from psdlab.analysis.theory import sd_draft_time_exponential
 from psdlab.cli import main
-from psdlab.validation.frontier_model import (FrontierPoint, batch_times, contention,
-                                              fit_exponential, paper_times, predict,
-                                              upper_envelope)
+from psdlab.validation.frontier.theory import (FrontierPoint, batch_times, contention,
+                                               fit_exponential, paper_times, predict,
+                                               upper_envelope)
 
 from runtime_engine_util import perturbed_copy, prompts, write_prompt_ids
 
@@ -220,7 +220,7 @@ def test_bad_input_one_line_error(argv, field, capsys) -> None:
 
 
 def test_prefix_equal() -> None:
-    from psdlab.validation.frontier import prefix_equal
+    from psdlab.validation.frontier.run_frontier import prefix_equal
     assert prefix_equal([[1, 2, 3], [4]], [[1, 2], [4, 5]])
     assert not prefix_equal([[1, 2, 3]], [[1, 3]])
     assert not prefix_equal([[1]], [[1], [2]])

@@ -1,7 +1,7 @@
 """The greedy ``matches`` acceptance model (sim/acceptance_matches.py), the request keys of
 replay workloads, and the recovery of match patterns from traces
-(validation/match_patterns.py): a pattern seen at one k replays that k exactly and predicts
-the others wherever it is known."""
+(validation/acceptance/match_patterns.py): a pattern seen at one k replays that k exactly and
+predicts the others wherever it is known."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,7 +14,7 @@ from psdlab.sim.acceptance_registry import make_acceptance
 from psdlab.sim.acceptance_matches import parse_pattern, pattern_text
 from psdlab.sim.trajectories import sample_trajectories
 from psdlab.sim.workloads import make_workload
-from psdlab.validation.match_patterns import match_patterns
+from psdlab.validation.acceptance.match_patterns import match_patterns
 
 ALWAYS = {"name": "positional", "rates": [1.0]}
 NEVER = {"name": "positional", "rates": [0.0]}

@@ -1,5 +1,5 @@
-"""The host-step bookkeeping the engine measurements share (validation/host_steps.py), without
-any engine: which vLLM V1 steps count as full decode steps, host time = step wall minus the
+"""The host-step bookkeeping the engine measurements share (validation/engine/host_steps.py),
+without any engine: which vLLM V1 steps count as full decode steps, host time = step wall minus the
 passes, the per-cell statistics and the fitted host lines."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from psdlab.validation import host_steps as vsh
+from psdlab.validation.engine import host_steps as vsh
 
 
 def _step(seqs, tokens, new=0, wall=0.010, fwd_t=0.004, fwd_d=0.0, exec_=0.006, samp=0.0005):

@@ -39,7 +39,7 @@ slope to the context it asks for.
 Each is fitted by :func:`validation.nnls_fit.fit_nonneg` (relative-error NNLS for the shape, then
 rescaled so the predicted total time equals the measured total: ``match_total``, so a model
 file is unbiased for the mean on its own; 95% CIs, held-out error); a warning is raised when a
-held-out error exceeds 10%.  The acceptance models come from :mod:`validation.acceptance_fit`.
+held-out error exceeds 10%.  The acceptance models come from :mod:`validation.acceptance.fit`.
 
 **Serial and overlapped phases.**  A phase that ran while the other device was busy (a PSD
 step that drafted one batch while verifying the other) runs slower than alone when the two
@@ -58,7 +58,7 @@ import numpy as np
 
 from psdlab.analysis.chunking import chunkings_from
 from psdlab.analysis.trace import Phase, Trace
-from psdlab.validation.acceptance_fit import fit_acceptance
+from psdlab.validation.acceptance.fit import fit_acceptance
 from psdlab.validation.cost_tables import (MIN_TABLE, draft_table, phase_context,  # noqa: F401
                                            verify_table)
 from psdlab.validation.context_slopes import probe_slopes

@@ -7,8 +7,8 @@ parses psdlab and MineDraft traces from those bytes (the same checks and one-lin
 
 ``calibrate_to_file`` is the one path from loaded traces to a model file: the cost and
 acceptance fits (``validation.calibrate``), the acceptance model for new prompts
-(``validation.acceptance_cv.select``: cross-validation over the calibration prompts and the
-acceptance pool's, ``validation.acceptance_pool``), written by ``validation.model_file.
+(``validation.acceptance.cross_validation.select``: cross-validation over the calibration prompts
+and the acceptance pool's, ``validation.acceptance.pool``), written by ``validation.model_file.
 write_model`` alone.  The demo's ``model.json`` and ``psdlab calibrate -o`` on the same traces
 (named alike, in the same order) are the same file.
 """
@@ -23,7 +23,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from psdlab.analysis.formats.detect import FORMATS
 from psdlab.analysis.formats.parsing import SNIFF_BYTES
 from psdlab.analysis.trace import StepRecord, Trace, TraceFormatError, iter_records
-from psdlab.validation.bench_replay import BENCH_FORMATS
+from psdlab.validation.serving_results.replay import BENCH_FORMATS
 from psdlab.validation.importers.minedraft import (convert_line, looks_like_minedraft,
                                                    parse_filename)
 
@@ -31,7 +31,7 @@ from psdlab.validation.importers.minedraft import (convert_line, looks_like_mine
 @dataclass(frozen=True)
 class Inputs:
     """What ``read_inputs`` found: serving-benchmark results (``bench``; their paths go to
-    ``validation.bench_calibrate``) or the traces of every file, in order."""
+    ``validation.serving_results.calibration``) or the traces of every file, in order."""
     bench: bool
     traces: tuple[Trace, ...] = ()
 
@@ -123,8 +123,8 @@ def read_inputs(paths: Sequence[str | os.PathLike]) -> Inputs:
 
 def with_rows(traces: Sequence[Trace]) -> list[Trace]:
     """The traces whose verified rows are real (not made from step totals by an importer,
-    ``acceptance_fit.STEP_TOTALS``): what the acceptance selection is fitted and scored on."""
-    from psdlab.validation.acceptance_fit import STEP_TOTALS
+    ``acceptance.fit.STEP_TOTALS``): what the acceptance selection is fitted and scored on."""
+    from psdlab.validation.acceptance.fit import STEP_TOTALS
     return [t for t in traces if (t.run.extra or {}).get("verified_rows") != STEP_TOTALS]
 
 
@@ -139,7 +139,7 @@ def calibrate_to_file(path: str | os.PathLike, traces: Sequence[Trace], names: S
     acceptance model for new prompts by cross-validation (the file's default acceptance then;
     on the traces with real verified rows only, ``with_rows``; none: no selection).
     Returns the object written."""
-    from psdlab.validation.acceptance_cv import select
+    from psdlab.validation.acceptance.cross_validation import select
     from psdlab.validation.calibrate import calibrate
     from psdlab.validation.model_file import write_model
     cal = calibrate(traces, holdout=holdout, seed=seed, context_probe=context_probe)

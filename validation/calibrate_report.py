@@ -1,8 +1,8 @@
 """What ``psdlab calibrate`` does and prints: ``calibrate_command`` reads the inputs once
 (``validation.calibrate_files.read_inputs``), calibrates on traces through the one model-file
 path (``calibrate_files.calibrate_to_file``, the demo's too) or on serving-benchmark results
-(``validation.bench_calibrate``), and returns the lines to print: the coefficients with 95%
-intervals and held-out errors, the acceptance fits and the model chosen for new prompts, the
+(``validation.serving_results.calibration``), and returns the lines to print: the coefficients with
+95% intervals and held-out errors, the acceptance fits and the model chosen for new prompts, the
 replay parameters, notes; warnings apart (stderr)."""
 from __future__ import annotations
 
@@ -146,8 +146,8 @@ def model_printout(model: Mapping[str, Any], n_traces: int, output: str,
 
 def bench_printout(fit: Any, n_inputs: int, output: str, as_json: bool) -> Printout:
     """What the command prints about a fit to serving-benchmark results
-    (``validation.bench_calibrate.BenchFit``)."""
-    from psdlab.validation.bench_calibrate import describe
+    (``validation.serving_results.calibration.BenchFit``)."""
+    from psdlab.validation.serving_results.calibration import describe
     if as_json:
         return Printout([describe(fit)])
     out = [f"calibrated on {n_inputs} bench result(s); intervals: {fit.interval_method}",
@@ -177,7 +177,7 @@ def bench_printout(fit: Any, n_inputs: int, output: str, as_json: bool) -> Print
 
 def _calibrate_bench(paths: Sequence[str], output: str, seed: int, bench: BenchOptions,
                      as_json: bool) -> Printout:
-    from psdlab.validation.bench_calibrate import fit_from_bench
+    from psdlab.validation.serving_results.calibration import fit_from_bench
     fit = fit_from_bench(list(paths), metrics_before=bench.metrics_before,
                          metrics_after=bench.metrics_after, base_config=bench.config,
                          seed=seed, bootstrap=bench.bootstrap,
@@ -190,7 +190,7 @@ def _calibrate_bench(paths: Sequence[str], output: str, seed: int, bench: BenchO
 def default_pool(first_trace: str) -> dict[str, str] | None:
     """The acceptance pool of the demo folder holding a trace (``REPORT_DIR/traces/X.jsonl``
     -> ``REPORT_DIR/acceptance_pool.json``, ``validation.demo.pool_probe.pool_for``), or None."""
-    from psdlab.validation.acceptance_pool import POOL_FILE, read_pool
+    from psdlab.validation.acceptance.pool import POOL_FILE, read_pool
     folder = os.path.dirname(os.path.dirname(os.path.abspath(first_trace)))
     return read_pool(os.path.join(folder, POOL_FILE))
 
@@ -205,7 +205,7 @@ def calibrate_command(paths: Sequence[str], output: str, *, holdout: float = 0.2
     the files given, else the context_probe.json beside the first trace and the pool of the
     demo folder holding it); what to print."""
     from psdlab.analysis.checks import check_range
-    from psdlab.validation.acceptance_pool import read_pool
+    from psdlab.validation.acceptance.pool import read_pool
     from psdlab.validation.calibrate_files import calibrate_to_file, read_inputs
     from psdlab.validation.context_slopes import read_probe, read_probe_file
     inputs = read_inputs(paths)

@@ -34,7 +34,8 @@ written with its ``write_fit``, which checks every role builds), times in second
        "calibration": {"traces", "sources", "k", "m", "holdout", "seed", "notes",
                        "warnings"},
        "acceptance_transfer": {the acceptance model chosen for new prompts by
-                               cross-validation, validation.acceptance_cv.Selection.to_dict:
+                               cross-validation,
+                               validation.acceptance.cross_validation.Selection.to_dict:
                                chosen, spec, scores, prompts, criterion, method}}}
 
 With a selection (``acceptance_transfer``), its chosen model is also ``meta.acceptance.fitted``
@@ -126,8 +127,8 @@ def write_model(path: str | os.PathLike, cal: Calibration, *, traces: Sequence[s
                 transfer: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Write the model file (module docstring): the calibration, the traces it was fitted on
     (as named by the caller), its held-out fraction and seed, and the acceptance selection
-    (``transfer``: ``validation.acceptance_cv.Selection.to_dict()``) when one was made;
-    returns the object written."""
+    (``transfer``: ``validation.acceptance.cross_validation.Selection.to_dict()``) when one was
+    made; returns the object written."""
     if not cal.costs:
         raise ValueError("calibration: no cost model was fitted; nothing to write")
     roles = role_docs(cal)

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from psdlab.analysis.trace import Phase, Trace
-from psdlab.validation.acceptance_fit import AcceptanceFit
+from psdlab.validation.acceptance.fit import AcceptanceFit
 from psdlab.validation.cost_tables import phase_context
 from psdlab.validation.nnls_fit import LinearFit
 

@@ -1,5 +1,5 @@
 """`psdlab bench-adaptive -o DIR`: the adaptive policy against every fixed configuration on the
-real CPU pair, at several loads (validation.adaptive_bench)."""
+real CPU pair, at several loads (validation.adaptive.bench_adaptive)."""
 from __future__ import annotations
 
 import argparse
@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from psdlab.analysis.checks import check_int
-    from psdlab.validation.adaptive_bench import BenchPlan, format_report, run_bench
+    from psdlab.validation.adaptive.bench_adaptive import BenchPlan, format_report, run_bench
     plan = BenchPlan(depth=check_int("--depth", args.depth, 1, 64),
                      k=check_int("--k", args.k, 1, 16), m=check_int("--m", args.m, 2, 64),
                      requests=check_int("--requests", args.requests, 1, 1000),

@@ -1,4 +1,4 @@
-"""`psdlab bench-gpu`: the one GPU command (`validation.gpu_bench`).  Options left out take
+"""`psdlab bench-gpu`: the one GPU command (`validation.gpu.bench_gpu`).  Options left out take
 `GpuBenchConfig`'s defaults (read when the command runs: building the parser imports nothing
 of psdlab.validation)."""
 from __future__ import annotations
@@ -16,7 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "the memory floor; AR, SD-separate and PSD at each m with the closed form "
                     "and the simulator calibrated on round 1, judged on round 2; the lossless "
                     "rule (docs/cuda.md). Writes summary.json and summary.md. --device cpu is "
-                    "the dry run (tiny models). Defaults: psdlab.validation.gpu_bench.")
+                    "the dry run (tiny models). Defaults: psdlab.validation.gpu.bench_gpu.")
     p.add_argument("--device", default="cuda:0", help="cuda:N, or cpu for the dry run")
     p.add_argument("-o", "--out", default=None, help="output folder (default bench_gpu_out)")
     p.add_argument("--target", default=None, help="HF safetensors directory (default: random)")
@@ -50,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def config_from_args(args: argparse.Namespace) -> Any:
     from psdlab.analysis.checks import check_choice, check_int, check_range
-    from psdlab.validation.gpu_bench import SECTIONS, SIZES, GpuBenchConfig
+    from psdlab.validation.gpu.bench_gpu import SECTIONS, SIZES, GpuBenchConfig
     if not args.device.startswith(("cpu", "cuda")):
         raise ValueError(f"--device: cpu or cuda:N, got {args.device!r}")
     cpu = args.device == "cpu"
@@ -95,7 +95,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from psdlab.validation.gpu_bench import run_bench
+    from psdlab.validation.gpu.bench_gpu import run_bench
     cfg = config_from_args(args)
     if cfg.device == "cpu":
         import torch

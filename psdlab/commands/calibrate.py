@@ -9,13 +9,13 @@ Given serving-benchmark results instead (vLLM ``bench serve --save-result --save
 JSON, SGLang ``bench_serving --output-details`` JSONL; told by content), it fits the step
 costs by replaying their requests through the simulator and the acceptance per position from
 their spec-decode figures or ``--metrics-before/--metrics-after`` ``/metrics`` snapshots
-(``validation.bench_calibrate``), and says what those inputs can and cannot identify.
+(``validation.serving_results.calibration``), and says what those inputs can and cannot identify.
 
 From traces it also chooses the acceptance model for prompts the calibration never served
 (cross-validation over the calibration prompts and the acceptance pool's, as the demo does:
-``validation.acceptance_cv``), the file's default acceptance; the demo's ``model.json`` is this
-command's file for the same traces.  This module parses the arguments and prints;
-``validation.calibrate_report.calibrate_command`` does the rest."""
+``validation.acceptance.cross_validation``), the file's default acceptance; the demo's
+``model.json`` is this command's file for the same traces.  This module parses the arguments and
+prints; ``validation.calibrate_report.calibrate_command`` does the rest."""
 from __future__ import annotations
 
 import argparse

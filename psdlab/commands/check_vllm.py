@@ -6,7 +6,7 @@ drafter at each k of ``--ks`` -- with the target's threads on ``--target-core``;
 vLLM's own ``vllm bench serve`` at each rate of ``--rates`` on the same prompts (``--repeats``
 runs of every configuration), snapshots ``/metrics`` around every run; then fits on the
 calibration (by default every rate of the SD server with the largest k) and predicts the other
-servers (`validation.vllm_check_run`, `validation.vllm_check`).
+servers (`validation.vllm_check.harness`, `validation.vllm_check.judgement`).
 Writes ``DIR/check_vllm.json``, ``DIR/check_vllm.md``, the bench results (``DIR/bench``),
 the snapshots (``DIR/metrics``) and the server and client logs (``DIR/logs``).
 """
@@ -66,7 +66,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--drafter-ratio", default="configs", metavar="R|configs|none",
                    help="structural prior for the fit: a drafter forward pass costs R target "
                         "passes (a number in (0, 10]); 'configs' (default): R from the two "
-                        "served models' config.json (validation.drafter_prior); 'none': no "
+                        "served models' config.json (validation.serving_results.drafter_prior); "
+                        "'none': no "
                         "prior, so an SD-only calibration cannot split its step between target "
                         "and drafter")
     p.add_argument("--seed", type=int, default=0)
@@ -87,8 +88,8 @@ def _list(text: str, name: str, kind: type) -> tuple[Any, ...]:
 
 
 def settings(args: argparse.Namespace) -> Any:
-    """The options as `validation.vllm_check_run.CheckSettings` (checked by its `plan`)."""
-    from psdlab.validation.vllm_check_run import CheckSettings
+    """The options as `validation.vllm_check.harness.CheckSettings` (checked by its `plan`)."""
+    from psdlab.validation.vllm_check.harness import CheckSettings
     return CheckSettings(
         rates=_list(args.rates, "--rates", float), ks=_list(args.ks, "--ks", int),
         calibration=args.calibration, num_prompts=args.num_prompts,
@@ -105,8 +106,8 @@ def _say(args: argparse.Namespace, text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from psdlab.validation import vllm_check_run as vr
-    from psdlab.validation.vllm_check import markdown
+    from psdlab.validation.vllm_check import harness as vr
+    from psdlab.validation.vllm_check.judgement import markdown
 
     out, s = Path(args.out), settings(args)
     command = "psdlab check-vllm " + shlex.join(sys.argv[2:])

@@ -60,9 +60,9 @@ def parse_depths(text: str) -> tuple[int, ...]:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from psdlab.validation.frontier import FrontierPlan, quick_plan, run_frontier
-    from psdlab.validation.frontier_figs import finite
-    from psdlab.validation.frontier_summary import format_report
+    from psdlab.validation.frontier.run_frontier import FrontierPlan, quick_plan, run_frontier
+    from psdlab.validation.frontier.outputs import finite
+    from psdlab.validation.frontier.summary import format_report
     if (args.target is None) != (args.draft is None):
         raise ValueError("--target/--draft: give both (model directories) or neither (the "
                          "real pair)")

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from psdlab.analysis.modes import SERVER_MODES
 from psdlab.runtime.devices import COMPILE_MODES
 
 
@@ -40,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "CPU cores or CUDA streams) and write the analysis trace as it runs. By "
                     "default uses the real SmolLM2-135M pair; --target/--draft take other "
                     "HF-format directories.")
-    p.add_argument("--mode", choices=("ar", "sd", "sd-sep", "psd", "adaptive"), default="psd",
+    p.add_argument("--mode", choices=SERVER_MODES, default="psd",
                    help="adaptive: AR, SD(k) or PSD(k) chosen before every step from the "
                         "measured step times and acceptance (--batch = sequences at most)")
     p.add_argument("--policy", default=None, metavar="JSON",

@@ -6,10 +6,12 @@ import argparse
 import json
 import sys
 
+from psdlab.analysis.modes import TRACE_MODES
+
 
 def add_override_args(p: argparse.ArgumentParser) -> None:
     """Options that override fields of the config file (shared with bench-sim and plan)."""
-    p.add_argument("--mode", choices=("ar", "sd", "sd-sep", "psd"), help="server.mode")
+    p.add_argument("--mode", choices=TRACE_MODES, help="server.mode")
     p.add_argument("--k", type=int, help="server.k: draft tokens per step")
     p.add_argument("--m", type=int, help="server.m: max sequences (per batch for psd)")
     p.add_argument("--policy", choices=("paper", "rebalance"), help="server.policy (psd)")

@@ -7,7 +7,7 @@ figures).
 Given vLLM / SGLang serving-benchmark results as the measurements (and a model file from
 `psdlab calibrate` on bench results), it predicts each run -- its arrivals, lengths,
 concurrency cap, mode and k -- and prints predicted vs measured in vLLM bench's keys and
-units with the error (``validation.bench_validate``)."""
+units with the error (``validation.serving_results.compare_results``)."""
 from __future__ import annotations
 
 import argparse
@@ -50,8 +50,8 @@ def register(subparsers) -> None:
 
 
 def _run_bench(args: argparse.Namespace, seeds: int) -> int:
-    from psdlab.validation.bench_calibrate import BenchFit
-    from psdlab.validation.bench_validate import compare_bench, format_rows
+    from psdlab.validation.serving_results.calibration import BenchFit
+    from psdlab.validation.serving_results.compare_results import compare_bench, format_rows
 
     if args.output or args.raw or args.acceptance:
         raise ValueError("-o/--raw/--acceptance: not used with bench results as measurements")
@@ -67,7 +67,7 @@ def _run_bench(args: argparse.Namespace, seeds: int) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from psdlab.analysis.checks import check_int
-    from psdlab.validation.bench_replay import bench_inputs
+    from psdlab.validation.serving_results.replay import bench_inputs
     from psdlab.validation.importers import load_traces
     from psdlab.validation.model_file import acceptance_spec, read_model
     from psdlab.validation.report import format_summary, format_table, write_report

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from psdlab.sim.costs.fitted import FitFile
-from psdlab.validation.match_patterns import match_patterns
+from psdlab.validation.acceptance.match_patterns import match_patterns
 from psdlab.validation.validate import validate
 
 

@@ -4,7 +4,7 @@ Before the timed runs, `psdlab demo` measures the greedy match patterns (untimed
 ``runtime.acceptance_probe``) of every acceptance-pool prompt (``validation.demo.prompt_sides.
 pool_list``: calibration-side prompts, never a held-out one) that no timed calibration run of
 the plan serves, and writes them to ``acceptance_pool.json`` beside the traces
-(``validation.acceptance_pool``).  The calibration then fits the acceptance model on the timed
+(``validation.acceptance.pool``).  The calibration then fits the acceptance model on the timed
 calibration runs plus the pool.  A re-analysis (``psdlab demo --traces DIR/traces``) reads
 the pool file of the folder that holds the traces.
 """
@@ -14,8 +14,8 @@ import os
 import time
 from typing import Any, Mapping, Sequence
 
-from psdlab.validation.acceptance_pool import POOL_FILE, read_pool, write_pool
-from psdlab.validation.acceptance_transfer import prompt_of
+from psdlab.validation.acceptance.pool import POOL_FILE, read_pool, write_pool
+from psdlab.validation.acceptance.transfer import prompt_of
 from psdlab.validation.demo.prompt_sides import (POOL_SPLITS, PROMPT_SIDES, pool_prompts,
                                             prompt_windows, side_prompts, window)
 

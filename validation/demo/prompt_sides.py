@@ -9,7 +9,7 @@ side is listed round-robin over its styles; every repeat of a workload serves th
 of a side's list (`prompt_windows`), its SD and PSD runs the same one (and all calibration
 runs of one repeat the same one).
 
-The acceptance pool (`pool_list`, ``validation.acceptance_pool``) is calibration data whose
+The acceptance pool (`pool_list`, ``validation.acceptance.pool``) is calibration data whose
 greedy match patterns are measured untimed (``runtime.acceptance_probe``), for prompts no timed
 calibration run serves: the splits of ``POOL_SPLITS``, of some only every n-th prompt of each
 style (``POOL_EVERY``, to keep the probe within the demo's time budget).  Each of these sets

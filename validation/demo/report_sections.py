@@ -6,7 +6,7 @@
   configuration at which it is at most 10% (``validation.demo.noise_budget``; the held-out
   beside calibration table itself, `side_by_side`, leads the report: ``demo_report``);
 - the acceptance-model candidates and their leave-one-prompt-out cross-validation scores over
-  the calibration prompts (``validation.acceptance_cv``), the one chosen;
+  the calibration prompts (``validation.acceptance.cross_validation``), the one chosen;
 - the held-out targets under the diagnostic acceptance models (the id-keyed replay of the
   calibration match patterns, per-position rates only, every run's own match patterns);
 - the closed form: the consistency check (t and V from the pair's own SD run) beside the true
@@ -105,7 +105,8 @@ def transfer_sections(validation: Any, held: set[str], cal: set[str],
                f"({len(selection.get('prompts', []))} prompts; the held-out runs were not "
                f"used): lowest CRPS of the left-out prompt's accepted draft tokens per "
                f"verification against the candidate's distribution for a new prompt of its "
-               f"style (`validation.acceptance_cv`); the negative log-likelihood per tried "
+               f"style (`validation.acceptance.cross_validation`); the negative "
+               f"log-likelihood per tried "
                f"draft token (request level integrated out) beside it, where the candidate "
                f"has one.", "",
                md_table(["candidate", "CV CRPS", "CV NLL / token",

@@ -12,7 +12,7 @@
    their serial steps, the overlap contention, controller overhead and spread they show,
    ``validation.replay_model``) and write ``model.json`` -- the file ``psdlab calibrate``
    writes from those traces -- plus the acceptance model that transfers to new prompts
-   (``validation.acceptance_cv``: chosen by cross-validation over the calibration
+   (``validation.acceptance.cross_validation``: chosen by cross-validation over the calibration
    prompts, the pool's included), which is the model file's default acceptance: the
    prediction.
 4. Replay every run in the calibrated simulator (``validation.validate``); the ``validate``
@@ -236,7 +236,7 @@ def analyse(out_dir: str, measured: Sequence[Measured], plan: Plan, target_dir: 
             diagnostics: bool = False, traces: Mapping[str, Trace] | None = None
             ) -> DemoResult:
     """Steps 3-5 on measured runs: calibrate (the acceptance model on the calibration runs
-    and the acceptance ``pool``, ``validation.acceptance_pool``), replay, report;
+    and the acceptance ``pool``, ``validation.acceptance.pool``), replay, report;
     ``diagnostics``: the report's diagnostic sections too (module docstring); ``traces``:
     the runs' traces by path when already read (each trace file is read once)."""
     t0 = time.perf_counter() if t0 is None else t0
@@ -327,7 +327,7 @@ def reanalyse(trace_dir: str, out_dir: str, *, seeds: Sequence[int] = SEEDS,
                 max_new_tokens=int((first.run.workload or {}).get("max_new_tokens", 32)),
                 poisson_from=offline[0] if offline else "")
     models = first.run.models or {}
-    from psdlab.validation.acceptance_pool import POOL_FILE, write_pool
+    from psdlab.validation.acceptance.pool import POOL_FILE, write_pool
     from psdlab.validation.demo.pool_probe import pool_for
     pool = pool_for(trace_dir)
     if pool:
@@ -373,7 +373,7 @@ def _intro(plan: Plan, target: str, drafter: str, timings: dict[str, Any],
                      f"held-out one), their greedy match patterns measured untimed in "
                      f"{timings.get('probe_s', 0):.0f} s before the runs "
                      f"(`runtime.acceptance_probe`): the acceptance model's data beside the "
-                     f"calibration runs (`validation.acceptance_pool`).")
+                     f"calibration runs (`validation.acceptance.pool`).")
     if timings.get("skipped_runs"):
         lines.append(f"{timings['skipped_runs']:.0f} repeat run(s) skipped to stay within the "
                      f"time budget (every configuration ran at least once).")

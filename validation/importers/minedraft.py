@@ -46,7 +46,7 @@ from typing import Any, Iterator
 
 from psdlab.analysis.trace import (Phase, RequestRecord, RunInfo, StepRecord, Trace,
                             TraceFormatError, Verified)
-from psdlab.validation.acceptance_fit import STEP_TOTALS
+from psdlab.validation.acceptance.fit import STEP_TOTALS
 
 SOURCE = "minedraft"
 _NAME_RE = re.compile(

@@ -23,7 +23,7 @@ import os
 from typing import AbstractSet, Any, Iterator, Mapping, Sequence
 
 from psdlab.analysis.trace import Trace
-from psdlab.validation.acceptance_transfer import Trials, Verification, prompt_of, trials
+from psdlab.validation.acceptance.transfer import Trials, Verification, prompt_of, trials
 
 POOL_FILE = "acceptance_pool.json"
 

@@ -1,13 +1,13 @@
 """The judgement of `psdlab check-vllm`: calibrate on one vLLM server, predict the others.
 
-Input: the runs the harness made (`validation.vllm_check_run`), each a ``vllm bench serve
+Input: the runs the harness made (`validation.vllm_check.harness`), each a ``vllm bench serve
 --save-detailed`` result plus ``/metrics`` snapshots before and after it, labelled with its
 configuration (mode, k, request rate) and repeat.  The calibration -- by default every rate
 of one server (`default_calibration`: a short rate sweep, as a user would record the server
-they run), or one configuration -- goes to `validation.bench_calibrate.fit_from_bench`, all
-its runs jointly (two loads of one server separate the fixed cost of a step from its cost
+they run), or one configuration -- goes to `validation.serving_results.calibration.fit_from_bench`,
+all its runs jointly (two loads of one server separate the fixed cost of a step from its cost
 per sequence); every other configuration is predicted by
-`validation.bench_predict.predict_bench` from the calibration's first result's requests
+`validation.serving_results.predict.predict_bench` from the calibration's first result's requests
 (lengths, and vLLM's seeded arrival pattern re-timed to the configuration's rate, which is how
 ``vllm bench serve --seed`` draws them: the same gamma draws scaled by 1/rate), so no held-out
 measurement enters a prediction.  Each configuration is compared on mean TTFT, mean TPOT,
@@ -158,8 +158,8 @@ def evaluate(runs: Sequence[RunRecord], calibration: str, *, seed: int = 0,
              drafter_to_target_ratio: float | None = None) -> dict[str, Any]:
     """Fit on the runs of configuration ``calibration``, predict every configuration (the
     calibration one in-sample), compare; the results document's body."""
-    from psdlab.validation.bench_calibrate import fit_from_bench
-    from psdlab.validation.bench_predict import predict_bench
+    from psdlab.validation.serving_results.calibration import fit_from_bench
+    from psdlab.validation.serving_results.predict import predict_bench
 
     cal = [r for r in runs if in_calibration(r.config, calibration)]
     if not cal:

@@ -1,7 +1,7 @@
 """Per pass kind, how long one forward takes: psdlab eager (dynamic shapes), psdlab static passes
 (CUDA graphs on a GPU), Hugging Face eager on the same shapes in the same process, and the
 memory-streaming floor (weights + the KV read, over the GPU's bandwidth from
-``sim/costs/hardware.toml``).  Part of `psdlab bench-gpu` (`validation.gpu_bench`).
+``sim/costs/hardware.toml``).  Part of `psdlab bench-gpu` (`validation.gpu.bench_gpu`).
 
 Each pass is timed alone, ``repeats`` times after ``warm`` untimed ones, host to host with a
 device sync on either side (what the engine's step waits for); every time is kept, so the

@@ -3,7 +3,7 @@
 :func:`predict_bench` simulates a workload file's requests (any format
 ``analysis.formats`` reads: typically the detailed result of the run being predicted, for its
 lengths and arrivals) under the calibrated models, emulates the client's concurrency cap
-(``bench_replay.client_send_times``: TTFT and E2EL count from the send, as vLLM's do) and
+(``replay.client_send_times``: TTFT and E2EL count from the send, as vLLM's do) and
 returns the result in vLLM bench's keys and units (``analysis.formats.vllm_bench_write``).
 Its ``spec_decode_*`` figures count the simulated run's drafts as vLLM's counters do, so on a
 short run they carry that run's sampling noise; ``psdlab.prediction.expected_acceptance_length``
@@ -24,8 +24,8 @@ import numpy as np
 from psdlab.analysis.formats.vllm_bench_write import bench_result_from_trace
 from psdlab.sim.sim_config import SimConfig
 from psdlab.sim.simulation import simulate
-from psdlab.validation.bench_calibrate import BenchFit
-from psdlab.validation.bench_replay import client_send_times
+from psdlab.validation.serving_results.calibration import BenchFit
+from psdlab.validation.serving_results.replay import client_send_times
 
 
 def simulated_bench(cfg: SimConfig, *, request_rate: float | None = None,

@@ -1,4 +1,4 @@
-"""The replay fit behind ``bench_calibrate``: step-cost coefficients that make the simulator
+"""The replay fit behind ``calibration``: step-cost coefficients that make the simulator
 reproduce a benchmark's per-request TTFT and TPOT when it replays its requests.
 
 Residuals: ``log(mean simulated / mean measured)`` over groups of GROUP requests, of their
@@ -29,8 +29,8 @@ import numpy as np
 from scipy.optimize import lsq_linear, minimize
 
 from psdlab.sim.sim_config import ServerConfig
-from psdlab.validation.bench_replay import (BenchRun, replay_config, replay_times, server_for,
-                                            write_replay_csv)
+from psdlab.validation.serving_results.replay import (BenchRun, replay_config, replay_times,
+                                                      server_for, write_replay_csv)
 
 UPPER = 50.0          # upper bound of a coefficient, in units of its initial guess
 LOWER_BASE = 1e-3     # the fixed step cost stays > 0 (a cost model needs one positive term)

@@ -1,4 +1,4 @@
-"""`psdlab bench-gpu`'s markdown summary (`validation.gpu_bench` writes the JSON beside it)."""
+"""`psdlab bench-gpu`'s markdown summary (`validation.gpu.bench_gpu` writes the JSON beside it)."""
 from __future__ import annotations
 
 from typing import Any

@@ -1,9 +1,9 @@
 """`psdlab bench-gpu`: the one GPU command.  In one process, within ``budget_s``:
 
-1. **Passes** (`validation.gpu_passes`): per pass kind (the target's AR decode and (k + 1)-token
+1. **Passes** (`validation.gpu.passes`): per pass kind (the target's AR decode and (k + 1)-token
    verification, the drafter's drafting pass) at the largest m, psdlab eager, psdlab's static
    passes (CUDA graphs on a GPU), Hugging Face eager and the streaming floor; median and max.
-2. **Runs** at each m (`validation.device_bench.run_layout`: AR, SD-separate, PSD at 2 x m and
+2. **Runs** at each m (`validation.gpu.layouts.run_layout`: AR, SD-separate, PSD at 2 x m and
    at 2 x m/2, ``rounds`` times interleaved, on two streams of one GPU or two GPUs): PSD/SD-sep
    measured against the closed form (t + V) / max(t, V), the simulator calibrated on round 1
    and judged on round 2, and each phase kind's median / max step time from the traces.
@@ -151,7 +151,7 @@ def pass_table(cfg: GpuBenchConfig, models: dict, base: Any, requests: list,
 
     from psdlab.runtime.model_config import ModelConfig
     from psdlab.runtime.runner import RunnerConfig
-    from psdlab.validation.gpu_passes import (floor_ms, hardware_bandwidth, hf_pass_times,
+    from psdlab.validation.gpu.passes import (floor_ms, hardware_bandwidth, hf_pass_times,
                                               psdlab_pass_times)
     m = max(cfg.batches)
     prompts = [list(requests[i % len(requests)].prompt_ids) for i in range(m)]
@@ -287,8 +287,8 @@ def run_bench(cfg: GpuBenchConfig, say: Any = print) -> dict[str, Any]:
 
     from psdlab.runtime.controller import EngineConfig
     from psdlab.runtime.runner import resolve_passes
-    from psdlab.validation.device_bench import layouts, machine, run_layout
-    from psdlab.validation.gpu_bench_report import markdown
+    from psdlab.validation.gpu.layouts import layouts, machine, run_layout
+    from psdlab.validation.gpu.gpu_report import markdown
     t0 = time.perf_counter()
     cpu = cfg.device == "cpu"
     if not cpu and not torch.cuda.is_available():

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
-from psdlab.validation.bench_acceptance import AcceptanceEstimate
-from psdlab.validation.bench_replay import BenchRun
+from psdlab.validation.serving_results.acceptance_counts import AcceptanceEstimate
+from psdlab.validation.serving_results.replay import BenchRun
 
 #: |correlation| above which two coefficients are reported as not separately identified
 CORRELATED = 0.9
@@ -46,7 +46,8 @@ def input_notes(runs: Sequence[BenchRun], acc: AcceptanceEstimate | None,
                      "inside these runs; longer contexts than theirs are extrapolated")
     if prior is not None:
         notes.append(f"structural prior: every drafter coefficient is {prior:.4g} x the "
-                     f"target's (validation.drafter_prior); the split of a speculative step "
+                     f"target's (validation.serving_results.drafter_prior); the split of a "
+                     f"speculative step "
                      f"between target and drafter comes from this prior, not from the data, "
                      f"and the drafter's intervals are the target's times the ratio")
     if len({_load(r) for r in sd}) == 1 and prior is None:

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 from psdlab.analysis.formats.vllm_metrics import check_same_server
 from psdlab.analysis.formats.vllm_metrics import read as read_metrics
-from psdlab.validation.bench_replay import BenchRun
+from psdlab.validation.serving_results.replay import BenchRun
 
 Z95 = 1.959964
 

@@ -4,7 +4,7 @@
 server configuration -- AR, and vLLM's draft-model speculative decoding with psdlab's
 committed drafter at each k -- drives each with vLLM's own ``vllm bench serve`` at each rate
 (``repeats`` runs of every configuration, so every configuration's run-to-run noise is
-measured), snapshots ``/metrics`` around every run, then judges (`validation.vllm_check`).
+measured), snapshots ``/metrics`` around every run, then judges (`validation.vllm_check.judgement`).
 `rejudge` fits again on runs a measured run recorded, with no server.  `write_report` writes
 the document as JSON (paths relative to its folder) and markdown.  The command
 (`psdlab.commands.check_vllm`) only parses arguments into a `CheckSettings` and prints.
@@ -52,7 +52,7 @@ def plan(s: CheckSettings) -> dict[str, Any]:
     """The checked settings: rates, ks, servers, the calibration; one-line errors naming the
     option and its allowed range."""
     from psdlab.analysis.checks import check_int
-    from psdlab.validation.vllm_check import check_calibration, config_name
+    from psdlab.validation.vllm_check.judgement import check_calibration, config_name
 
     for r in s.rates:
         if not (math.isfinite(r) and r > 0):
@@ -96,7 +96,7 @@ def measure(s: CheckSettings, p: dict[str, Any], out: Path, say: Say,
     """Start each server, run its bench runs (``repeats`` of every configuration, the rates
     interleaved within a repeat); the run records and per-server facts."""
     from psdlab.runtime.vllm_ext import serve_check as sc
-    from psdlab.validation.vllm_check import RunRecord, config_name
+    from psdlab.validation.vllm_check.judgement import RunRecord, config_name
 
     target, draft = _models(s, out, progress)
     texts = sc.tiny_texts(s.num_prompts, s.seed) if s.tiny \
@@ -166,7 +166,7 @@ def drafter_ratio(option: str | None, servers: Sequence[dict[str, Any]],
     target is the first argument after ``serve``, the drafter the speculative config's model).
     ``recorded``: the configs' ratio as the measured run wrote it (``--reuse`` needs no model
     directory then: they may exist only on the machine that ran the servers)."""
-    from psdlab.validation.drafter_prior import check_ratio
+    from psdlab.validation.serving_results.drafter_prior import check_ratio
     if option in (None, "none"):
         return None
     if option != "configs":
@@ -179,7 +179,7 @@ def drafter_ratio(option: str | None, servers: Sequence[dict[str, Any]],
 def served_ratio(servers: Sequence[dict[str, Any]]) -> float | None:
     """The drafter/target forward ratio from the served models' configs (None when no server
     speculates); a one-line error when a config is not on this machine."""
-    from psdlab.validation.drafter_prior import ratio_from_configs
+    from psdlab.validation.serving_results.drafter_prior import ratio_from_configs
     for server in servers:
         argv = list(server.get("argv") or [])
         if "--speculative-config" in argv and "serve" in argv:
@@ -202,7 +202,7 @@ def measure_and_judge(s: CheckSettings, out: Path, command: str, say: Say,
                       progress: bool = True) -> tuple[dict[str, Any], str]:
     """The measured run: plan, measure, judge; the document and its file stem."""
     from psdlab.validation.results_file import git_info, machine_info
-    from psdlab.validation.vllm_check import evaluate
+    from psdlab.validation.vllm_check.judgement import evaluate
 
     p = plan(s)
     out.mkdir(parents=True, exist_ok=True)
@@ -231,7 +231,7 @@ def measure_and_judge(s: CheckSettings, out: Path, command: str, say: Say,
 
 
 def _chosen(s: CheckSettings) -> dict[str, Any]:
-    from psdlab.validation.vllm_check import CALIBRATION_RULE
+    from psdlab.validation.vllm_check.judgement import CALIBRATION_RULE
     return {"calibration_default": s.calibration is None, "calibration_rule": CALIBRATION_RULE}
 
 
@@ -246,7 +246,7 @@ def rejudge(s: CheckSettings, out: Path, command: str) -> tuple[dict[str, Any], 
     re-judging's in ``rejudged``) and its stem ``check_vllm-<calibration>`` (the measured
     run's own file stays as it is)."""
     from psdlab.validation.results_file import git_info
-    from psdlab.validation.vllm_check import RunRecord, check_calibration, evaluate
+    from psdlab.validation.vllm_check.judgement import RunRecord, check_calibration, evaluate
     path = out / "check_vllm.json"
     if not path.is_file():
         raise ValueError(f"--reuse: no {path} (run psdlab check-vllm -o {out} first)")
@@ -277,7 +277,7 @@ def _write(path: Path, text: str) -> None:
 
 def write_report(out: Path, doc: dict[str, Any], stem: str) -> tuple[Path, Path]:
     """``out/<stem>.json`` (paths relative to ``out``) and ``out/<stem>.md``."""
-    from psdlab.validation.vllm_check import markdown
+    from psdlab.validation.vllm_check.judgement import markdown
     paths = out / f"{stem}.json", out / f"{stem}.md"
     _write(paths[0], relative_paths(json.dumps(doc, indent=2), out) + "\n")
     _write(paths[1], markdown(doc))

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from psdlab.validation.frontier_model import FrontierPoint
+from psdlab.validation.frontier.theory import FrontierPoint
 
 MODES = ("sd", "psd", "psd_iso_c")
 

@@ -1,7 +1,7 @@
 """Predicted vs measured for serving-benchmark results (``psdlab validate`` on vLLM / SGLang
 bench results): each result's requests (arrivals, lengths, the run's concurrency cap, mode
 and k) are served by the simulator with a calibration from bench results
-(``bench_calibrate.BenchFit``), and the prediction (``bench_predict``) is compared with what
+(``calibration.BenchFit``), and the prediction (``predict``) is compared with what
 the benchmark measured, metric by metric, in vLLM bench's keys and units.
 """
 from __future__ import annotations
@@ -10,9 +10,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from psdlab.validation.bench_calibrate import BenchFit
-from psdlab.validation.bench_predict import predict_bench
-from psdlab.validation.bench_replay import load_bench_run
+from psdlab.validation.serving_results.calibration import BenchFit
+from psdlab.validation.serving_results.predict import predict_bench
+from psdlab.validation.serving_results.replay import load_bench_run
 
 #: the metrics compared, in vLLM bench's keys (ms, tokens/s, requests/s)
 METRICS = ("mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",

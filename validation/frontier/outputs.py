@@ -1,5 +1,5 @@
 """Files of `psdlab frontier`: results JSON, per-drafter CSV, the figure (PNG) and the markdown
-summary, all from the result dict of ``validation.frontier.run_frontier``.
+summary, all from the result dict of ``validation.frontier.run_frontier.run_frontier``.
 
 The figure has three panels: VSR against drafting time t (measured points with their noise,
 the upper envelope, the fitted 1 - exp(-alpha t), V marked); the measured and the predicted
@@ -157,7 +157,7 @@ def write_figure(path: Path, result: dict[str, Any], rows: list[dict[str, Any]])
 
 def write_outputs(out: Path, result: dict[str, Any]) -> dict[str, str]:
     """results.json, frontier.csv, frontier.png, summary.md in ``out``; their paths."""
-    from psdlab.validation.frontier_summary import summary_markdown
+    from psdlab.validation.frontier.summary import summary_markdown
     out.mkdir(parents=True, exist_ok=True)
     rows = csv_rows(result)
     files = {"json": str(out / "results.json"), "csv": str(out / "frontier.csv"),

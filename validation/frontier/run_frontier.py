@@ -11,9 +11,9 @@ serves more requests than it has slots and stops once the last one is admitted: 
 measures is the steady state (full batches, requests waiting), not the drain.  From the traces
 (``analysis.metrics.summarize``, steady-state decode steps as in ``validation.gains``): t, V,
 per-step overhead, VSR, mean acceptance length and the measured time per generated token
-(1 / steady-state decode throughput) of every run.  ``validation.frontier_model`` turns the
+(1 / steady-state decode throughput) of every run.  ``validation.frontier.theory`` turns the
 SD-separate measurements into the envelope, the exponential fit and the predicted optima;
-`judge` sets them against the measured ones; ``validation.frontier_figs`` writes the figure,
+`judge` sets them against the measured ones; ``validation.frontier.outputs`` writes the figure,
 the CSV and the markdown summary.
 """
 from __future__ import annotations
@@ -32,8 +32,8 @@ import numpy as np
 from psdlab.analysis.checks import check_int
 from psdlab.analysis.metrics import decode_steps, is_decode_step, summarize
 from psdlab.analysis.trace import Trace
-from psdlab.validation.frontier_judge import judge, measured_table
-from psdlab.validation.frontier_model import FrontierPoint, predict
+from psdlab.validation.frontier.verdicts import judge, measured_table
+from psdlab.validation.frontier.theory import FrontierPoint, predict
 
 DEFAULT_DEPTHS = (2, 8, 28, 29, 30)
 QUICK_DEPTHS = (2, 30)
@@ -274,7 +274,7 @@ def run_frontier(out_dir: str, plan: FrontierPlan, target_dir: str | None = None
     split (never the split the committed drafter was distilled on)."""
     from psdlab.runtime import run_setup as session
     from psdlab.runtime.overlap_bench import cycle_requests
-    from psdlab.validation.frontier_figs import write_outputs
+    from psdlab.validation.frontier.outputs import write_outputs
     start = time.perf_counter()
     started = machine_info()
     models = session.resolve_models(target_dir, draft_dir, True, progress=not quiet)

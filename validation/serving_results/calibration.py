@@ -7,30 +7,30 @@ What is fitted (``fit_from_bench``), in this order:
 1. **Acceptance** per draft position (speculative runs only): from the snapshots' counter
    difference when given, else from the results' ``spec_decode_per_position_acceptance_rates``
    pooled over runs (weighted by drafts), else (SGLang) a geometric rate from the mean
-   acceptance length (``validation.bench_acceptance``).
+   acceptance length (``validation.serving_results.acceptance_counts``).
 2. **Target step cost** (``sim.costs`` affine: base + per_seq x seqs + per_token x tokens +
    per_context x context tokens, per forward pass), on the non-speculative (AR) runs, by
-   replaying their requests (``validation.bench_replay``, ``validation.bench_fit``): log
-   errors of the mean TTFT and TPOT of groups of requests, Nelder-Mead with restarts and a
-   bounded Gauss-Newton polish (``scipy.optimize``).
+   replaying their requests (``validation.serving_results.replay``,
+   ``validation.serving_results.replay_fit``): log errors of the mean TTFT and TPOT of groups of
+   requests, Nelder-Mead with restarts and a bounded Gauss-Newton polish (``scipy.optimize``).
 3. **Drafter step cost** (affine base + per_token per one-token drafting forward; in SD the
    drafter shares the target's device) on the speculative runs with the target's cost fixed
    at step 2's -- or, with no AR run, the target's base, per_seq and per_token and the
    drafter's base jointly on the speculative runs (per_context then fixed at 0).
 
 With a structural prior (``drafter_to_target_ratio``, or ``target_config``/``draft_config``:
-``validation.drafter_prior``, the rule in one place) steps 2 and 3 are one fit on all runs:
-every drafter coefficient is tied to the target's (drafter = ratio x target) and the target's
-are fitted; the split of a speculative step between the models then comes from the prior.
+``validation.serving_results.drafter_prior``, the rule in one place) steps 2 and 3 are one fit on
+all runs: every drafter coefficient is tied to the target's (drafter = ratio x target) and the
+target's are fitted; the split of a speculative step between the models then comes from the prior.
 
 The replays draw gamma step-time jitter at the spread of consecutive inter-token latencies
-inside requests (``bench_replay.step_time_cv``, the smallest over the runs): queueing under
+inside requests (``replay.step_time_cv``, the smallest over the runs): queueing under
 variable step times is slower than under their mean, and a jitter-free replay would push
 that into the coefficients.
 
-Intervals: bootstrap over requests (``validation.bench_fit``; the drafter's replicates use
-the target's, so its interval carries the target's uncertainty) for the costs, Wilson 95%
-per position for the acceptance.  ``BenchFit.notes`` says what the inputs
+Intervals: bootstrap over requests (``validation.serving_results.replay_fit``; the drafter's
+replicates use the target's, so its interval carries the target's uncertainty) for the costs, Wilson
+95% per position for the acceptance.  ``BenchFit.notes`` says what the inputs
 could and could not identify.  ``BenchFit.save`` writes the model file the simulator reads
 (``psdlab.cost-fit``: ``{"name": "fitted", "path": F, "role": "target" | "drafter"}``, the
 acceptance in ``meta.acceptance``), ``BenchFit.load`` reads it back.
@@ -48,10 +48,12 @@ import numpy as np
 from psdlab.analysis.formats.errors import FormatError
 from psdlab.sim.costs.affine import AFFINE_TERMS
 from psdlab.sim.sim_config import ModelConfig, ServerConfig, SimConfig, TraceConfig
-from psdlab.validation.bench_acceptance import AcceptanceEstimate, from_counters, from_runs
-from psdlab.validation.bench_fit import FitOutcome, Param, fit_stage
-from psdlab.validation.bench_notes import identifiability_notes
-from psdlab.validation.bench_replay import BenchRun, load_bench_run, server_for, step_time_cv
+from psdlab.validation.serving_results.acceptance_counts import (AcceptanceEstimate, from_counters,
+                                                                 from_runs)
+from psdlab.validation.serving_results.replay_fit import FitOutcome, Param, fit_stage
+from psdlab.validation.serving_results.identifiability import identifiability_notes
+from psdlab.validation.serving_results.replay import (BenchRun, load_bench_run, server_for,
+                                                      step_time_cv)
 
 #: largest step-time CV the replays use (a spread above it is batch changes, not noise)
 MAX_JITTER = 0.5
@@ -131,7 +133,7 @@ class BenchFit:
         """A simulator config with these models serving ``workload_path``'s requests (any
         format ``analysis.formats`` reads): their own arrivals, or re-timed to
         ``request_rate`` (inf: all at once); a client cap ``max_concurrency`` caps the
-        server's batch (the prediction in ``bench_predict`` also counts TTFT from the
+        server's batch (the prediction in ``predict`` also counts TTFT from the
         client's send)."""
         from psdlab.sim.workloads import requests_from_file
         if mode != "ar" and (self.drafter_cost is None or self.acceptance is None):
@@ -215,7 +217,8 @@ def _errors(runs: Sequence[BenchRun], outcome_costs: Mapping[str, Mapping[str, A
     """Per input, measured and simulated mean TTFT and TPOT at the fit (relative error)."""
     import tempfile
 
-    from psdlab.validation.bench_replay import replay_config, replay_times, write_replay_csv
+    from psdlab.validation.serving_results.replay import (replay_config, replay_times,
+                                                          write_replay_csv)
     out: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="psdlab-bench-err-") as folder:
         for r in runs:
@@ -249,7 +252,7 @@ def fit_from_bench(results: Sequence[str], *, metrics_before: str | None = None,
     (in (0, 10]) or the two models' ``config.json`` (``target_config``, ``draft_config``):
     the structural prior tying drafter to target cost.  Bad input raises a one-line
     ValueError naming the file and field."""
-    from psdlab.validation.drafter_prior import resolve_ratio
+    from psdlab.validation.serving_results.drafter_prior import resolve_ratio
     ratio = resolve_ratio(drafter_to_target_ratio, target_config, draft_config)
     for t in target_terms:
         if t not in AFFINE_TERMS:

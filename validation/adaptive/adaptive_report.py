@@ -1,4 +1,4 @@
-"""The figure and the text of ``psdlab bench-adaptive`` (``validation.adaptive_bench``)."""
+"""The figure and the text of ``psdlab bench-adaptive`` (``validation.adaptive.bench_adaptive``)."""
 from __future__ import annotations
 
 from typing import Any

@@ -1,8 +1,8 @@
 """An acceptance model that transfers to prompts the calibration never served.
 
-The match patterns (``validation.match_patterns``) know each *calibration* request position by
-position; a new prompt has no pattern, so its acceptance must come from a model of what the
-traces show in general.  This module fits the ``fitted`` model of ``sim.acceptance_fitted``,
+The match patterns (``validation.acceptance.match_patterns``) know each *calibration* request
+position by position; a new prompt has no pattern, so its acceptance must come from a model of what
+the traces show in general.  This module fits the ``fitted`` model of ``sim.acceptance_fitted``,
 
     P(draft token i accepted | 1 .. i-1 accepted)
         = sigmoid(b[style] + u_r exp(g (min(i, P) - 1)) + c[i] + d log n),
@@ -13,8 +13,8 @@ position n, accepted or not), with the request level u_r ~ N(0, sigma^2) integra
 grow or shrink along a proposal.
 
 Each fact counts once (``trials``).  With greedy decoding a prompt's outcome at output position
-n is one deterministic fact (its match pattern, ``validation.match_patterns``): the SD and PSD
-runs of one window see the same verifications, and runs at another k see the same positions
+n is one deterministic fact (its match pattern, ``validation.acceptance.match_patterns``): the SD
+and PSD runs of one window see the same verifications, and runs at another k see the same positions
 again.  Counted as independent trials, those re-observations make every prompt look measured
 several times over, and the fitted spread between prompts grows by the binomial noise that is
 no longer subtracted (measured: sigma 0.65 where one run per prompt gives 0.31-0.34).  So a
@@ -22,7 +22,7 @@ greedy trial seen again at the same (prompt, output position, draft position) is
 one output position seen at d different draft positions weighs 1/d in each; trials of sampled
 traces are independent draws and weigh 1.  Which terms it keeps (or whether a pattern-resampling
 model does better) is chosen by leave-one-prompt-out cross-validation over the calibration
-prompts only (``validation.acceptance_cv``).
+prompts only (``validation.acceptance.cross_validation``).
 
 Candidates (``CANDIDATES``): ``geometric`` (one rate), ``positional`` (one rate per draft
 position: how acceptance changes with k), ``+style`` (a level per prompt style), ``+request``
@@ -97,9 +97,9 @@ Verification = tuple[str, bool, int, int, int]
 
 def verifications(traces: Sequence[Trace]) -> Iterator[Verification]:
     """Every verification of the traces, in step order, with the output position it drafts
-    from (as in ``validation.match_patterns.observations``: the first draft token is output
-    position 1)."""
-    from psdlab.validation.match_patterns import is_greedy
+    from (as in ``validation.acceptance.match_patterns.observations``: the first draft token is
+    output position 1)."""
+    from psdlab.validation.acceptance.match_patterns import is_greedy
     for tr in traces:
         pos: dict[str, int] = {}
         g = is_greedy(tr)
@@ -113,7 +113,7 @@ def verifications(traces: Sequence[Trace]) -> Iterator[Verification]:
 
 def trials(traces: Sequence[Trace], more: Iterable[Verification] = ()) -> Trials:
     """The tried draft tokens of every verification in the traces (and of ``more``, e.g. the
-    acceptance pool's, ``validation.acceptance_pool``), each fact once (module docstring:
+    acceptance pool's, ``validation.acceptance.pool``), each fact once (module docstring:
     greedy re-observations dropped or shared)."""
     pr, dp, op, y, greedy = [], [], [], [], []
     rp, rk, rn, ra = [], [], [], []

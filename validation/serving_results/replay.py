@@ -7,7 +7,7 @@ lengths and what it measured (TTFT, inter-token latencies, end-to-end latency).
 send time; the mode and k the result's speculative-decoding fields imply);
 :func:`replay_times` simulates those requests, sent at the recorded send times, under given
 cost and acceptance models and returns each request's simulated TTFT and TPOT, the
-quantities the calibration fits (``validation.bench_calibrate``).
+quantities the calibration fits (``validation.serving_results.calibration``).
 
 The simulated requests arrive at the *send* times (``start_times``), because vLLM's TTFT
 counts from the send: a client that caps its concurrency holds requests back, and that wait

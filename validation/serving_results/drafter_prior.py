@@ -3,8 +3,8 @@ forward pass to a target forward pass, given directly or derived from the two mo
 Hugging Face ``config.json`` files.
 
 Speculative runs time k drafting forwards and one verification together, so they pin the
-step's total, not its split between the two models (``bench_notes``).  With the prior,
-``bench_calibrate.fit_from_bench`` ties every drafter coefficient to the target's
+step's total, not its split between the two models (``identifiability``).  With the prior,
+``calibration.fit_from_bench`` ties every drafter coefficient to the target's
 (drafter.<term> = ratio x target.<term>) and fits the target's; the split then comes from the
 prior, not the data.
 

@@ -212,7 +212,7 @@ def run_bench(args: Any, plan: BenchPlan | None = None) -> dict[str, Any]:
                    "wall_s": time.perf_counter() - t_start,
                    "note": "2 shared cores: other jobs ran on this machine during the runs "
                            "(load averages per load in 'uptime')"})
-    from psdlab.validation.adaptive_bench_report import write_figure
+    from psdlab.validation.adaptive.adaptive_report import write_figure
     _atomic(out_dir / "throughput_vs_load.png", lambda p: write_figure(result, p))
     _atomic(out_dir / "results.json",
             lambda p: Path(p).write_text(json.dumps(result, indent=1, sort_keys=True)))
@@ -277,5 +277,5 @@ def _atomic(path: Path, write) -> None:
 
 
 def format_report(result: dict[str, Any]) -> str:
-    from psdlab.validation.adaptive_bench_report import format_text
+    from psdlab.validation.adaptive.adaptive_report import format_text
     return format_text(result)

@@ -1,5 +1,6 @@
 """The words of `psdlab frontier`: the markdown summary and the short terminal report, from
-the result dict of ``validation.frontier.run_frontier`` (every figure quoted comes from it)."""
+the result dict of ``validation.frontier.run_frontier.run_frontier`` (every figure quoted comes from
+it)."""
 from __future__ import annotations
 
 from typing import Any

@@ -1,9 +1,9 @@
 """Choose the acceptance model that transfers to new prompts: cross-validation over the
 calibration prompts (never the held-out runs): leave-one-prompt-out, or ``MAX_FOLDS`` folds of
-prompts when there are more (the acceptance pool, ``validation.acceptance_pool``, brings
+prompts when there are more (the acceptance pool, ``validation.acceptance.pool``, brings
 hundreds), each left-out prompt scored on its own.
 
-Candidates: the logistic ``fitted`` models of ``validation.acceptance_transfer`` (``CANDIDATES``)
+Candidates: the logistic ``fitted`` models of ``validation.acceptance.transfer`` (``CANDIDATES``)
 and, for greedy traces, the ``resampled`` model (``sim.acceptance_resampled``: a new request
 draws the whole match pattern of a calibration request of its style).  Each is fitted without
 a fold's prompts and scored on each of them:
@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from psdlab.analysis.trace import Trace
-from psdlab.validation.acceptance_transfer import (CANDIDATES, Candidate, FittedModel, Trials,
+from psdlab.validation.acceptance.transfer import (CANDIDATES, Candidate, FittedModel, Trials,
                                                    fit, prompt_of, score)
 
 #: draws of a left-out prompt's predictive distribution
@@ -110,10 +110,10 @@ class Selection:
 def _patterns(traces: Sequence[Trace], pool: dict[str, str] | None = None
               ) -> dict[str, str] | None:
     """The runs' greedy match patterns plus the acceptance pool's (``validation.
-    acceptance_pool``); None unless every trace is greedy."""
-    from psdlab.validation.acceptance_fit import all_greedy
-    from psdlab.validation.acceptance_pool import merged_patterns
-    from psdlab.validation.match_patterns import match_patterns
+    acceptance.pool``); None unless every trace is greedy."""
+    from psdlab.validation.acceptance.fit import all_greedy
+    from psdlab.validation.acceptance.pool import merged_patterns
+    from psdlab.validation.acceptance.match_patterns import match_patterns
     if not all_greedy(traces):
         return None
     found = match_patterns(traces)
@@ -123,7 +123,7 @@ def _patterns(traces: Sequence[Trace], pool: dict[str, str] | None = None
 def _fallback(data: Trials) -> dict[str, Any]:
     """Per-position rates of ``data``'s verifications (the fallback of drawn patterns'
     unknown positions), kept off 0 and 1."""
-    from psdlab.validation.acceptance_fit import positional_rates
+    from psdlab.validation.acceptance.fit import positional_rates
     _, rk, _, ra = data.rows
     rates, _, _ = positional_rates(rk, ra.astype(int))
     return {"name": "positional",
@@ -197,9 +197,9 @@ def _splits(data: Trials, prompts: Sequence[str]) -> list[Split]:
 
 def _inputs(traces: Sequence[Trace], candidates: Sequence[Candidate], resample: bool,
             pool: dict[str, str] | None) -> tuple[Trials, list[Builder]]:
-    """The trials of the traces and the pool (``validation.acceptance_pool``) and every
+    """The trials of the traces and the pool (``validation.acceptance.pool``) and every
     candidate's fit."""
-    from psdlab.validation.acceptance_pool import acceptance_data
+    from psdlab.validation.acceptance.pool import acceptance_data
     return (acceptance_data(traces, pool),
             _builders(candidates, _patterns(traces, pool) if resample else None))
 
@@ -207,7 +207,7 @@ def _inputs(traces: Sequence[Trace], candidates: Sequence[Candidate], resample: 
 def select(traces: Sequence[Trace], candidates: Sequence[Candidate] = CANDIDATES,
            resample: bool = True, pool: dict[str, str] | None = None) -> Selection:
     """Score every candidate by cross-validation over the traces' prompts (and the
-    acceptance pool's, ``validation.acceptance_pool``) and refit the lowest mean CRPS on all
+    acceptance pool's, ``validation.acceptance.pool``) and refit the lowest mean CRPS on all
     of them (module docstring)."""
     data, builders = _inputs(traces, candidates, resample, pool)
     if data.y.size == 0:

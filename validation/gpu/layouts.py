@@ -1,4 +1,4 @@
-"""The layouts of `psdlab bench-gpu` (`validation.gpu_bench`): AR, SD-separate and PSD on a
+"""The layouts of `psdlab bench-gpu` (`validation.gpu.bench_gpu`): AR, SD-separate and PSD on a
 device layout of the machine, then the simulator calibrated on the first round of traces and
 validated on the second.
 

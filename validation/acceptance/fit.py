@@ -10,7 +10,7 @@
   of short requests subtracted from their variance.  95% intervals by a seeded bootstrap over
   requests.
 - Greedy traces (all of them): each request's match pattern, position by position
-  (``validation.match_patterns``), the ``matches`` model, which then is the default.
+  (``validation.acceptance.match_patterns``), the ``matches`` model, which then is the default.
 - Traces whose rows are spread from per-step totals (imported engines that log only totals, run
   extra ``verified_rows = "step-totals"``) identify neither; from those only the overall
   verification success rate is used, turned into a geometric per-token rate alpha.
@@ -47,7 +47,7 @@ class AcceptanceFit:
     n_rows: int
     vsr: float                                   # accepted / proposed draft tokens
     notes: tuple[str, ...] = field(default=())
-    patterns: Any = None                         # validation.match_patterns.Patterns (greedy)
+    patterns: Any = None                         # acceptance.match_patterns.Patterns (greedy)
 
     def specs(self) -> dict[str, dict]:
         """Acceptance specs for ``sim.acceptance_registry.make_acceptance``, by name: ``positional``
@@ -187,7 +187,7 @@ def fit_acceptance(traces: Sequence[Trace], *, seed: int = 0) -> AcceptanceFit:
         notes.append("one request only: the per-request spread is not identified")
     if conc >= MAX_CONCENTRATION:
         notes.append("no per-request spread beyond binomial noise (concentration capped)")
-    from psdlab.validation.match_patterns import match_patterns
+    from psdlab.validation.acceptance.match_patterns import match_patterns
     patterns = match_patterns(traces) if all_greedy(traces) else None
     if patterns is not None:
         notes.append(f"greedy traces: match patterns of {len(patterns.patterns)} requests, "
@@ -201,7 +201,7 @@ def fit_acceptance(traces: Sequence[Trace], *, seed: int = 0) -> AcceptanceFit:
 
 def all_greedy(traces: Sequence[Trace]) -> bool:
     """Every trace with draft rows was decoded greedily (``run.extra["temperature"] == 0``)."""
-    from psdlab.validation.match_patterns import is_greedy
+    from psdlab.validation.acceptance.match_patterns import is_greedy
     drafted = [t for t in traces if any(v.proposed > 0 for s in t.steps for v in s.verified)]
     return bool(drafted) and all(is_greedy(t) for t in drafted)
 

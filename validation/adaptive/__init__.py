@@ -1,0 +1,3 @@
+"""`psdlab bench-adaptive`: the adaptive policy against every fixed configuration, measured on the
+real CPU pair with the simulator's prediction made first (``bench_adaptive``), and its figure and
+text (``adaptive_report``)."""
