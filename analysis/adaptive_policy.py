@@ -33,12 +33,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
 
 from psdlab.analysis.checks import check_choice, check_int, check_nonnegative, check_range
+from psdlab.analysis.modes import STEP_MODES
 
 __all__ = ["MODES", "OBJECTIVES", "PolicyConfig", "LiveState", "StepCosts", "AffineCosts",
            "Candidate", "Decision", "AdaptivePolicy", "AcceptanceTracker", "emitted",
            "predict", "rank", "policy_config"]
 
-MODES = ("ar", "sd", "psd")
+MODES = STEP_MODES
 
 
 class StepCosts(Protocol):

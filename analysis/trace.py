@@ -25,10 +25,12 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any, Iterable, Iterator
 
+from .modes import TRACE_MODES
+
 SCHEMA_VERSION = 1
 #: schema versions this reader understands (older ones are upgraded on read)
 READABLE_VERSIONS = (1,)
-MODES = ("ar", "sd", "sd-sep", "psd")
+MODES = TRACE_MODES
 PHASE_KINDS = ("draft", "verify", "prefill")
 
 

@@ -40,6 +40,7 @@ import numpy as np
 
 from psdlab.sim.arrival_clock import ArrivalClock
 from psdlab.analysis.adaptive_policy import AcceptanceTracker, AdaptivePolicy, LiveState
+from psdlab.analysis.modes import STEP_MODES
 from psdlab.analysis.trace import RequestRecord
 from psdlab.sim.adaptive_costs import ModelCosts, capped_draft_phase, draft_phase, verify_phase
 from psdlab.sim.step_plan import cost_time, prefill_time
@@ -367,7 +368,7 @@ class AdaptiveServer(ArrivalClock):
         return {"switches": c["switches"], "transitions": dict(st["transitions"]),
                 "switch_cost_s": dict(st["switch_cost_s"]),
                 "catch_up_tokens": c["catch_up_tokens"], "drafts_dropped": c["drafts_dropped"],
-                "steps": {m: c[f"steps_{m}"] for m in ("ar", "sd", "psd")},
+                "steps": {m: c[f"steps_{m}"] for m in STEP_MODES},
                 "timeline": [[t, label] for t, label in self.timeline]}
 
     def request_record(self, r: int) -> RequestRecord:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from psdlab.analysis.modes import STEP_MODES
 from psdlab.analysis.trace import RunInfo
 from psdlab.sim.adaptive import AdaptiveServer
 from psdlab.sim.core import Core, JitterStreams
@@ -160,9 +161,9 @@ def _adaptive(config: SimConfig, inp: Inputs) -> tuple[AdaptiveServer, int, dict
         bad = int(np.flatnonzero(inp.output < 1)[0])
         raise ValueError(f"workload: output_len must be >= 1, got {inp.output[bad]} for "
                          f"request {bad}")
-    hosts = None
+    hosts: dict[str, Any] | None = None
     if inp.step is not None:
-        hosts = {m: inp.step_host(m, config.target.device) for m in ("ar", "sd", "psd")}
+        hosts = {m: inp.step_host(m, config.target.device) for m in STEP_MODES}
     server = AdaptiveServer(m=config.server.m, policy=AdaptivePolicy(pcfg), target=inp.target,
                             drafter=inp.drafter, acceptance=inp.acceptance,
                             params=inp.params(), arrival=inp.arrival, prompt=inp.prompt,

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from psdlab.analysis.checks import check_int, check_positive
+from psdlab.analysis.modes import Mode, check_mode
 from psdlab.sim.sim_config import MODES, ModelConfig, SimConfig, drafter_placement
 
 SLO_METRICS = ("ttft", "tpot", "e2e")
@@ -38,7 +39,7 @@ _PLAN_KEYS = ("modes", "k", "m", "drafters", "replicas", "slo", "requests", "ite
 
 @dataclass(frozen=True)
 class PlanSpec:
-    modes: tuple[str, ...]
+    modes: tuple[Mode, ...]
     ks: tuple[int, ...]
     ms: tuple[int, ...]
     drafters: tuple[tuple[ModelConfig, Mapping[str, Any] | None], ...]   # (drafter, acceptance)
@@ -77,10 +78,8 @@ def parse_plan(raw: Mapping[str, Any] | None, cfg: SimConfig) -> PlanSpec:
     for key in raw:
         if key not in _PLAN_KEYS:
             raise ValueError(f"plan.{key}: unknown key (allowed: {', '.join(_PLAN_KEYS)})")
-    modes = tuple(raw.get("modes", [cfg.server.mode]))
-    for i, mode in enumerate(modes):
-        if mode not in MODES:
-            raise ValueError(f"plan.modes[{i}]: must be one of {', '.join(MODES)}, got {mode!r}")
+    modes = tuple(check_mode(f"plan.modes[{i}]", mode, MODES)
+                  for i, mode in enumerate(raw.get("modes", [cfg.server.mode])))
     drafters = []
     for i, d in enumerate(raw.get("drafters", [])):
         if not isinstance(d, dict) or not isinstance(d.get("cost"), dict):

@@ -37,9 +37,10 @@ from typing import Any, Literal, Mapping, cast, overload
 
 from psdlab.analysis.adaptive_policy import PolicyConfig, policy_config
 from psdlab.analysis.checks import check_choice, check_int
+from psdlab.analysis.modes import SERVER_MODES
 from psdlab.analysis.toml_reader import tomllib
 
-MODES = ("ar", "sd", "sd-sep", "psd", "adaptive")
+MODES = SERVER_MODES
 POLICIES = ("paper", "rebalance")
 TRACE_LEVELS = ("step", "request", "none")
 

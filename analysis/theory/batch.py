@@ -30,6 +30,7 @@ from typing import Callable
 import numpy as np
 
 from psdlab.analysis.checks import check_choice, check_int, check_nonnegative, check_range
+from psdlab.analysis.modes import SPEC_MODES, check_mode
 
 __all__ = ["AffineVerifyTime", "AffineDraftTime", "GeometricAcceptance", "BatchModel",
            "ModeResult", "Comparison", "BASES", "ar", "sd", "psd", "best_k", "compare",
@@ -169,7 +170,7 @@ def psd(model: BatchModel, m: int, k: int) -> ModeResult:
 
 def best_k(model: BatchModel, mode: str, m: int, k_max: int = 16) -> ModeResult:
     """The k in 1..k_max that maximises `mode`'s throughput (ties: smallest k)."""
-    check_choice("mode", mode, ("sd", "psd"))
+    check_mode("mode", mode, SPEC_MODES)
     k_max = check_int("k_max", k_max, minimum=1)
     fn = sd if mode == "sd" else psd
     results = [fn(model, m, k) for k in range(1, k_max + 1)]
