@@ -62,11 +62,11 @@ def _uptime() -> str:
 
 
 def time_sweep(cfg, spec, backend: str, jobs: int) -> dict[str, Any]:
-    from psdlab.sim.capacity import run_plan, write_csv
+    from psdlab.sim.capacity import run_capacity_plan, write_csv
 
     before, up = _load(), _uptime()
     t0 = time.perf_counter()
-    rows = run_plan(cfg, spec, jobs, backend=backend)
+    rows = run_capacity_plan(cfg, spec, jobs, backend=backend)
     wall = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "p.csv")

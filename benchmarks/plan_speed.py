@@ -27,13 +27,13 @@ from plan_backends import ROOT, sweep_config  # noqa: E402
 
 def sweep(cfg, spec, jobs: int, reuse: bool) -> dict:
     import psdlab.sim.trajectories as trajectories
-    from psdlab.sim.capacity import run_plan
+    from psdlab.sim.capacity import run_capacity_plan
     os.environ["PSDLAB_PLAN_REUSE"] = "1" if reuse else "0"     # the spawned workers read it
     trajectories.CACHE_SIZE = 32 if reuse else 0                 # and this process
     trajectories._CACHE.clear()
     load = [round(x, 2) for x in os.getloadavg()]
     t0 = time.perf_counter()
-    rows = run_plan(cfg, spec, jobs, backend="local")
+    rows = [r.to_csv_row() for r in run_capacity_plan(cfg, spec, jobs, backend="local")]
     wall = time.perf_counter() - t0
     digest = hashlib.sha256(json.dumps(rows, sort_keys=True, default=str).encode()).hexdigest()
     return {"reuse": reuse, "wall_s": round(wall, 2), "rows_sha256": digest,

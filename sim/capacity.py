@@ -21,14 +21,16 @@ The Pareto set is over (devices: fewer is better, sustainable rate: higher is be
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from psdlab.analysis.checks import check_int, check_positive
 from psdlab.analysis.modes import Mode, check_mode
+from psdlab.sim.plan_rows import ConfigResult, PlanCombo, PlanRow
 from psdlab.sim.sim_config import MODES, ModelConfig, SimConfig, drafter_placement
 
 SLO_METRICS = ("ttft", "tpot", "e2e")
@@ -110,15 +112,15 @@ def parse_plan(raw: Mapping[str, Any] | None, cfg: SimConfig) -> PlanSpec:
                     jobs=check_int("plan.jobs", raw.get("jobs", 1), 1, 256), csv=csv)
 
 
-def combos(spec: PlanSpec) -> list[tuple[str, int, int, Any]]:
-    """(mode, k, m, (drafter, acceptance) or None) for every point of the sweep."""
-    out: list[tuple[str, int, int, Any]] = []
+def combos(spec: PlanSpec) -> list[PlanCombo]:
+    """Every configuration of the sweep (ar: once per m, k = 0, no drafter)."""
+    out: list[PlanCombo] = []
     for mode, k, m in itertools.product(spec.modes, spec.ks, spec.ms):
         if mode == "ar":
             if k == spec.ks[0]:
-                out.append((mode, 0, m, None))
+                out.append(PlanCombo(mode, 0, m))
             continue
-        out.extend((mode, k, m, d) for d in spec.drafters)
+        out.extend(PlanCombo(mode, k, m, drafter, acc) for drafter, acc in spec.drafters)
     return out
 
 
@@ -181,11 +183,11 @@ def trial_requests(cfg: SimConfig, spec: PlanSpec) -> int:
     return _workloads(cfg, spec)[2]
 
 
-def _variant(cfg: SimConfig, spec: PlanSpec, combo, workload: dict[str, Any],
+def _variant(cfg: SimConfig, spec: PlanSpec, combo: PlanCombo, workload: dict[str, Any],
              requests: int | None = None) -> SimConfig:
-    mode, k, m, pair = combo
-    drafter, acceptance = pair if pair is not None else (cfg.drafter, None)
-    return cfg.replace(server_mode=mode, server_k=k, server_m=m,
+    drafter = cfg.drafter if combo.drafter is None else combo.drafter
+    acceptance = combo.acceptance
+    return cfg.replace(server_mode=combo.mode, server_k=combo.k, server_m=combo.m,
                        requests=spec.requests if requests is None else requests,
                        drafter=drafter, acceptance=acceptance or cfg.acceptance,
                        workload=workload, trace_level="none", trace_path=None)
@@ -203,7 +205,7 @@ def meets_slo(metrics: Mapping[str, Any], spec: PlanSpec) -> bool:
     return True
 
 
-def evaluate(cfg: SimConfig, spec: PlanSpec, combo) -> dict[str, Any]:
+def evaluate(cfg: SimConfig, spec: PlanSpec, combo: PlanCombo) -> ConfigResult:
     """Highest sustainable Poisson rate of one configuration (one replica)."""
     from psdlab.sim.costtable import TableShare
     from psdlab.sim.simulation import simulate
@@ -230,48 +232,38 @@ def evaluate(cfg: SimConfig, spec: PlanSpec, combo) -> dict[str, Any]:
             lo, best = mid, metrics
         else:
             hi = mid
-    mode, k, m, pair = combo
-    drafter = pair[0] if pair is not None else None
-    row = {"mode": mode, "k": k, "m": m, "drafter": drafter.name if drafter else "",
-           "capacity_req_s": capacity, "max_rate_req_s": lo,
-           "tok_s": best["throughput_tok_s"] if best else 0.0,
-           "devices_per_replica": devices_per_replica(cfg, mode, drafter),
-           "cost_model": cost_label(cfg.target.cost) + (
-               f" + {cost_label(drafter.cost)}" if drafter else "")}
-    row.update(slo_values(best or {}, spec))
-    return row
+    drafter = combo.drafter
+    return ConfigResult(
+        mode=combo.mode, k=combo.k, m=combo.m, drafter=drafter.name if drafter else "",
+        capacity_req_s=capacity, max_rate_req_s=lo,
+        tok_s=best["throughput_tok_s"] if best else 0.0,
+        devices_per_replica=devices_per_replica(cfg, combo.mode, drafter),
+        cost_model=cost_label(cfg.target.cost) + (
+            f" + {cost_label(drafter.cost)}" if drafter else ""),
+        slo=tuple(slo_values(best or {}, spec).items()))
 
 
-def expand_replicas(rows: list[dict[str, Any]], spec: PlanSpec) -> list[dict[str, Any]]:
-    out = []
-    for row in rows:
-        for r in spec.replicas:
-            d = row["devices_per_replica"]
-            out.append({**row, "replicas": r, "devices": r * d,
-                        "total_rate_req_s": r * row["max_rate_req_s"],
-                        "tok_s_per_device": (row["tok_s"] or 0.0) / d})
-    return out
+def expand_replicas(results: list[ConfigResult], spec: PlanSpec) -> list[PlanRow]:
+    """One row per configuration x replica count (Pareto flags not yet set)."""
+    return [PlanRow(res, r) for res in results for r in spec.replicas]
 
 
-def mark_pareto(rows: list[dict[str, Any]]) -> None:
-    """Pareto over (devices: fewer better, total sustainable rate: higher better)."""
-    for a in rows:
-        a["pareto"] = not any(
-            b["devices"] <= a["devices"] and b["total_rate_req_s"] >= a["total_rate_req_s"]
-            and (b["devices"] < a["devices"] or b["total_rate_req_s"] > a["total_rate_req_s"])
-            for b in rows)
+def mark_pareto(rows: list[PlanRow]) -> list[PlanRow]:
+    """The rows with their Pareto flags: over (devices: fewer better, total sustainable rate:
+    higher better)."""
+    points = [(r.devices, r.total_rate_req_s) for r in rows]
+    return [dataclasses.replace(row, pareto=not any(
+        bd <= ad and br >= ar_ and (bd < ad or br > ar_) for bd, br in points))
+        for row, (ad, ar_) in zip(rows, points)]
 
 
-def combo_label(combo) -> str:
+def combo_label(combo: PlanCombo) -> str:
     """How errors and the test hook name a configuration: "psd k=4 m=16 drafter=qwen3-1.7b"."""
-    mode, k, m, pair = combo
-    if pair is None:
-        return f"{mode} m={m}"
-    return f"{mode} k={k} m={m} drafter={pair[0].name}"
+    return combo.label
 
 
-def run_plan(cfg: SimConfig, spec: PlanSpec, jobs: int = 1, progress: bool = False,
-             backend: str = "local", address: str | None = None) -> list[dict[str, Any]]:
+def run_capacity_plan(cfg: SimConfig, spec: PlanSpec, jobs: int = 1, progress: bool = False,
+                      backend: str = "local", address: str | None = None) -> list[PlanRow]:
     """All rows (one per combination x replicas), Pareto flags set, in sweep order.  Each
     configuration is one task of ``backend`` (``sim.sweep_backends``: "local" processes or
     "ray"); every trial uses the config's seed, so the rows do not depend on the backend."""
@@ -283,15 +275,13 @@ def run_plan(cfg: SimConfig, spec: PlanSpec, jobs: int = 1, progress: bool = Fal
         from tqdm import tqdm
         bar = tqdm(total=len(todo), unit="config", desc="plan", leave=False)
     try:
-        rows = run_tasks(backend, evaluate, [(cfg, spec, c) for c in todo],
+        results = run_tasks(backend, evaluate, [(cfg, spec, c) for c in todo],
                          [combo_label(c) for c in todo], jobs=jobs, address=address,
                          on_done=bar.update if bar else None)
     finally:
         if bar:
             bar.close()
-    rows = expand_replicas(rows, spec)
-    mark_pareto(rows)
-    return rows
+    return mark_pareto(expand_replicas(results, spec))
 
 
 COLUMNS = ("mode", "k", "m", "drafter", "replicas", "devices", "total_rate_req_s",
@@ -299,8 +289,9 @@ COLUMNS = ("mode", "k", "m", "drafter", "replicas", "devices", "total_rate_req_s
            "cost_model")
 
 
-def write_csv(rows: list[dict[str, Any]], path: str) -> None:
+def write_csv(rows: Sequence[Mapping[str, Any]], path: str) -> None:
     import csv
+    rows = [r.to_csv_row() if isinstance(r, PlanRow) else r for r in rows]
     keys = list(COLUMNS) + sorted({k for r in rows for k in r} - set(COLUMNS))
     with open(path, "w", newline="", encoding="utf-8") as fh:
         w = csv.DictWriter(fh, fieldnames=keys)
@@ -308,7 +299,8 @@ def write_csv(rows: list[dict[str, Any]], path: str) -> None:
         w.writerows(rows)
 
 
-def format_table(rows: list[dict[str, Any]], only_pareto: bool = True) -> str:
+def format_table(rows: Sequence[Mapping[str, Any]], only_pareto: bool = True) -> str:
+    rows = [r.to_csv_row() if isinstance(r, PlanRow) else r for r in rows]
     shown = [r for r in rows if r["pareto"] or not only_pareto]
     shown.sort(key=lambda r: (r["devices"], -r["total_rate_req_s"]))
     slo_keys = sorted({k for r in rows for k in r} - set(COLUMNS) - {"devices_per_replica"})

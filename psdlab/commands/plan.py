@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
 
     from psdlab.analysis.checks import check_int
     from psdlab.sim.sim_config import config_from_dict, read_toml
-    from psdlab.sim.capacity import parse_plan, run_plan, trial_requests, write_csv
+    from psdlab.sim.capacity import parse_plan, run_capacity_plan, trial_requests, write_csv
     from psdlab.sim.plan_figure import make_figure, save, workload_label
     from psdlab.sim.plan_report import (PlanContext, build_report, format_report, slo_text,
                                         write_outputs)
@@ -85,8 +85,9 @@ def run(args: argparse.Namespace) -> int:
     if args.k_table_drafter is not None and args.vllm_k_table is None:
         raise ValueError("--k-table-drafter: only with --vllm-k-table")
     try:
-        rows = run_plan(cfg, spec, jobs, progress=sys.stderr.isatty() and not args.json,
-                        backend=args.backend, address=args.address)
+        rows = run_capacity_plan(cfg, spec, jobs,
+                                 progress=sys.stderr.isatty() and not args.json,
+                                 backend=args.backend, address=args.address)
     except SweepTaskError as exc:
         raise UsageError(str(exc)) from None
     per_trial = trial_requests(cfg, spec)
@@ -112,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     policy = plan_thresholds(cfg.replace(server_m=max(spec.ms)))
     write_outputs(writers)
     if args.json:
-        print(json.dumps({"rows": rows, "csv": csv_path, "png": png_path,
+        print(json.dumps({"rows": [r.to_csv_row() for r in rows], "csv": csv_path, "png": png_path,
                           "adaptive_policy": policy,
                           "vllm_k_table": args.vllm_k_table,
                           "sections": [{"name": s.name, "title": s.title, "data": s.data}
