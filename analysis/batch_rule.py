@@ -4,8 +4,8 @@ move when the two batches drift apart, and which request a preemption takes.
 PSD keeps its running requests in batch 0 and batch 1 (at most ``capacity`` each): each step
 the target verifies one batch while the drafter drafts the other.  The rule, used by the
 runtime (``runtime.batch_manager``), the vLLM extension (``runtime.vllm_ext.halves``) and every
-simulator path (``sim.batch_assignment``, policy ``rebalance``; ``sim.sweep`` and ``sim.lanes`` call
-`join` per admission):
+simulator path (``sim.batch_assignment``, policy ``rebalance``; ``sim.step_layout`` and
+``sim.lanes`` call `join` per admission):
 
 - **join**: a new request joins the smaller batch with room; on equal sizes, the batch about
   to be drafted (so it gets drafts soonest), else batch 0.  Both full: it waits.

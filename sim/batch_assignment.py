@@ -17,7 +17,7 @@ most m.  Policies are chosen by name (``server.policy``):
   without drafts ready: not drafted yet, or, with ``server.cap_proposals``, at their last
   token) moves to the smaller one.  A moved request loses the drafts it had (it is drafted
   again with its new batch).  Promise: at every step boundary, after admission and
-  rebalancing, |size0 - size1| <= 1.  The fast paths (``sim.sweep``, ``sim.lanes``) call
+  rebalancing, |size0 - size1| <= 1.  The fast paths (``sim.step_layout``, ``sim.lanes``) call
   ``analysis.batch_rule.join`` for each admission; ``tests/test_batch_rule.py`` checks that
   every path picks the same batches.
 """

@@ -21,7 +21,7 @@ from psdlab.sim.arrival_clock import ArrivalClock
 from psdlab.sim import lanes
 from psdlab.sim.batch_assignment import BatchManager
 from psdlab.sim.kv import blocks
-from psdlab.sim.step_plan import Plan, Planner, proposal_caps
+from psdlab.sim.step_plan import PhasePlan, Planner, proposal_caps
 from psdlab.sim.trajectories import Trajectories
 
 JITTER_KEYS = ("prefill_t", "prefill_d", "draft", "verify")
@@ -104,7 +104,7 @@ class Core(ArrivalClock):
         self.lane_steps = 64                  # sim.lanes: current plan length to try
         self.lane_guess = None                # sim.lanes: boundary times to start from
         self.step_detail = True               # plans carry what step records need
-        self.step_costs = None                # sim.sweep: cost tables, built on first use
+        self.step_costs = None                # sim.step_layout: cost tables, built on first use
         self.shared_costs = None              # ... from these when set (sim.costtable.TableShare)
         self.nsteps_list = traj.nsteps.tolist()
         self.arrival_list = arrival.tolist()
@@ -211,7 +211,7 @@ class Core(ArrivalClock):
         return self.bm.free_slots() > 0 and not self.kv_blocked
 
     # ------------------------------------------------------------------ planning
-    def plan(self, max_steps: int) -> Plan:
+    def plan(self, max_steps: int) -> PhasePlan:
         if self.cap_proposals or any(self.traj.nsteps[r] == 0 for r in self.pending):
             max_steps = 1
         if max_steps > 1 and lanes.eligible(self):
@@ -221,7 +221,7 @@ class Core(ArrivalClock):
         self._cut_for_admission(p)
         return p
 
-    def _choose_plan(self, max_steps: int) -> Plan:
+    def _choose_plan(self, max_steps: int) -> PhasePlan:
         pl = self.planner
         batches = self.bm.batches
         if self.mode != "psd":
@@ -248,7 +248,7 @@ class Core(ArrivalClock):
         B = nonempty[0]
         return pl.sd(B, np.asarray(batches[B], np.int64), max_steps)
 
-    def _clock(self, p: Plan) -> None:
+    def _clock(self, p: PhasePlan) -> None:
         segs = np.zeros((p.S, p.nseg))
         for ph in p.phases:
             np.maximum(segs[:, ph.seg], ph.dur, out=segs[:, ph.seg])
@@ -259,7 +259,7 @@ class Core(ArrivalClock):
         p.starts = cs[:-1].reshape(p.S, p.nseg)
         p.ends = cs[1:].reshape(p.S, p.nseg)
 
-    def _cut_for_admission(self, p: Plan) -> None:
+    def _cut_for_admission(self, p: PhasePlan) -> None:
         """Stop at the first inner boundary where a request could be admitted."""
         if p.S <= 1 or not self.could_admit():
             return
@@ -276,7 +276,7 @@ class Core(ArrivalClock):
             self._truncate(p, cut)
 
     @staticmethod
-    def _truncate(p: Plan, S: int) -> None:
+    def _truncate(p: PhasePlan, S: int) -> None:
         p.S = S
         for ph in p.phases:
             ph.dur, ph.seqs, ph.tokens, ph.ctx = ph.dur[:S], ph.seqs[:S], ph.tokens[:S], ph.ctx[:S]
@@ -288,7 +288,7 @@ class Core(ArrivalClock):
         p.starts, p.ends = p.starts[:S], p.ends[:S]
 
     # ------------------------------------------------------------------ commit
-    def commit(self, p: Plan) -> None:
+    def commit(self, p: PhasePlan) -> None:
         if p.kind == "lanes":
             from psdlab.sim.lanes_build import commit_lanes
             commit_lanes(self, p)
@@ -322,7 +322,7 @@ class Core(ArrivalClock):
         self.counters["completions"] += len(done)
         self._advance(p)
 
-    def _advance(self, p: Plan) -> None:
+    def _advance(self, p: PhasePlan) -> None:
         self.counters["steps"] += p.S
         self.counters["intervals"] += 1
         self.pending = []
@@ -333,7 +333,7 @@ class Core(ArrivalClock):
         self.step += p.S
         self.bm.started = True
 
-    def _update_ready(self, p: Plan) -> None:
+    def _update_ready(self, p: PhasePlan) -> None:
         bm = self.bm
         if self.mode != "psd" or p.verify_batch is None:
             return

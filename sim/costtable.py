@@ -1,4 +1,4 @@
-"""Memoised step costs for the fast path's one-pass sweep (``sim.sweep``).
+"""Memoised step costs for the fast path's one-pass sweep (``sim.step_layout``).
 
 A phase's cost depends on a few integers (sequences n, context tokens C or prefill tokens), so
 the sweep looks costs up in tables instead of calling the cost model once per step.  A table is

@@ -6,7 +6,7 @@ computes up to ``server.max_interval_steps`` steps at once (contexts from the pr
 trajectories, step times from one vectorised cost-model call per phase kind, the clock as one
 cumulative sum) and stops exactly at the first step boundary where something could change.
 In the steady regimes (``sim.lanes``: PSD overlap, SD, AR without a KV limit) a plan also runs
-across admissions and completions: ``sim.sweep`` lays the stretch out in one causal pass with
+across admissions and completions: ``sim.step_layout`` lays the stretch out in one causal pass with
 step costs from tables (``sim.costtable``), a few list operations per step.  The adaptive
 server (``sim.adaptive``) plans one step at a time.
 Because acceptance is pre-sampled per request (``sim.trajectories``) or drawn as a step is

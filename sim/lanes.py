@@ -11,7 +11,7 @@ context matrices by lane, one cost-model call per phase kind, one cumulative sum
 (``sim.lanes_build``).
 
 With one draft length k for all requests (the usual case) the stretch is laid out in one
-causal pass, step by step, with exact times from cost tables (``sim.sweep``).  With
+causal pass, step by step, with exact times from cost tables (``sim.step_layout``).  With
 per-request k (``server.k_choices``) the drafting cost depends on more than a row's size and
 context sum, and the layout is found by iteration as follows.
 
@@ -36,8 +36,8 @@ import numpy as np
 
 from psdlab.analysis.batch_rule import join
 from psdlab.sim.lanes_build import Layout, build_plan
-from psdlab.sim.step_plan import Plan
-from psdlab.sim.sweep import sweep, sweepable
+from psdlab.sim.step_plan import PhasePlan
+from psdlab.sim.step_layout import one_pass_plan, sweepable
 
 MAX_ITERATIONS = 8
 
@@ -160,7 +160,7 @@ def _arrival_boundaries(c, T: np.ndarray, lay: Layout) -> np.ndarray:
     return np.searchsorted(T[:lay.S + 1], c.arrival[c.arr_ptr:c.arr_ptr + n], side="left")
 
 
-def _boundaries(c, p: Plan, S_max: int) -> np.ndarray:
+def _boundaries(c, p: PhasePlan, S_max: int) -> np.ndarray:
     """T[b] for b = 0..S_max: the plan's exact step ends, then extrapolated."""
     T = np.empty(S_max + 1)
     T[0] = c.now
@@ -193,14 +193,14 @@ def _guess(c, S_try: int) -> np.ndarray:
     return T
 
 
-def plan_lanes(core, S_max: int) -> Plan:
+def plan_lanes(core, S_max: int) -> PhasePlan:
     """The next lanes plan (see the module docstring); its length adapts
     (``core.lane_steps``): doubled after a plan that was exact over its whole length, cut to
     twice the exact prefix otherwise."""
     c = core
     order, period = _order(c)
     if sweepable(c):
-        return sweep(c, order, period, S_max)
+        return one_pass_plan(c, order, period, S_max)
     S_try = max(2, min(S_max, c.lane_steps))
     T = _guess(c, S_try)
     d = S_try

@@ -1,12 +1,12 @@
 """Vectorised construction and commit of a lanes plan (see ``sim.lanes``), and the `Layout`
-both the lanes and the one-pass sweep (``sim.sweep``) lay a plan out with."""
+both the lanes and the one-pass sweep (``sim.step_layout``) lay a plan out with."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
 
-from psdlab.sim.step_plan import PhaseArr, Plan, prefill_time
+from psdlab.sim.step_plan import PhaseArr, PhasePlan, prefill_time
 
 
 @dataclass
@@ -96,7 +96,7 @@ def _prefill(c, lay, S: int, seg_d: int) -> list[PhaseArr]:
     return out
 
 
-def build_plan(c, order: list[int], period: int, lay) -> Plan:
+def build_plan(c, order: list[int], period: int, lay) -> PhasePlan:
     pl, S, nb = c.planner, lay.S, len(order)
     mats = _matrices(c, lay, nb, period)
     j = np.arange(S)
@@ -134,7 +134,7 @@ def build_plan(c, order: list[int], period: int, lay) -> Plan:
                          pl.verify_time(v_n, v_tok, v_ctx) * c.jitter_at("verify", c.step, S),
                          v_n, v_tok, v_ctx))
     phases += work[::-1] if nb == 2 else work      # same phase order as sim.step_plan
-    p = Plan("lanes", S, seg_v + 1, phases, [], np.zeros(S, np.int64), np.zeros(S, np.int64),
+    p = PhasePlan("lanes", S, seg_v + 1, phases, [], np.zeros(S, np.int64), np.zeros(S, np.int64),
              verify_batch=vb, draft_batch=db, overlapped=nb == 2)
     p.lanes = {"order": order, "period": period, "mats": mats, "layout": lay}
     p.rows = lambda jj: _rows(p, jj)
@@ -142,7 +142,7 @@ def build_plan(c, order: list[int], period: int, lay) -> Plan:
     return p
 
 
-def attach_rows(c, p: Plan, order: list[int], period: int, lay) -> None:
+def attach_rows(c, p: PhasePlan, order: list[int], period: int, lay) -> None:
     """Give a lanes plan its verified rows, computed on first use (only step records need
     them) from a snapshot of the verification counts, so also after ``commit``."""
     p.lanes = {"order": order, "period": period, "mats": None, "layout": lay,
@@ -150,7 +150,7 @@ def attach_rows(c, p: Plan, order: list[int], period: int, lay) -> None:
     p.rows = lambda jj: _rows(p, jj)
 
 
-def _rows(p: Plan, j: int):
+def _rows(p: PhasePlan, j: int):
     period = p.lanes["period"]
     bi = j % period
     if p.lanes["mats"] is None:
@@ -162,7 +162,7 @@ def _rows(p: Plan, j: int):
     return w["ids"][q][mask], w["idx"][q][mask]
 
 
-def commit_lanes(c, p: Plan) -> None:
+def commit_lanes(c, p: PhasePlan) -> None:
     """Apply a lanes plan: verification counts, admissions, completions, batches, queue."""
     S, period, order, lay = p.S, p.lanes["period"], p.lanes["order"], p.lanes["layout"]
     assert p.starts is not None and p.ends is not None      # timed by build

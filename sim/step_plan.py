@@ -69,7 +69,8 @@ class SetWork:
 
 
 @dataclass
-class Plan:
+class PhasePlan:
+    """A timed stretch of steps as phase arrays (the concrete `sim.server_protocol.StepPlan`)."""
     kind: str              # overlap | sd | startup | verify | prefill
     S: int
     nseg: int
@@ -85,7 +86,7 @@ class Plan:
     ends: np.ndarray | None = None     # [S, nseg] segment end times
     rows: Any = None       # optional j -> (ids, flat) of the verified rows (lanes plans)
     lanes: Any = None      # lanes plans: their layout (sim.lanes)
-    detail: bool = True    # False: only what commit needs (no step records; sim.sweep)
+    detail: bool = True    # False: only what commit needs (no step records; sim.step_layout)
 
     def step_end(self, j: int) -> float:
         assert self.ends is not None, "the plan is not timed yet"
@@ -244,7 +245,7 @@ class Planner:
         return int(over[0]) + 1 if over.size else S
 
     # ------------------------------------------------------------------ regimes
-    def sd(self, batch: int | None, ids: np.ndarray, S_max: int) -> Plan:
+    def sd(self, batch: int | None, ids: np.ndarray, S_max: int) -> PhasePlan:
         """Draft (unless AR) then verify the whole batch, every step."""
         c = self.c
         rem = c.traj.nsteps[ids] - c.v[ids]
@@ -270,11 +271,11 @@ class Planner:
                                * c.jitter_at("verify", c.step, S),
                                nn, w.vtok[:S], w.C))
         vb = None if batch is None else np.full(S, batch)
-        return Plan("sd", S, seg_v + 1, phases, [VerifySet(batch, ids, f)],
+        return PhasePlan("sd", S, seg_v + 1, phases, [VerifySet(batch, ids, f)],
                     np.zeros(S, np.int64), np.arange(S), verify_batch=vb, draft_batch=vb)
 
     def overlap(self, X: int, idsX: np.ndarray, allX: bool, Y: int, idsY: np.ndarray,
-                S_max: int) -> Plan:
+                S_max: int) -> PhasePlan:
         """PSD: verify X (drafted last step) while drafting Y; swap every step."""
         c = self.c
         rX = int((c.traj.nsteps[idsX] - c.v[idsX]).min())
@@ -305,11 +306,11 @@ class Planner:
         phases.append(PhaseArr("draft", c.drafter_dev, 1,
                                self.draft_time(npass, cpass) * c.jitter_at("draft", c.step, S),
                                d_n, d_tok, d_ctx))
-        return Plan("overlap", S, 2, phases, [VerifySet(X, idsX, fX), VerifySet(Y, idsY, fY)],
+        return PhasePlan("overlap", S, 2, phases, [VerifySet(X, idsX, fX), VerifySet(Y, idsY, fY)],
                     np.where(even, 0, 1), j // 2, verify_batch=np.where(even, X, Y),
                     draft_batch=np.where(even, Y, X), overlapped=True)
 
-    def startup(self, Y: int, idsY: np.ndarray) -> Plan:
+    def startup(self, Y: int, idsY: np.ndarray) -> PhasePlan:
         """PSD: draft one batch alone (nothing is ready to verify)."""
         c = self.c
         _, M = self._ctx_rows(idsY, 1)
@@ -318,10 +319,10 @@ class Planner:
         phases.append(PhaseArr("draft", c.drafter_dev, 1,
                                self.draft_time(w.npass, w.cpass) * c.jitter_at("draft", c.step, 1),
                                np.asarray(w.npass[0, :1], np.int64), w.dtok[:1], w.C))
-        return Plan("startup", 1, 2, phases, [], np.array([-1]), np.array([0]),
+        return PhasePlan("startup", 1, 2, phases, [], np.array([-1]), np.array([0]),
                     verify_batch=np.array([-1]), draft_batch=np.array([Y]))
 
-    def verify_alone(self, X: int, idsX: np.ndarray) -> Plan:
+    def verify_alone(self, X: int, idsX: np.ndarray) -> PhasePlan:
         """PSD: verify the drafted batch while the other batch is empty."""
         c = self.c
         f, M = self._ctx_rows(idsX, 1)
@@ -331,11 +332,11 @@ class Planner:
         phases.append(PhaseArr("verify", c.target_dev, 1,
                                self.verify_time(n, w.vtok[:1], w.C)
                                * c.jitter_at("verify", c.step, 1), n, w.vtok[:1], w.C))
-        return Plan("verify", 1, 2, phases, [VerifySet(X, idsX, f)], np.array([0]),
+        return PhasePlan("verify", 1, 2, phases, [VerifySet(X, idsX, f)], np.array([0]),
                     np.array([0]), verify_batch=np.array([X]), draft_batch=np.array([-1]))
 
-    def prefill_only(self) -> Plan:
+    def prefill_only(self) -> PhasePlan:
         c = self.c
         seg_d = 1 if c.mode == "sd" else 0
         phases = self._prefill_phases(1, 0, seg_d)
-        return Plan("prefill", 1, seg_d + 1, phases, [], np.array([-1]), np.array([0]))
+        return PhasePlan("prefill", 1, seg_d + 1, phases, [], np.array([-1]), np.array([0]))

@@ -1,4 +1,4 @@
-"""The fast path's one-pass sweep (sim/sweep.py, sim/costtable.py) against the step-by-step
+"""The fast path's one-pass sweep (sim/step_layout.py, sim/costtable.py) against the step-by-step
 SimPy path, with cost models whose step times depend on the batch's contexts (roofline,
 affine), so that a wrong context sum, sequence count or segment order changes the clock."""
 from __future__ import annotations

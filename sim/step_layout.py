@@ -29,7 +29,7 @@ import numpy as np
 from psdlab.analysis.batch_rule import join
 from psdlab.sim.costtable import MASK, NBITS, SHIFT, StepCosts
 from psdlab.sim.lanes_build import Layout, attach_rows
-from psdlab.sim.step_plan import PhaseArr, Plan
+from psdlab.sim.step_plan import PhaseArr, PhasePlan
 
 
 def sweepable(c) -> bool:
@@ -79,7 +79,7 @@ def _kind(c, nb: int) -> str:
     return "sd" if c.mode == "sd" else "sdsep"
 
 
-def sweep(c, order: list[int], period: int, S_max: int) -> Plan:
+def one_pass_plan(c, order: list[int], period: int, S_max: int) -> PhasePlan:
     """The lanes plan of at most ``S_max`` steps from the current boundary, laid out exactly.
     With ``c.step_detail`` False (no step records wanted) only the clock and the prefills
     are kept: the plan then serves ``commit`` but not ``sim.trace_records.step_records``."""
@@ -261,9 +261,9 @@ def _prefill_columns(S: int, pf):
     return pn, ptok, pt, pd
 
 
-def _light(c, order, period, lay, pf) -> Plan:
+def _light(c, order, period, lay, pf) -> PhasePlan:
     """What ``commit`` needs: the target's prefill phase and the step boundaries (one
-    segment per step); no step records can be built from it (``Plan.detail`` False)."""
+    segment per step); no step records can be built from it (``PhasePlan.detail`` False)."""
     S = lay.S
     pn, ptok, pt, _ = _prefill_columns(S, pf)
     phases = [PhaseArr("prefill", c.target_dev, 0, pt, pn, ptok, np.zeros(S, np.int64))]
@@ -272,14 +272,14 @@ def _light(c, order, period, lay, pf) -> Plan:
     if len(order) == 2:
         even = (np.arange(S) % 2) == 0
         vb, db = np.where(even, order[0], order[1]), np.where(even, order[1], order[0])
-    p = Plan("lanes", S, 1, phases, [], zeros, zeros, verify_batch=vb, draft_batch=db,
+    p = PhasePlan("lanes", S, 1, phases, [], zeros, zeros, verify_batch=vb, draft_batch=db,
              overlapped=len(order) == 2, detail=False)
     p.lanes = {"order": order, "period": period, "mats": None, "layout": lay, "sweep": True}
     p.starts, p.ends = lay.T[:-1].reshape(S, 1), lay.T[1:].reshape(S, 1)
     return p
 
 
-def _assemble(c, order, period, lay, kind, cols, pf) -> Plan:
+def _assemble(c, order, period, lay, kind, cols, pf) -> PhasePlan:
 
     S, k = lay.S, c.k
     v_n, v_c, d_n, d_c = (np.asarray(x, np.int64) for x in cols[:4])
@@ -305,7 +305,7 @@ def _assemble(c, order, period, lay, kind, cols, pf) -> Plan:
     if kind == "psd":
         even = (np.arange(S) % 2) == 0
         vb, db = np.where(even, order[0], order[1]), np.where(even, order[1], order[0])
-    p = Plan("lanes", S, seg_v + 1, phases, [], np.zeros(S, np.int64), np.zeros(S, np.int64),
+    p = PhasePlan("lanes", S, seg_v + 1, phases, [], np.zeros(S, np.int64), np.zeros(S, np.int64),
              verify_batch=vb, draft_batch=db, overlapped=kind == "psd")
     attach_rows(c, p, order, period, lay)
     p.lanes["sweep"] = True            # lay.T is the sweep's clock (tests compare it)
