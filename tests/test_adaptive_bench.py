@@ -7,7 +7,7 @@ import pytest
 from psdlab.analysis.trace import Phase, RunInfo, StepRecord, Trace, Verified
 from psdlab.cli import main
 from psdlab.validation.adaptive.bench_adaptive import (BenchPlan, _acceptance, _fit_costs, _judge,
-                                                       sim_config)
+                                                       adaptive_sim_config)
 
 
 def _trace(rows):
@@ -72,8 +72,8 @@ def test_judgement_of_the_rows():
 
 def test_sim_config_of_the_pair():
     from psdlab.analysis.adaptive_policy import AffineCosts
-    cfg = sim_config(BenchPlan(), AffineCosts(c0=0.03, c_tok=0.002, d0=0.01), (0.9, 0.8, 0.7),
-                     60.0, {"k_choices": [3]})
+    cfg = adaptive_sim_config(BenchPlan(), AffineCosts(c0=0.03, c_tok=0.002, d0=0.01),
+                              (0.9, 0.8, 0.7), 60.0, {"k_choices": [3]})
     assert cfg.server.mode == "adaptive" and cfg.server.m == 4
     assert cfg.acceptance["rates"] == [0.9, 0.8, 0.7]
 

@@ -192,7 +192,7 @@ def test_held_out_rows_carry_their_repeat_noise(tmp_path):
     assert h["judged"] == 14 and h["with_repeat_noise"] == 4
     assert h["within_goal"] + h["misses_beyond_noise"] + h["misses_within_noise"] \
         + h["misses_noise_unmeasured"] == h["judged"]
-    text = vc.markdown({**out, "calibration_default": True,
+    text = vc.check_markdown({**out, "calibration_default": True,
                         "calibration_rule": vc.CALIBRATION_RULE})
     assert "| error | repeat noise |" in text
     assert "Calibration: sd-k4@0.5, sd-k4@1 (every rate of one server, fitted jointly)" in text
@@ -253,7 +253,7 @@ def test_the_command_module_only_parses_and_prints():
     assert {x for x in imported if x.startswith("psdlab.")} == {
         "psdlab.validation.vllm_check.harness",
         "psdlab.validation.vllm_check.harness.CheckSettings",
-        "psdlab.validation.vllm_check.judgement.markdown"}
+        "psdlab.validation.vllm_check.judgement.check_markdown"}
     assert {x.split(".")[0] for x in imported} <= {"__future__", "argparse", "json", "shlex",
                                                    "sys", "pathlib", "typing", "psdlab"}
     calls = {n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")

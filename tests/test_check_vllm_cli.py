@@ -121,8 +121,8 @@ def test_write_sharegpt_round_trip(tmp_path):
 def test_noise_and_config_names():
     assert vc.noise([10.0, 12.0]) == pytest.approx(2 / 11)
     assert vc.noise([10.0]) is None and vc.noise([None, 3.0]) is None
-    assert vc.config_name("sd", 4, 0.5) == "sd-k4@0.5"
-    assert vc.config_name("ar", 0, 1.0) == "ar@1"
+    assert vc.run_config_name("sd", 4, 0.5) == "sd-k4@0.5"
+    assert vc.run_config_name("ar", 0, 1.0) == "ar@1"
 
 
 @pytest.mark.skipif(not (COMMITTED / "check_vllm.json").is_file(),

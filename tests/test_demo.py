@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from psdlab.cli import main
-from psdlab.validation.demo.measurement_plan import Plan, RunSpec, default_plan
+from psdlab.validation.demo.measurement_plan import MeasurementPlan, RunSpec, default_plan
 
 
 def test_default_plan_holds_out_other_prompts_k_and_arrivals():
@@ -95,11 +95,11 @@ def test_spread_rounds_are_even_and_include_both_ends():
 def test_plan_checks():
     ok = RunSpec("a", "sd-sep", 2, 2)
     with pytest.raises(ValueError, match="names must be unique"):
-        Plan(runs=(ok, ok))
+        MeasurementPlan(runs=(ok, ok))
     with pytest.raises(ValueError, match="poisson_from"):
-        Plan(runs=(RunSpec("p", "psd", 2, 2, "poisson"),), poisson_from="nope")
+        MeasurementPlan(runs=(RunSpec("p", "psd", 2, 2, "poisson"),), poisson_from="nope")
     with pytest.raises(ValueError, match="controlled_alpha"):
-        Plan(runs=(ok,), controlled_alpha=1.5)
+        MeasurementPlan(runs=(ok,), controlled_alpha=1.5)
     with pytest.raises(ValueError, match="mode"):
         RunSpec("x", "sd", 2, 2)
     with pytest.raises(ValueError, match="k"):
@@ -213,11 +213,11 @@ def test_repeats_past_the_deadline_are_skipped_with_their_pair(tmp_path):
     import time
 
     from runtime_engine_util import prompts, tiny_pair
-    from psdlab.validation.demo.measurement_plan import run_plan
+    from psdlab.validation.demo.measurement_plan import run_measurements
     pair = tiny_pair(tmp_path / "models")
     plan = default_plan(quick=True, repeats=2)
     skipped = []
-    got = run_plan(plan, str(pair["target"]), str(pair["noisy"]), tmp_path / "t",
+    got = run_measurements(plan, str(pair["target"]), str(pair["noisy"]), tmp_path / "t",
                    prompt_ids=prompts(4, seed=3), deadline=time.perf_counter(),
                    on_skip=skipped.append)
     assert [m.spec.name for m in got] == [r.name for r in plan.runs if r.rep == 1]
@@ -243,7 +243,7 @@ def test_a_repeat_pair_that_starts_is_never_split(tmp_path, monkeypatch):
     pair = tiny_pair(tmp_path / "models")
     plan = default_plan(quick=True, repeats=2)
     skipped = []
-    got = runs.run_plan(plan, str(pair["target"]), str(pair["noisy"]), tmp_path / "t",
+    got = runs.run_measurements(plan, str(pair["target"]), str(pair["noisy"]), tmp_path / "t",
                         prompt_ids=prompts(4, seed=3), deadline=1e6, on_skip=skipped.append)
     second = [r for r in plan.runs if r.rep == 2]
     ran = [m.spec.name for m in got]

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from psdlab.analysis.theory import sd_draft_time_exponential
 from psdlab.cli import main
 from psdlab.validation.frontier.theory import (FrontierPoint, batch_times, contention,
-                                               fit_exponential, paper_times, predict,
+                                               fit_exponential, paper_times, predict_optima,
                                                upper_envelope)
 
 from runtime_engine_util import perturbed_copy, prompts, write_prompt_ids
@@ -82,7 +82,7 @@ def test_paper_model_picks_lemma_optima_on_exact_frontier() -> None:
     alpha, V = 1.0, 3.0                                # x = 3: SD's optimum t* ~ 1.75 < V
     t_star = float(sd_draft_time_exponential(alpha, V))
     ts = [0.5, 1.0, t_star, V, 5.0]
-    out = predict(_exp_points(alpha, V, ts), k=4, m=4)
+    out = predict_optima(_exp_points(alpha, V, ts), k=4, m=4)
     p = out["predictions"]["paper.points"]
     assert p["best_sd"]["drafter"] == "d2" and p["best_psd"]["drafter"] == "d3"  # t = V
     assert out["fit"]["alpha_per_s"] == pytest.approx(alpha, rel=1e-6)
@@ -100,7 +100,7 @@ def test_batch_model_bonus_token_and_overhead_move_the_optimum() -> None:
     V = 1.0
     pts = [FrontierPoint("fast", t=0.1, V=V, vsr=0.01, tokens_per_step=4 * 1.04),
            FrontierPoint("good", t=1.0, V=V, vsr=0.5, tokens_per_step=4 * 3.0, overhead=0.0)]
-    out = predict(pts, k=4, m=4)
+    out = predict_optima(pts, k=4, m=4)
     paper, batch = out["predictions"]["paper.points"], out["predictions"]["batch.points"]
     assert paper["psd_time_per_token_s"][0] > 10 * paper["psd_time_per_token_s"][1]
     assert batch["psd_time_per_token_s"][0] == pytest.approx((1.0 + 0.0) / (4 * 1.04))
@@ -134,11 +134,11 @@ def test_paper_times_zero_vsr_is_infinite() -> None:
 def test_predict_rejects_bad_input() -> None:
     pts = _exp_points(1.0, 1.0, [0.5, 1.0])
     with pytest.raises(ValueError, match="k: must be"):
-        predict(pts, k=0, m=4)
+        predict_optima(pts, k=0, m=4)
     with pytest.raises(ValueError, match="batch: must be"):
-        predict(pts, k=4, m=0)
+        predict_optima(pts, k=4, m=0)
     with pytest.raises(ValueError, match="points"):
-        predict(pts[:1], k=4, m=4)
+        predict_optima(pts[:1], k=4, m=4)
 
 
 # ------------------------------------------------------------------------------ end to end

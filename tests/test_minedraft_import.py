@@ -11,7 +11,7 @@ import pytest
 from psdlab.analysis.trace import TraceFormatError
 from psdlab.cli import main
 from psdlab.validation.calibrate import calibrate
-from psdlab.validation.importers import detect_format, load_traces
+from psdlab.validation.importers import trace_file_format, load_traces
 from psdlab.validation.importers.minedraft import parse_filename, read_minedraft
 
 NAME = ("input=128_sharegpt_Qwen3-32B_Qwen3-0.6B_16_False_parallel={par}_k={k}_t=0_n=1_c=0"
@@ -96,7 +96,7 @@ def test_configuration_from_the_file_name():
 
 def test_sd_file_converts_to_psdlab_traces(tmp_path):
     path, truths = write_minedraft(tmp_path, parallel=False, k=3)
-    assert detect_format(path) == "minedraft"
+    assert trace_file_format(path) == "minedraft"
     traces = read_minedraft(path)
     assert len(traces) == 2                                 # the warm-up line is left out
     assert len(read_minedraft(path, include_warmup=True)) == 3

@@ -89,7 +89,7 @@ def _psdlab(name: str, data: bytes) -> Trace:
 
 def traces_of(name: str, data: bytes) -> list[Trace]:
     """The traces in one file's bytes: one for a psdlab trace, one per benchmark run for
-    MineDraft (told apart by the first record, as ``validation.importers.detect_format``)."""
+    MineDraft (told apart by the first record, as ``validation.importers.trace_file_format``)."""
     lines = _json_lines(name, data)
     try:
         lineno, first = next(lines)

@@ -95,12 +95,12 @@ def config_from_args(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from psdlab.validation.gpu.bench_gpu import run_bench
+    from psdlab.validation.gpu.bench_gpu import run_gpu_bench
     cfg = config_from_args(args)
     if cfg.device == "cpu":
         import torch
         torch.set_num_threads(1)
-    summary = run_bench(cfg, say=(lambda s: None) if args.json else print)
+    summary = run_gpu_bench(cfg, say=(lambda s: None) if args.json else print)
     if args.json:
         print(json.dumps({"summary": f"{cfg.out}/summary.json", "lossless": summary["lossless"],
                           "wall_s": summary["wall_s"]}))

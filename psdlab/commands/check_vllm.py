@@ -107,7 +107,7 @@ def _say(args: argparse.Namespace, text: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from psdlab.validation.vllm_check import harness as vr
-    from psdlab.validation.vllm_check.judgement import markdown
+    from psdlab.validation.vllm_check.judgement import check_markdown
 
     out, s = Path(args.out), settings(args)
     command = "psdlab check-vllm " + shlex.join(sys.argv[2:])
@@ -116,10 +116,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         doc, stem = vr.measure_and_judge(s, out, command, lambda t: _say(args, t),
                                          progress=not args.json)
-    paths = vr.write_report(out, doc, stem)
+    paths = vr.write_check_report(out, doc, stem)
     if args.json:
         print(json.dumps({k: doc[k] for k in ("calibration", "rows", "summary", "held_out")}))
     else:
-        print(markdown(doc))
+        print(check_markdown(doc))
         print(f"wrote {paths[0]} and {paths[1]}")
     return 0

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
 
     from psdlab.validation.frontier.run_frontier import FrontierPlan, quick_plan, run_frontier
     from psdlab.validation.frontier.outputs import finite
-    from psdlab.validation.frontier.summary import format_report
+    from psdlab.validation.frontier.summary import terminal_summary
     if (args.target is None) != (args.draft is None):
         raise ValueError("--target/--draft: give both (model directories) or neither (the "
                          "real pair)")
@@ -76,5 +76,5 @@ def run(args: argparse.Namespace) -> int:
     plan = replace(plan, **changes)
     result = run_frontier(args.output, plan, args.target, args.draft, quiet=args.json,
                           prompts_file=args.prompts_file)
-    print(json.dumps(finite(result)) if args.json else format_report(result))
+    print(json.dumps(finite(result)) if args.json else terminal_summary(result))
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 
-def write_figure(result: dict[str, Any], path: str) -> None:
+def write_adaptive_figure(result: dict[str, Any], path: str) -> None:
     """Throughput against load, one line per configuration: measured (solid) and the
     simulator's prediction made before the runs (dashed)."""
     import matplotlib

@@ -87,8 +87,8 @@ def _acceptance(traces: list[Trace], k: int) -> tuple[float, ...]:
     return tr.rates(k)
 
 
-def sim_config(plan: BenchPlan, costs: AffineCosts, rates: tuple[float, ...], prompt: float,
-               policy: dict[str, Any]):
+def adaptive_sim_config(plan: BenchPlan, costs: AffineCosts, rates: tuple[float, ...],
+                        prompt: float, policy: dict[str, Any]):
     """The simulator's view of the pair: affine costs, the measured per-position acceptance."""
     from psdlab.sim.sim_config import config_from_dict
     raw = {"seed": plan.seed, "requests": plan.requests,
@@ -132,7 +132,7 @@ def _measure(eng, cfg, reqs) -> dict[str, Any]:
     return out
 
 
-def run_bench(args: Any, plan: BenchPlan | None = None) -> dict[str, Any]:
+def run_adaptive_bench(args: Any, plan: BenchPlan | None = None) -> dict[str, Any]:
     from psdlab.runtime.controller import Engine, EngineConfig
     from psdlab.runtime.drafter_build import early_exit_spec
     from psdlab.runtime.model_pair import prepare_drafter, prepare_target
@@ -178,7 +178,7 @@ def run_bench(args: Any, plan: BenchPlan | None = None) -> dict[str, Any]:
                                  "acceptance": list(acc), "prompt_mean": prompt_len,
                                  "wall_s": time.perf_counter() - t_start}
         # 2. prediction (before the measured runs)
-        scfg = sim_config(plan, prior, acc, prompt_len, policy)
+        scfg = adaptive_sim_config(plan, prior, acc, prompt_len, policy)
         fixed = (("ar", "ar", 0), (f"sd{plan.k}", "sd", plan.k), (f"psd{plan.k}", "psd", plan.k))
         alone = plan.max_new_tokens * prior.verify(1, 0)
         rates = {name: f / alone for name, f in RATE_FACTORS.items()}
@@ -212,8 +212,8 @@ def run_bench(args: Any, plan: BenchPlan | None = None) -> dict[str, Any]:
                    "wall_s": time.perf_counter() - t_start,
                    "note": "2 shared cores: other jobs ran on this machine during the runs "
                            "(load averages per load in 'uptime')"})
-    from psdlab.validation.adaptive.adaptive_report import write_figure
-    _atomic(out_dir / "throughput_vs_load.png", lambda p: write_figure(result, p))
+    from psdlab.validation.adaptive.adaptive_report import write_adaptive_figure
+    _atomic(out_dir / "throughput_vs_load.png", lambda p: write_adaptive_figure(result, p))
     _atomic(out_dir / "results.json",
             lambda p: Path(p).write_text(json.dumps(result, indent=1, sort_keys=True)))
     result["files"] = [str(out_dir / "results.json"), str(out_dir / "throughput_vs_load.png")]

@@ -10,8 +10,8 @@ prompt sets (``PROMPT_SIDES``, ``validation.demo.prompt_sides``): calibration ru
 their own after the drafter was distilled), held-out runs the ``heldout`` side (split
 ``fresh11``, written after every earlier demo), every style on both, so no held-out request was
 seen by the calibration (greedy, EOS ignored,
-each request with its own seeded output length, ``Plan.output_lengths``).  Each repeat of a
-workload serves the next window of ``num_prompts`` prompts of its side's list
+each request with its own seeded output length, ``MeasurementPlan.output_lengths``).  Each repeat of
+a workload serves the next window of ``num_prompts`` prompts of its side's list
 (``prompt_windows``; the SD and PSD runs of one repeat share theirs, and so do all calibration
 runs of one repeat, whatever their k), so a side's runs together
 serve its whole list and the median over repeats is a median over prompt sets too; a window
@@ -28,20 +28,20 @@ validation compares the median over a configuration's repeats with the predictio
 (``validation.validate``: runs named ``CONFIG_rN`` are repeats of ``CONFIG``), and the spread
 between repeats is reported as the noise floor.  A warm-up run (not traced) precedes them all.
 
-``Plan.probe``: before the runs, the demo measures the acceptance pool untimed
+``MeasurementPlan.probe``: before the runs, the demo measures the acceptance pool untimed
 (``validation.demo.pool_probe``: the greedy match patterns of calibration-side prompts no timed run
-serves), which the acceptance fit takes beside the calibration runs.  ``Plan.context_probe``:
-after the warm-up, the workers time one verification and one drafting phase at two contexts
-far apart (``runtime.context_timing``; ``context_probe.json`` beside the traces), which fixes
-the cost model's context slope (``validation.calibrate``).
+serves), which the acceptance fit takes beside the calibration runs.
+``MeasurementPlan.context_probe``: after the warm-up, the workers time one verification and one
+drafting phase at two contexts far apart (``runtime.context_timing``; ``context_probe.json`` beside
+the traces), which fixes the cost model's context slope (``validation.calibrate``).
 
-Poisson runs take their rate from a measured offline run (``Plan.poisson_from``): ``load`` times
-the requests per second that run served, so the arrival pattern fits this machine's speed.
-The SD and PSD runs of one configuration share the same arrival times (same seed), so their
+Poisson runs take their rate from a measured offline run (``MeasurementPlan.poisson_from``):
+``load`` times the requests per second that run served, so the arrival pattern fits this machine's
+speed.  The SD and PSD runs of one configuration share the same arrival times (same seed), so their
 throughput ratio is the PSD/SD gain on one workload.
 
-``Plan.controlled_alpha``: for a drafter whose own proposals are useless (e.g. a test drafter),
-the drafts sent for verification are replaced by the target's greedy continuation with
+``MeasurementPlan.controlled_alpha``: for a drafter whose own proposals are useless (e.g. a test
+drafter), the drafts sent for verification are replaced by the target's greedy continuation with
 probability alpha per position (``runtime.controlled_drafts``; the drafter still computes, so its
 time is real; labelled in the trace).  The reference continuation comes from an untraced AR
 pass over both prompt sides.
@@ -96,7 +96,7 @@ class RunSpec:
 
 
 @dataclass(frozen=True)
-class Plan:
+class MeasurementPlan:
     runs: tuple[RunSpec, ...]
     num_prompts: int = 32               # requests a run: a window of its side's prompts
     max_new_tokens: int = 24
@@ -242,7 +242,7 @@ REPEATS = {"calibrate": 2, "validate": 7, "poisson": 7, "reference": 1}
 DEMO_MAX_NEW_TOKENS = 16
 
 
-def default_plan(quick: bool = False, repeats: int | None = None, seed: int = 0) -> Plan:
+def default_plan(quick: bool = False, repeats: int | None = None, seed: int = 0) -> MeasurementPlan:
     """Calibrate on the calibration prompts at k in {2, 4}, m = 4, offline (and AR); judge on
     the held-out prompts at k = 3 offline and k = 4 under Poisson arrivals (each an SD/PSD
     pair); report, unjudged, AR at m = 4 and PSD at k = 3 with two batches of m = 2 on the
@@ -258,7 +258,7 @@ def default_plan(quick: bool = False, repeats: int | None = None, seed: int = 0)
     if quick:
         blocks = [_pair(2, 2, "calibrate"), _pair(4, 2, "calibrate"),
                   _ho(_pair(3, 2, "validate"))]
-        return Plan(runs=repeated_order(blocks, repeats or 1, seed), num_prompts=4,
+        return MeasurementPlan(runs=repeated_order(blocks, repeats or 1, seed), num_prompts=4,
                     max_new_tokens=12, poisson_from="sd_k4_m2", seed=seed, probe=True,
                     context_probe=True)
     blocks = [[RunSpec("ar_m4", "ar", 0, 4, role="calibrate")], _pair(4, 4, "calibrate"),
@@ -269,7 +269,7 @@ def default_plan(quick: bool = False, repeats: int | None = None, seed: int = 0)
     counts = ([repeats] * len(blocks) if repeats is not None else
               [REPEATS["poisson" if b[0].arrivals == "poisson" else b[0].role]
                for b in blocks])
-    return Plan(runs=repeated_order(blocks, counts, seed, first="sd_k4_m4"),
+    return MeasurementPlan(runs=repeated_order(blocks, counts, seed, first="sd_k4_m4"),
                 max_new_tokens=DEMO_MAX_NEW_TOKENS, seed=seed, probe=True, context_probe=True)
 
 
@@ -290,14 +290,14 @@ class Measured:
     rate: float | None = None            # Poisson: requests per second
 
 
-def engine_config(plan: Plan, spec: RunSpec, base: Any) -> Any:
+def engine_config(plan: MeasurementPlan, spec: RunSpec, base: Any) -> Any:
     alpha = plan.controlled_alpha if spec.mode != "ar" else None
     return replace(base, mode=spec.mode, k=max(spec.k, 1), batch=spec.batch,
                    max_num_seqs=None, max_new_tokens=plan.max_new_tokens,
                    controlled_alpha=alpha)
 
 
-def probe_contexts(plan: Plan, eng: Any, slots: int) -> dict[str, Any]:
+def probe_contexts(plan: MeasurementPlan, eng: Any, slots: int) -> dict[str, Any]:
     """``runtime.context_timing`` on the engine's workers, at the plan's largest batch and its
     calibration runs' largest k (its result is calibration data: ``validation.context_slopes``)."""
     from psdlab.runtime.context_timing import context_probe
@@ -305,11 +305,13 @@ def probe_contexts(plan: Plan, eng: Any, slots: int) -> dict[str, Any]:
     return context_probe(eng.target, eng.drafter, seqs=plan.max_batch, k=max(ks), slots=slots)
 
 
-def run_plan(plan: Plan, target_dir: str, drafter_dir: str, out_dir: str | os.PathLike, *,
-             tokenizer: Any = None, prompt_ids: Sequence[Sequence[int]] | None = None,
-             backend: str | None = None, on_run: Callable[[RunSpec, int, int], None] | None = None,
-             on_request: Callable[[int, int], None] | None = None,
-             deadline: float | None = None,
+def run_measurements(plan: MeasurementPlan, target_dir: str, drafter_dir: str,
+                     out_dir: str | os.PathLike, *, tokenizer: Any = None,
+                     prompt_ids: Sequence[Sequence[int]] | None = None,
+                     backend: str | None = None,
+                     on_run: Callable[[RunSpec, int, int], None] | None = None,
+                     on_request: Callable[[int, int], None] | None = None,
+                     deadline: float | None = None,
              on_skip: Callable[[RunSpec], None] | None = None) -> list[Measured]:
     """Run every run of the plan on one set of workers; traces go to ``out_dir/NAME.jsonl``.
     ``on_run(spec, i, n)`` is called before each run, ``on_request(done, total)`` as requests

@@ -43,7 +43,8 @@ from psdlab.sim.costs.fitted import FitFile
 from psdlab.validation.calibrate_files import calibrate_to_file
 from psdlab.validation.context_slopes import read_probe
 from psdlab.validation.demo.diagnostic_replays import diagnostic_acceptance
-from psdlab.validation.demo.measurement_plan import Measured, Plan, default_plan, run_plan
+from psdlab.validation.demo.measurement_plan import (Measured, MeasurementPlan, default_plan,
+                                                     run_measurements)
 from psdlab.validation.demo.noise_budget import budget as noise_budget
 from psdlab.validation.demo.prompt_sides import POOL_EVERY, POOL_SPLITS, pool_splits_text
 from psdlab.validation.demo.demo_report import write_demo_report
@@ -177,7 +178,7 @@ def headline(validation: Any, held_out: set[str]) -> list[str]:
             f"{max(errs):.1f} pp)"]
 
 
-def demo(out_dir: str, *, quick: bool = False, plan: Plan | None = None,
+def demo(out_dir: str, *, quick: bool = False, plan: MeasurementPlan | None = None,
          target: str | None = None, draft: str | None = None,
          prompt_ids: Sequence[Sequence[int]] | None = None, backend: str | None = None,
          progress: bool = True, quiet: bool = False,
@@ -186,7 +187,7 @@ def demo(out_dir: str, *, quick: bool = False, plan: Plan | None = None,
     """The whole main job (module docstring); ``quiet`` silences stderr, ``progress`` the
     bars, ``diagnostics`` adds the report's diagnostic sections.  ``budget_s``: seconds for
     the whole demo (model preparation included); repeats that would run past it less
-    ANALYSIS_S are skipped (``validation.demo.measurement_plan.run_plan``)."""
+    ANALYSIS_S are skipped (``validation.demo.measurement_plan.run_measurements``)."""
     t0 = time.perf_counter()
     timings: dict[str, Any] = {}        # seconds, counts, load_before: a list
     plan = plan or default_plan(quick)
@@ -215,7 +216,7 @@ def demo(out_dir: str, *, quick: bool = False, plan: Plan | None = None,
     from psdlab.validation.demo.progress import Bars
     bars = Bars(len(plan.runs), plan.num_prompts, progress and not quiet)
     try:
-        measured = run_plan(plan, target_dir, drafter_dir, trace_dir, tokenizer=tokenizer,
+        measured = run_measurements(plan, target_dir, drafter_dir, trace_dir, tokenizer=tokenizer,
                             prompt_ids=prompt_ids, backend=backend, on_run=bars.on_run,
                             on_request=bars.on_request, on_skip=bars.on_skip,
                             deadline=None if budget_s is None else
@@ -229,7 +230,7 @@ def demo(out_dir: str, *, quick: bool = False, plan: Plan | None = None,
                    quiet=quiet, timings=timings, t0=t0, pool=pool, diagnostics=diagnostics)
 
 
-def analyse(out_dir: str, measured: Sequence[Measured], plan: Plan, target_dir: str = "",
+def analyse(out_dir: str, measured: Sequence[Measured], plan: MeasurementPlan, target_dir: str = "",
             drafter_dir: str = "", *, seeds: Sequence[int] = SEEDS,
             quiet: bool = True, timings: dict[str, Any] | None = None,
             t0: float | None = None, pool: dict[str, str] | None = None,
@@ -323,7 +324,7 @@ def reanalyse(trace_dir: str, out_dir: str, *, seeds: Sequence[int] = SEEDS,
     runs = [m for *_, m in measured]
     first = loaded[runs[0].path]
     offline = [m.spec.config for m in runs if m.spec.arrivals == "offline"]
-    plan = Plan(runs=tuple(m.spec for m in runs), num_prompts=len(first.requests),
+    plan = MeasurementPlan(runs=tuple(m.spec for m in runs), num_prompts=len(first.requests),
                 max_new_tokens=int((first.run.workload or {}).get("max_new_tokens", 32)),
                 poisson_from=offline[0] if offline else "")
     models = first.run.models or {}
@@ -342,7 +343,7 @@ def _configs(measured: Sequence[Measured], role: str) -> list[str]:
     return list(dict.fromkeys(m.spec.config for m in measured if m.spec.role == role))
 
 
-def _intro(plan: Plan, target: str, drafter: str, timings: dict[str, Any],
+def _intro(plan: MeasurementPlan, target: str, drafter: str, timings: dict[str, Any],
            measured: Sequence[Measured], traces: Mapping[str, Trace]) -> list[str]:
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     rate = next((m.rate for m in measured if m.rate), None)

@@ -71,7 +71,7 @@ def csv_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+def write_rows_csv(path: Path, rows: list[dict[str, Any]]) -> None:
     with path.open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
         w.writeheader()
@@ -81,7 +81,7 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
                         for k in CSV_FIELDS})
 
 
-def write_figure(path: Path, result: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+def write_frontier_figure(path: Path, result: dict[str, Any], rows: list[dict[str, Any]]) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -162,8 +162,8 @@ def write_outputs(out: Path, result: dict[str, Any]) -> dict[str, str]:
     rows = csv_rows(result)
     files = {"json": str(out / "results.json"), "csv": str(out / "frontier.csv"),
              "png": str(out / "frontier.png"), "markdown": str(out / "summary.md")}
-    write_csv(Path(files["csv"]), rows)
-    write_figure(Path(files["png"]), result, rows)
+    write_rows_csv(Path(files["csv"]), rows)
+    write_frontier_figure(Path(files["png"]), result, rows)
     Path(files["markdown"]).write_text(summary_markdown(result, rows))
     Path(files["json"]).write_text(json.dumps(finite({**result, "files": files}), indent=1)
                                    + "\n")

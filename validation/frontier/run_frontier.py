@@ -33,7 +33,7 @@ from psdlab.analysis.checks import check_int
 from psdlab.analysis.metrics import decode_steps, is_decode_step, summarize
 from psdlab.analysis.trace import Trace
 from psdlab.validation.frontier.verdicts import judge, measured_table
-from psdlab.validation.frontier.theory import FrontierPoint, predict
+from psdlab.validation.frontier.theory import FrontierPoint, predict_optima
 
 DEFAULT_DEPTHS = (2, 8, 28, 29, 30)
 QUICK_DEPTHS = (2, 30)
@@ -253,7 +253,7 @@ def frontier_point(name: str, traces: Sequence[Trace],
                          V_cv=float(va.std() / va.mean()) if va.mean() > 0 else 0.0)
 
 
-def machine_info() -> dict[str, Any]:
+def frontier_machine() -> dict[str, Any]:
     """CPU model, its vector flags, cores, load average, date, git commit
     (`validation.results_file`'s record, under this file's keys)."""
     from psdlab.validation.results_file import git_info
@@ -276,7 +276,7 @@ def run_frontier(out_dir: str, plan: FrontierPlan, target_dir: str | None = None
     from psdlab.runtime.overlap_bench import cycle_requests
     from psdlab.validation.frontier.outputs import write_outputs
     start = time.perf_counter()
-    started = machine_info()
+    started = frontier_machine()
     models = session.resolve_models(target_dir, draft_dir, True, progress=not quiet)
     tokenizer = session.load_tokenizer(models.tokenizer)
     requests = cycle_requests(session.load_requests(prompts_file, tokenizer, "offline"),
@@ -299,7 +299,7 @@ def run_frontier(out_dir: str, plan: FrontierPlan, target_dir: str | None = None
             rec["lossless"] = prefix_equal(outputs[f"{rec['mode']}_{rec['round']}"], reference)
         records += recs
         points.append(frontier_point(mb.name, traces["sd"], traces.get("psd", ())))
-    pred = predict(points, plan.k, plan.m)
+    pred = predict_optima(points, plan.k, plan.m)
     table = measured_table(members, records)
     result: dict[str, Any] = {"plan": asdict(plan), "machine": started,
               "machine_end": {"load_average": list(os.getloadavg())},

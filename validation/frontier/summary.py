@@ -152,7 +152,7 @@ def summary_markdown(result: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     return "\n".join(L)
 
 
-def format_report(result: dict[str, Any]) -> str:
+def terminal_summary(result: dict[str, Any]) -> str:
     """A few lines for the terminal."""
     jd, pred = result["judgement"], result["prediction"]
     meas, b = jd["measured"], jd["models"]["batch.points"]

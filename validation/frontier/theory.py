@@ -191,7 +191,7 @@ def _continuous_batch(fit: ExpFit, V: float, o: float, tcv: float, vcv: float, k
             "ratio_sd_over_psd": float(sd[i] / psd[j]), "grid_max_s": float(t_max)}
 
 
-def predict(points: Sequence[FrontierPoint], k: int, m: int) -> dict[str, Any]:
+def predict_optima(points: Sequence[FrontierPoint], k: int, m: int) -> dict[str, Any]:
     """Envelope, fit and both models' predictions (points and fitted curve) as a dict."""
     k, m = check_int("k", k, minimum=1), check_int("batch", m, minimum=1)
     if len(points) < 2:

@@ -281,14 +281,14 @@ def invariant_check(cfg: GpuBenchConfig, models: dict, base: Any, requests: list
             "requests": len(requests)}
 
 
-def run_bench(cfg: GpuBenchConfig, say: Any = print) -> dict[str, Any]:
+def run_gpu_bench(cfg: GpuBenchConfig, say: Any = print) -> dict[str, Any]:
     """Every section in order while the budget lasts; summary.json after each."""
     import torch
 
     from psdlab.runtime.controller import EngineConfig
     from psdlab.runtime.runner import resolve_passes
     from psdlab.validation.gpu.layouts import layouts, machine, run_layout
-    from psdlab.validation.gpu.gpu_report import markdown
+    from psdlab.validation.gpu.gpu_report import gpu_markdown
     t0 = time.perf_counter()
     cpu = cfg.device == "cpu"
     if not cpu and not torch.cuda.is_available():
@@ -317,7 +317,7 @@ def run_bench(cfg: GpuBenchConfig, say: Any = print) -> dict[str, Any]:
     def save() -> None:
         summary["wall_s"] = time.perf_counter() - t0
         (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
-        (out / "summary.md").write_text(markdown(summary))
+        (out / "summary.md").write_text(gpu_markdown(summary))
 
     if "passes" in cfg.sections:
         say(f"bench-gpu: passes on {cfg.device} ({passes})")

@@ -17,7 +17,7 @@ def _cell(entry: Any) -> str:
     return f"{entry['median_ms']:.3f} / {entry['max_ms']:.3f}{ratio}"
 
 
-def markdown(summary: dict[str, Any]) -> str:
+def gpu_markdown(summary: dict[str, Any]) -> str:
     mach = summary["machine"]
     cfg = summary["config"]
     lines = [f"# psdlab bench-gpu ({'dry run on CPU' if summary['dry_run'] else 'GPU'})", "",

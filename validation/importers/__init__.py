@@ -24,7 +24,7 @@ def _first_object(path: str | os.PathLike) -> tuple[int, object]:
     raise TraceFormatError(f"{name}: empty file (no records)")
 
 
-def detect_format(path: str | os.PathLike) -> str:
+def trace_file_format(path: str | os.PathLike) -> str:
     """'psdlab' or 'minedraft', from the first record of the file."""
     try:
         lineno, obj = _first_object(path)
@@ -41,6 +41,6 @@ def detect_format(path: str | os.PathLike) -> str:
 
 def load_traces(path: str | os.PathLike) -> list[Trace]:
     """Every trace in a file: one for a psdlab trace, one per benchmark run for MineDraft."""
-    if detect_format(path) == "minedraft":
+    if trace_file_format(path) == "minedraft":
         return read_minedraft(path)
     return [read_trace(path)]

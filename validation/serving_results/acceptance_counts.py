@@ -46,7 +46,7 @@ class AcceptanceEstimate:
         return 1.0 + sum(self.per_position)
 
 
-def wilson(p: float, n: int | None) -> tuple[float, float]:
+def wilson_of_rate(p: float, n: int | None) -> tuple[float, float]:
     """Wilson 95% interval of a proportion ``p`` of ``n`` trials ((p, p) without n)."""
     if not n:
         return p, p
@@ -68,7 +68,7 @@ def conditional(per_position: Sequence[float]) -> tuple[float, ...]:
 def _estimate(per_pos: Sequence[float], drafts: int | None, source: str,
               notes: Sequence[str] = ()) -> AcceptanceEstimate:
     ps = tuple(float(p) for p in per_pos)
-    cis = tuple(wilson(p, drafts) for p in ps)
+    cis = tuple(wilson_of_rate(p, drafts) for p in ps)
     k = len(ps)
     base_notes = [f"acceptance at draft positions beyond {k} is not identified (the inputs "
                   f"draft {k} tokens; the positional model repeats position {k}'s rate)"]

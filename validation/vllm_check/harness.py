@@ -5,7 +5,7 @@ server configuration -- AR, and vLLM's draft-model speculative decoding with psd
 committed drafter at each k -- drives each with vLLM's own ``vllm bench serve`` at each rate
 (``repeats`` runs of every configuration, so every configuration's run-to-run noise is
 measured), snapshots ``/metrics`` around every run, then judges (`validation.vllm_check.judgement`).
-`rejudge` fits again on runs a measured run recorded, with no server.  `write_report` writes
+`rejudge` fits again on runs a measured run recorded, with no server.  `write_check_report` writes
 the document as JSON (paths relative to its folder) and markdown.  The command
 (`psdlab.commands.check_vllm`) only parses arguments into a `CheckSettings` and prints.
 """
@@ -52,7 +52,7 @@ def plan(s: CheckSettings) -> dict[str, Any]:
     """The checked settings: rates, ks, servers, the calibration; one-line errors naming the
     option and its allowed range."""
     from psdlab.analysis.checks import check_int
-    from psdlab.validation.vllm_check.judgement import check_calibration, config_name
+    from psdlab.validation.vllm_check.judgement import check_calibration, run_config_name
 
     for r in s.rates:
         if not (math.isfinite(r) and r > 0):
@@ -69,7 +69,7 @@ def plan(s: CheckSettings) -> dict[str, Any]:
     for name, core in (("--target-core", s.target_core), ("--client-core", s.client_core)):
         check_int(name, core, minimum=-1, maximum=ncpu - 1)
     servers = [("sd", k) for k in s.ks] + ([] if s.no_ar else [("ar", 0)])
-    configs = [config_name(m, k, r) for m, k in servers for r in s.rates]
+    configs = [run_config_name(m, k, r) for m, k in servers for r in s.rates]
     calibration = check_calibration(s.calibration, configs)
     if len(configs) < 2:
         raise ValueError("--rates/--ks: need at least two configurations (one to calibrate "
@@ -96,7 +96,7 @@ def measure(s: CheckSettings, p: dict[str, Any], out: Path, say: Say,
     """Start each server, run its bench runs (``repeats`` of every configuration, the rates
     interleaved within a repeat); the run records and per-server facts."""
     from psdlab.runtime.vllm_ext import serve_check as sc
-    from psdlab.validation.vllm_check.judgement import RunRecord, config_name
+    from psdlab.validation.vllm_check.judgement import RunRecord, run_config_name
 
     target, draft = _models(s, out, progress)
     texts = sc.tiny_texts(s.num_prompts, s.seed) if s.tiny \
@@ -118,7 +118,7 @@ def measure(s: CheckSettings, p: dict[str, Any], out: Path, say: Say,
             server.warm_up()
             for rep in range(s.repeats):
                 for rate in p["rates"]:
-                    name = config_name(mode, k, rate)
+                    name = run_config_name(mode, k, rate)
                     run = sc.BenchRun(name=f"{name}-r{rep + 1}", request_rate=rate,
                                       num_prompts=s.num_prompts, output_len=s.output_len,
                                       seed=s.seed)
@@ -275,10 +275,10 @@ def _write(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def write_report(out: Path, doc: dict[str, Any], stem: str) -> tuple[Path, Path]:
+def write_check_report(out: Path, doc: dict[str, Any], stem: str) -> tuple[Path, Path]:
     """``out/<stem>.json`` (paths relative to ``out``) and ``out/<stem>.md``."""
-    from psdlab.validation.vllm_check.judgement import markdown
+    from psdlab.validation.vllm_check.judgement import check_markdown
     paths = out / f"{stem}.json", out / f"{stem}.md"
     _write(paths[0], relative_paths(json.dumps(doc, indent=2), out) + "\n")
-    _write(paths[1], markdown(doc))
+    _write(paths[1], check_markdown(doc))
     return paths

@@ -47,7 +47,7 @@ class RunRecord:
         return asdict(self)
 
 
-def config_name(mode: str, k: int, rate: float) -> str:
+def run_config_name(mode: str, k: int, rate: float) -> str:
     return f"{'ar' if mode == 'ar' else f'sd-k{k}'}@{rate:g}"
 
 
@@ -291,7 +291,7 @@ def _mark(r: Mapping[str, Any], m: str, goal: float) -> str:
     return " MISS (within noise)" if abs(err) <= spread else " MISS (beyond noise)"
 
 
-def markdown(doc: Mapping[str, Any]) -> str:
+def check_markdown(doc: Mapping[str, Any]) -> str:
     """The predicted-vs-measured table (one line per configuration and figure)."""
     lines = [f"# psdlab check-vllm: calibrated on `{doc['calibration']}`, predicting the others",
              "", *_calibration(doc),
