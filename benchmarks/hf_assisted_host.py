@@ -18,12 +18,12 @@ medians show the noise).  `sim/costs/engine_steps.toml` preset ``hf-assisted`` r
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from typing import Any, Sequence
 
+from psdlab.analysis.atomic_write import write_json_and_markdown
 from psdlab.validation.engine.host_steps import fit_line, parse_ints, summarize_cell
 
 KEYS = ("host", "host_cpu", "draft_host", "target_host", "draft_host_cpu", "target_host_cpu",
@@ -161,12 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      "assistant_confidence_threshold": 0.0},
            "run_s": time.time() - t0, "cells": cells,
            "fits": fitted(cells)}
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    for path, text in ((args.out, json.dumps(res, indent=1) + "\n"),
-                       (os.path.splitext(args.out)[0] + ".md", markdown(res))):
-        with open(path + ".tmp", "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(path + ".tmp", path)
+    write_json_and_markdown(res, args.out, markdown(res))
     print(markdown(res))
     return 0
 

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from psdlab.analysis.atomic_write import write_text
 from psdlab.validation.engine.host_steps import lstsq, parse_ints
 
 
@@ -160,10 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      "served": "vllm bench serve --request-rate inf (streaming)",
                      "offline": "LLM.generate"},
            "runs": rows, "fits": fits}
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out + ".tmp", "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(res, indent=1) + "\n")
-    os.replace(args.out + ".tmp", args.out)
+    write_text(args.out, json.dumps(res, indent=1) + "\n")
     print(json.dumps(fits, indent=1))
     return 0
 

@@ -34,15 +34,16 @@ records the load average before and after and ``uptime``; the repeats show the n
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from psdlab.validation.engine.host_steps import V1_PARTS as PARTS
-from psdlab.validation.engine.host_steps import fits, parse_ints, summarize_cell, v1_decode_steps
+from psdlab.analysis.atomic_write import write_json_and_markdown
+from psdlab.validation.engine.host_steps import (CallTimer, fits, parse_ints, summarize_cell,
+                                                 v1_decode_steps)
 
 LSCPU_KEYS = ("Model name", "CPU family", "Model", "Thread(s) per core", "Core(s) per socket",
               "Socket(s)", "Hypervisor vendor", "L2 cache", "L3 cache", "CPU max MHz")
@@ -57,30 +58,12 @@ def _env() -> None:
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
 
 
-class StepTimer:
-    """Wraps vLLM's engine pieces (instance attributes) and keeps one record per engine step."""
+class StepTimer(CallTimer):
+    """vLLM V1's engine pieces timed, one record per engine step (with its shape)."""
 
     def __init__(self) -> None:
-        self.acc: dict[str, float] = {}
+        super().__init__()
         self.shape: dict[str, int] = {}
-        self.steps: list[dict[str, Any]] = []
-
-    def add(self, key: str, dt: float, dcpu: float) -> None:
-        self.acc[key] = self.acc.get(key, 0.0) + dt
-        self.acc[key + "_cpu"] = self.acc.get(key + "_cpu", 0.0) + dcpu
-
-    def wrap(self, obj: Any, name: str, key: str,
-             after: Callable[[Any], None] | None = None) -> None:
-        fn = getattr(obj, name)
-
-        def timed(*a: Any, **kw: Any) -> Any:
-            t0, c0 = time.perf_counter(), time.thread_time()
-            out = fn(*a, **kw)
-            self.add(key, time.perf_counter() - t0, time.thread_time() - c0)
-            if after is not None:
-                after(out)
-            return out
-        setattr(obj, name, timed)
 
     def on_schedule(self, out: Any) -> None:
         self.shape = {"tokens": int(out.total_num_scheduled_tokens),
@@ -227,13 +210,6 @@ def markdown(res: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write(path: str, text: str) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="results/engine/vllm_cpu_step_host.json")
@@ -296,9 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "other": "step wall - schedule - update - execute/sample - outputs"},
         "run_s": time.time() - t0, "cells": cells, "fits": fits(cells),
         "fits_cpu": fits(cells, "host_cpu_ms")}
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    _write(args.out, json.dumps(res, indent=1) + "\n")
-    _write(os.path.splitext(args.out)[0] + ".md", markdown(res))
+    write_json_and_markdown(res, args.out, markdown(res))
     print(markdown(res))
     return 0
 

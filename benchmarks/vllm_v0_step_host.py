@@ -25,13 +25,13 @@ says how it was built here: torch 2.6.0, and a libstdc++ symbol the wheel asks f
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
-from psdlab.validation.engine.host_steps import fits, parse_ints, summarize_cell
+from psdlab.analysis.atomic_write import write_json_and_markdown
+from psdlab.validation.engine.host_steps import CallTimer, fits, parse_ints, summarize_cell
 
 PARTS = ("schedule", "process_outputs", "proposer_host", "scorer_host", "verify",
          "outputs_list", "exec_host", "other")
@@ -48,27 +48,8 @@ def _env(threads_bind: str) -> None:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 
-class Clock:
-    """Per-step accumulators of wall and thread-CPU time per key."""
-
-    def __init__(self) -> None:
-        self.acc: dict[str, float] = {}
-        self.steps: list[dict[str, Any]] = []
-
-    def wrap(self, obj: Any, name: str, key: str,
-             after: Callable[[Any], None] | None = None) -> None:
-        fn = getattr(obj, name)
-
-        def timed(*a: Any, **kw: Any) -> Any:
-            t0, c0 = time.perf_counter(), time.thread_time()
-            out = fn(*a, **kw)
-            self.acc[key] = self.acc.get(key, 0.0) + time.perf_counter() - t0
-            self.acc[key + "_cpu"] = self.acc.get(key + "_cpu", 0.0) + time.thread_time() - c0
-            self.acc[key + "_n"] = self.acc.get(key + "_n", 0.0) + 1.0
-            if after is not None:
-                after(out)
-            return out
-        setattr(obj, name, timed)
+class Clock(CallTimer):
+    """vLLM V0's engine pieces timed, one record per engine step (with its shape)."""
 
     def on_schedule(self, out: Any) -> None:
         metas, sched = out[0], out[1]
@@ -265,12 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      "temperature": 0.0},
            "run_s": time.time() - t0, "cells": cells, "fits": fits(cells),
            "fits_cpu": fits(cells, "host_cpu_ms")}
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    for path, text in ((args.out, json.dumps(res, indent=1) + "\n"),
-                       (os.path.splitext(args.out)[0] + ".md", markdown(res))):
-        with open(path + ".tmp", "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(path + ".tmp", path)
+    write_json_and_markdown(res, args.out, markdown(res))
     print(markdown(res))
     return 0
 

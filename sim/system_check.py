@@ -27,12 +27,10 @@ with SD at the same request rate; otherwise output throughput with over without.
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import platform
 import statistics
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -323,18 +321,9 @@ def write(res: dict[str, Any], path: str) -> tuple[str, str]:
 
 
 def write_pair(res: dict[str, Any], path: str, md: str) -> tuple[str, str]:
-    """JSON at ``path`` and the markdown ``md`` beside it (.md), each via a temp file and
-    rename (nothing half-written)."""
-    md_path = os.path.splitext(path)[0] + ".md"
-    for target, text in ((path, json.dumps(res, indent=1) + "\n"), (md_path, md)):
-        folder = os.path.dirname(os.path.abspath(target))
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)           # mkstemp makes 0600; results files are for all
-        os.replace(tmp, target)
-    return path, md_path
+    """JSON at ``path`` and the markdown ``md`` beside it (.md), nothing half-written."""
+    from psdlab.analysis.atomic_write import write_json_and_markdown
+    return write_json_and_markdown(res, path, md)
 
 
 def stamp() -> dict[str, Any]:

@@ -15,10 +15,39 @@ repeats' medians (``repeat_median``), which the fits use.
 from __future__ import annotations
 
 import statistics
-from typing import Any, Mapping, Sequence
+import time
+from typing import Any, Callable, Mapping, Sequence
 
 #: the parts of a vLLM V1 step (benchmarks/vllm_step_host.py)
 V1_PARTS = ("schedule", "update", "exec_host", "sampling", "process_outputs", "other")
+
+
+class CallTimer:
+    """Per-step accumulators of wall and thread-CPU time (and call counts) per key, filled by
+    wrapping an engine's methods on their instances; ``steps`` keeps one record per step."""
+
+    def __init__(self) -> None:
+        self.acc: dict[str, float] = {}
+        self.steps: list[dict[str, Any]] = []
+
+    def add(self, key: str, dt: float, dcpu: float) -> None:
+        self.acc[key] = self.acc.get(key, 0.0) + dt
+        self.acc[key + "_cpu"] = self.acc.get(key + "_cpu", 0.0) + dcpu
+        self.acc[key + "_n"] = self.acc.get(key + "_n", 0.0) + 1.0
+
+    def wrap(self, obj: Any, name: str, key: str,
+             after: Callable[[Any], None] | None = None) -> None:
+        """Replace ``obj.name`` with a timed call adding to ``key`` (then ``after(result)``)."""
+        fn = getattr(obj, name)
+
+        def timed(*a: Any, **kw: Any) -> Any:
+            t0, c0 = time.perf_counter(), time.thread_time()
+            out = fn(*a, **kw)
+            self.add(key, time.perf_counter() - t0, time.thread_time() - c0)
+            if after is not None:
+                after(out)
+            return out
+        setattr(obj, name, timed)
 
 
 def quantiles(xs: Sequence[float]) -> tuple[float, float, float]:
