@@ -288,18 +288,18 @@ def test_forced_paths_really_differ_from_the_default(monkeypatch, name):
     wl = {"name": "poisson", "rate": 120.0, "prompt": {"name": "uniform", "low": 8, "high": 64},
           "output": {"name": "uniform", "low": 5, "high": 60}}
     cfg = make_config(mode="psd", m=4, requests=60, workload=wl, policy="rebalance")
-    calls = {"sweep": 0, "layout": 0}
+    calls = {"one_pass_plan": 0, "layout": 0}
     for fn in calls:
         def counting(*a, _real=getattr(lanes, fn), _fn=fn, **k):  # noqa: B008 (bind this fn)
             calls[_fn] += 1
             return _real(*a, **k)
         monkeypatch.setattr(lanes, fn, counting)
     base = simulate(cfg, path="fast")
-    assert calls["sweep"] > 0 and calls["layout"] == 0
-    calls.update(sweep=0, layout=0)
+    assert calls["one_pass_plan"] > 0 and calls["layout"] == 0
+    calls.update(one_pass_plan=0, layout=0)
     with monkeypatch.context() as mp:
         forced = simulate(cfg, path=_force(mp, name))
-    assert calls["sweep"] == 0
+    assert calls["one_pass_plan"] == 0
     assert (calls["layout"] > 0) == (name == "lanes")
     if name == "groups":
         assert forced.counters["intervals"] > base.counters["intervals"]
