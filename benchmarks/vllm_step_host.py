@@ -42,8 +42,8 @@ from typing import Any, Sequence
 
 from psdlab.validation.engine.host_steps import V1_PARTS as PARTS
 from psdlab.analysis.atomic_write import write_json_and_markdown
-from psdlab.validation.engine.host_steps import (CallTimer, fits, parse_ints, summarize_cell,
-                                                 v1_decode_steps)
+from psdlab.validation.engine.host_steps import (CallTimer, fits, fits_table, parse_ints,
+                                                 summarize_cell, v1_decode_steps)
 
 LSCPU_KEYS = ("Model name", "CPU family", "Model", "Thread(s) per core", "Core(s) per socket",
               "Socket(s)", "Hypervisor vendor", "L2 cache", "L3 cache", "CPU max MHz")
@@ -198,15 +198,8 @@ def markdown(res: dict[str, Any]) -> str:
             + ", ".join(f"{x:.2f}" for x in c["repeat_medians_cpu_ms"])
             + f" | {c['forward_ms_median']:.3f} | "
             + " | ".join(f"{p[k]:.3f}" for k in PARTS) + " |")
-    lines += ["", "Fits: lines through each cell's median of the repeats' medians.", "",
-              "| fit | model | fixed ms | per seq ms | per token ms | SD fixed ms | "
-              "per draft pass ms | R^2 |", "|---|---|---|---|---|---|---|---|"]
-    for fam in ("fits", "fits_cpu"):
-        for name, f in res[fam].items():
-            lines.append(f"| {fam}.{name} | {f['model']} | {f['fixed_ms']:.4f} | "
-                         f"{f['per_seq_ms']:.4f} | {f.get('per_token_ms', float('nan')):.4f} | "
-                         f"{f.get('sd_fixed_ms', float('nan')):.4f} | "
-                         f"{f.get('per_draft_pass_ms', float('nan')):.4f} | {f['r2']:.3f} |")
+    lines += ["", "Fits: lines through each cell's median of the repeats' medians.", ""]
+    lines += fits_table({"fits": res["fits"], "fits_cpu": res["fits_cpu"]})
     return "\n".join(lines) + "\n"
 
 

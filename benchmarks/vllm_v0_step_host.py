@@ -31,7 +31,8 @@ import time
 from typing import Any, Sequence
 
 from psdlab.analysis.atomic_write import write_json_and_markdown
-from psdlab.validation.engine.host_steps import CallTimer, fits, parse_ints, summarize_cell
+from psdlab.validation.engine.host_steps import (CallTimer, fits, fits_table, parse_ints,
+                                                 summarize_cell)
 
 PARTS = ("schedule", "process_outputs", "proposer_host", "scorer_host", "verify",
          "outputs_list", "exec_host", "other")
@@ -191,13 +192,8 @@ def markdown(res: dict[str, Any]) -> str:
                      + ", ".join(f"{x:.2f}" for x in c["host"]["repeat_medians"])
                      + f" | {c['forward']['median']:.3f} | "
                      + " | ".join(f"{p[k]:.3f}" for k in PARTS) + " |")
-    lines += ["", "| fit | model | fixed | per seq | per token | SD fixed | per draft pass | "
-              "R^2 |", "|---|---|---|---|---|---|---|---|"]
-    for name, f in res["fits"].items():
-        lines.append(f"| {name} | {f['model']} | {f['fixed_ms']:.4f} | {f['per_seq_ms']:.4f} | "
-                     f"{f.get('per_token_ms', float('nan')):.4f} | "
-                     f"{f.get('sd_fixed_ms', float('nan')):.4f} | "
-                     f"{f.get('per_draft_pass_ms', float('nan')):.4f} | {f['r2']:.3f} |")
+    lines += ["", "Fits: lines through each cell's median of the repeats' medians.", ""]
+    lines += fits_table({"fits": res["fits"], "fits_cpu": res["fits_cpu"]})
     return "\n".join(lines) + "\n"
 
 

@@ -162,3 +162,18 @@ def parse_ints(text: str, field: str, low: int, high: int) -> list[int]:
     if any(not low <= v <= high for v in vals):
         raise ValueError(f"{field}: integers in {low}..{high}, got {text!r}")
     return vals
+
+
+def fits_table(families: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[str]:
+    """Markdown rows of `fits` results: ``families`` maps a label (e.g. "fits", "fits_cpu")
+    to one `fits` output."""
+    lines = ["| fit | model | fixed ms | per seq ms | per token ms | SD fixed ms | "
+             "per draft pass ms | R^2 |", "|---|---|---|---|---|---|---|---|"]
+    nan = float("nan")
+    for fam, by_name in families.items():
+        for name, f in by_name.items():
+            lines.append(f"| {fam}.{name} | {f['model']} | {f['fixed_ms']:.4f} | "
+                         f"{f['per_seq_ms']:.4f} | {f.get('per_token_ms', nan):.4f} | "
+                         f"{f.get('sd_fixed_ms', nan):.4f} | "
+                         f"{f.get('per_draft_pass_ms', nan):.4f} | {f['r2']:.3f} |")
+    return lines
