@@ -144,7 +144,9 @@ def test_committed_run_reads_back():
         else:
             assert got["spec_decode_acceptance_length"] is None
     cal = [r for r in doc["rows"] if r["role"] == "calibration"]
-    assert len(cal) == 1 and cal[0]["repeats"] >= 2
+    # the default rule: every rate of the SD server with the largest k, each run twice
+    assert {r["config"] for r in cal} == {"sd-k4@0.5", "sd-k4@1"}
+    assert all(r["repeats"] >= 2 for r in cal)
 
 
 @pytest.mark.skipif(not (COMMITTED / "check_vllm.json").is_file(),
@@ -159,13 +161,14 @@ def test_reuse_recalibrates_without_a_server(tmp_path, capsys):
                  "--bootstrap", "2", "--json"]) == 0
     doc = json.loads((out / "check_vllm-ar@0.5.json").read_text())
     rows = {r["config"]: r for r in doc["rows"]}
-    assert doc["fit"]["inputs"] == ["bench/ar@0.5-r1.json"]      # the calibration run only
+    # the calibration's runs only (both repeats of ar@0.5)
+    assert doc["fit"]["inputs"] == ["bench/ar@0.5-r1.json", "bench/ar@0.5-r2.json"]
     full = json.loads((COMMITTED / "check_vllm.json").read_text())["fit"]["inputs"]
-    assert all("sd-k4@0.5-r" in path for path in full) and len(full) == 4
+    assert all("sd-k4@" in path for path in full) and len(full) == 6
     assert rows["ar@1"]["predicted"]["mean_tpot_ms"] > 0
     assert rows["sd-k4@1"]["predicted"]["mean_tpot_ms"] is None    # AR cannot identify SD
     assert "drafter" in rows["sd-k4@1"]["not_predicted"]
-    assert json.loads((COMMITTED / "check_vllm.json").read_text())["calibration"] == "sd-k4@0.5"
+    assert json.loads((COMMITTED / "check_vllm.json").read_text())["calibration"] == "sd-k4"
 
 
 @pytest.mark.skipif(not (COMMITTED / "check_vllm.json").is_file(),
