@@ -222,3 +222,47 @@ def summarize(trace: Trace, *, steps_fraction: float = 1.0) -> dict[str, Any]:
     out.update(_phase_metrics(trace, req["makespan_s"]))
     return out
 
+
+
+def _num(x: Any, scale: float = 1.0, fmt: str = ".4g") -> str:
+    return "-" if x is None else format(x * scale, fmt)
+
+
+def summary_text(s: dict[str, Any]) -> str:
+    """`summarize`'s dict as aligned text (times of distributions in milliseconds): what
+    `psdlab metrics` and `psdlab simulate` print."""
+    lines = [f"run: mode={s['mode']} k={s['k']} m={s['m']} source={s['source']}",
+             f"requests {s['requests']}   output tokens {s['output_tokens']}   "
+             f"steps {s['steps']} (with prefill {s['prefill_steps']}; decode steps in the "
+             f"first {s['steps_fraction']:g}: {s['decode_steps']})",
+             f"makespan {_num(s['makespan_s'])} s   throughput {_num(s['throughput_tok_s'])} "
+             f"tok/s   makespan/requests {_num(s['latency_per_request_s'])} s",
+             f"decode throughput {_num(s['decode_throughput_tok_s'])} tok/s "
+             f"({s['decode_tokens']} tokens in {_num(s['decode_time_s'])} s of decode steps)",
+             "", f"{'ms':<6}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}"]
+    for key in ("ttft", "tpot", "e2e"):
+        d = s[key]
+        lines.append(f"{key:<6}" + "".join(f"{_num(d[q], 1e3, '.3f'):>10}"
+                                          for q in ("mean", "p50", "p90", "p99")))
+    lines += ["",
+              f"acceptance rate (VSR) {_num(s['acceptance_rate'])}   mean acceptance length "
+              f"{_num(s['mean_acceptance_length'])}   "
+              f"({s['accepted_tokens']}/{s['proposed_tokens']} draft tokens accepted)",
+              f"overlapped steps {_num(s['overlap_fraction'])}   draft time hidden "
+              f"{_num(s['draft_hidden_fraction'])}   mean draft {_num(s['mean_draft_time_s'], 1e3)}"
+              f" ms   mean verify {_num(s['mean_verify_time_s'], 1e3)} ms"]
+    idle = s["idle_fraction"]
+    if idle:
+        lines.append("idle: " + "   ".join(f"{d} {_num(v)}" for d, v in idle.items()))
+    return "\n".join(lines)
+
+
+def trace_metrics_text(path: str, steps_fraction: float = 1.0, as_json: bool = False) -> str:
+    """`psdlab metrics TRACE`: the trace file's summary as text, or one JSON object."""
+    import json
+
+    from psdlab.analysis.trace import read_trace
+
+    check_range("--steps-fraction", steps_fraction, 0.0, 1.0, lo_open=True)
+    summary = summarize(read_trace(path), steps_fraction=steps_fraction)
+    return json.dumps(summary, allow_nan=False) if as_json else summary_text(summary)

@@ -69,3 +69,16 @@ def run_bench(requests: int = 100_000, load: float = 1.0, seed: int = 0,
                  "(prompt mean 300 median 200, output mean 250 median 180, max 1024); "
                  "poisson arrivals; no KV limit",
     }
+
+
+def speed_text(out: dict[str, Any]) -> str:
+    """`run_bench`'s result as the lines `psdlab bench-sim` prints."""
+    return "\n".join([
+        f"setup: {out['setup']}",
+        f"arrivals {out['arrival_rate_req_s']:.3f} req/s = load {out['load']:g} x capacity "
+        f"{out['capacity_req_s']:.3f} req/s; path {out['path']}",
+        f"{out['requests']} requests, {out['events']} events ({out['steps']} steps) in "
+        f"{out['wall_s']:.2f} s wall",
+        f"requests/s {out['requests_per_s']:,.0f}   events/s {out['events_per_s']:,.0f}   "
+        f"(per CPU second: {out['requests_per_cpu_s']:,.0f} and "
+        f"{out['events_per_cpu_s']:,.0f})"])

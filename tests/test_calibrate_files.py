@@ -101,14 +101,49 @@ def _run_body(module: Path) -> tuple[set[str], ast.FunctionDef]:
     return set(funcs), funcs["run"]
 
 
+def _top_level_logic(module: Path) -> list[str]:
+    """What a command module holds beyond its docstring, imports, literal constants (argparse
+    defaults and choices) and the functions `register` and `run`."""
+    found = []
+    for i, node in enumerate(ast.parse(module.read_text()).body):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue                                            # the docstring
+        if isinstance(node, ast.FunctionDef) and node.name in ("register", "run"):
+            continue
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            try:
+                ast.literal_eval(node.value)
+                continue
+            except ValueError:
+                pass
+        found.append(f"line {node.lineno}: {type(node).__name__} "
+                     f"{getattr(node, 'name', '')}".rstrip())
+    return found
+
+
 def test_command_modules_parse_arguments_and_print_only():
-    """`psdlab calibrate` and `psdlab demo`: a parser (`register`) and a `run` that calls one
-    validation function and prints its lines -- no branches, formatting or helpers."""
+    """Issue 44: commands parse arguments and print, and nothing else.  Every module of
+    psdlab.commands defines `register` (the parser) and `run` (one-line argument checks, one
+    call into the package, the printing) and nothing more -- no helpers, classes or computed
+    constants: computations, configs built from the options, files and report formatting live
+    in the layers (options that two commands share: psdlab.cli_options).  `psdlab calibrate`
+    and `psdlab demo`, stricter: a `run` that calls one validation function and prints its
+    lines -- no branches or formatting at all."""
+    from psdlab.commands import COMMANDS
+
+    folder = ROOT / "psdlab" / "commands"
+    modules = sorted(p for p in folder.glob("*.py") if p.name != "__init__.py")
+    assert {p.stem for p in modules} == {c.replace("-", "_") for c in COMMANDS}
+    for module in modules:
+        defined, _ = _run_body(module)
+        assert defined == {"register", "run"}, module.name
+        assert not _top_level_logic(module), (module.name, _top_level_logic(module))
     logic = (ast.If, ast.IfExp, ast.JoinedStr, ast.ListComp, ast.DictComp, ast.SetComp,
              ast.GeneratorExp, ast.While, ast.Try, ast.Raise)
     for name in ("calibrate", "demo"):
         defined, run = _run_body(ROOT / "psdlab" / "commands" / f"{name}.py")
-        assert defined == {"register", "run"}, name
         found = [type(n).__name__ for n in ast.walk(run) if isinstance(n, logic)]
         assert not found, (name, found)
         sources = {n.module for n in ast.walk(run) if isinstance(n, ast.ImportFrom)}

@@ -237,14 +237,14 @@ def test_reuse_default_is_the_rate_sweep_and_records_the_rejudging(tmp_path, cap
 # ------------------------------------------------------------------ the command parses, prints
 
 def test_the_command_module_only_parses_and_prints():
-    """Issue 44: commands hold no logic.  Its functions are the parser, the option values'
-    split, the progress printer and `run` (which hands everything else to
-    `validation.vllm_check.harness`); it writes no file, starts nothing, fits nothing."""
+    """Issue 44: commands hold no logic.  Its functions are the parser and `run` (which hands
+    the options to `validation.vllm_check.harness`: `settings_from_options` splits them,
+    `check_vllm_command` does the rest); it writes no file, starts nothing, fits nothing."""
     path = ROOT / "psdlab" / "commands" / "check_vllm.py"
     source = path.read_text()
     tree = ast.parse(source)
     defs = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-    assert defs == {"register", "_list", "settings", "_say", "run"}
+    assert defs == {"register", "run"}
     imported = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
@@ -252,9 +252,8 @@ def test_the_command_module_only_parses_and_prints():
         elif isinstance(node, ast.Import):
             imported |= {a.name for a in node.names}
     assert {x for x in imported if x.startswith("psdlab.")} == {
-        "psdlab.validation.vllm_check.harness",
-        "psdlab.validation.vllm_check.harness.CheckSettings",
-        "psdlab.validation.vllm_check.judgement.check_markdown"}
+        "psdlab.validation.vllm_check.harness.check_vllm_command",
+        "psdlab.validation.vllm_check.harness.settings_from_options"}
     assert {x.split(".")[0] for x in imported} <= {"__future__", "argparse", "json", "shlex",
                                                    "sys", "pathlib", "typing", "psdlab"}
     calls = {n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")

@@ -21,15 +21,15 @@ def test_default_backend(device, drafter, want):
 def test_cli_run_takes_the_default_backend():
     import argparse
 
-    from psdlab.commands.run import engine_config
+    from psdlab.runtime.run_command import run_engine_config
     ns = argparse.Namespace(
         mode="psd", k=3, batch=2, max_num_seqs=None, max_new_tokens=4, temperature=0.0,
         top_p=1.0, seed=0, ignore_eos=True, max_len=64, backend=None, device="cuda:0",
         drafter_device="cuda:1", drafter_core=0, target_core=1, dtype="float32",
         drafter_dtype=None, controlled_alpha=None, idle_spin_s=1.0)
-    assert engine_config(ns, None).backend == "process"
+    assert run_engine_config(ns, None).backend == "process"
     ns.drafter_device = None
-    assert engine_config(ns, None).backend == "thread"
+    assert run_engine_config(ns, None).backend == "thread"
 
 
 class _Clock:

@@ -1,10 +1,11 @@
-"""`psdlab bench-runtime`: measured PSD vs SD-separate gain, t, V and overlap on this machine."""
+"""`psdlab bench-runtime`: measured PSD vs SD-separate gain, t, V and overlap on this machine.
+This module parses the arguments and prints; ``runtime.run_command.bench_runtime_command`` does
+the rest."""
 from __future__ import annotations
 
 import argparse
-import json
 
-from psdlab.commands.run import add_worker_args
+from psdlab.cli_options import add_worker_args
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -42,30 +43,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from psdlab.analysis.checks import check_int
-    from psdlab.runtime import run_setup as session
-    from psdlab.runtime.overlap_bench import bench_runtime, cycle_requests, format_report
-    from psdlab.runtime.controller import EngineConfig
-    from psdlab.runtime.runner import ModelSpec
-    check_int("num_prompts", args.num_prompts, minimum=1)
-    check_int("rounds", args.rounds, minimum=1)
-    from psdlab.runtime.devices import default_backend
-    drafter_device = args.drafter_device
-    base = EngineConfig(mode="psd", k=args.k, batch=args.batch, max_new_tokens=args.max_new_tokens,
-                        ignore_eos=True, max_len=args.max_len,
-                        backend=default_backend(args.device, drafter_device),
-                        device=args.device, drafter_device=drafter_device,
-                        drafter_core=args.drafter_core,
-                        target_core=args.target_core, dtype=args.dtype,
-                        drafter_dtype=args.drafter_dtype, idle_spin_s=args.idle_spin_s,
-                        compile=args.compile, passes=args.passes,
-                        batch_invariant=args.batch_invariant)
-    models = session.resolve_models(args.target, args.draft, True, progress=not args.json)
-    tokenizer = session.load_tokenizer(models.tokenizer)
-    requests = cycle_requests(session.load_requests(args.prompts, tokenizer, "offline"),
-                              args.num_prompts)
-    fig = bench_runtime(ModelSpec(models.target), ModelSpec(models.drafter), requests, base,
-                        args.trace_dir, tokenizer, quiet=args.json, rounds=args.rounds,
-                        steps_fraction=args.steps_fraction)
-    print(json.dumps(fig) if args.json else format_report(fig))
+    from psdlab.runtime.run_command import bench_runtime_command
+    print(bench_runtime_command(args))
     return 0

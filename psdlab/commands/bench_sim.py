@@ -25,19 +25,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from psdlab.sim.speed_bench import run_bench
+    from psdlab.sim.speed_bench import run_bench, speed_text
 
     out = run_bench(args.requests, args.load, args.seed, args.path,
                     progress=sys.stderr.isatty() and not args.json)
-    if args.json:
-        print(json.dumps(out, sort_keys=True))
-        return 0
-    print(f"setup: {out['setup']}")
-    print(f"arrivals {out['arrival_rate_req_s']:.3f} req/s = load {out['load']:g} x capacity "
-          f"{out['capacity_req_s']:.3f} req/s; path {out['path']}")
-    print(f"{out['requests']} requests, {out['events']} events ({out['steps']} steps) in "
-          f"{out['wall_s']:.2f} s wall")
-    print(f"requests/s {out['requests_per_s']:,.0f}   events/s {out['events_per_s']:,.0f}   "
-          f"(per CPU second: {out['requests_per_cpu_s']:,.0f} and "
-          f"{out['events_per_cpu_s']:,.0f})")
+    print(json.dumps(out, sort_keys=True) if args.json else speed_text(out))
     return 0

@@ -13,11 +13,7 @@ the snapshots (``DIR/metrics``) and the server and client logs (``DIR/logs``).
 from __future__ import annotations
 
 import argparse
-import json
-import shlex
 import sys
-from pathlib import Path
-from typing import Any
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -76,50 +72,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _list(text: str, name: str, kind: type) -> tuple[Any, ...]:
-    try:
-        out = tuple(kind(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise ValueError(f"{name}: must be a comma-separated list of {kind.__name__}s, "
-                         f"got {text!r}") from None
-    if not out:
-        raise ValueError(f"{name}: must list at least one value, got {text!r}")
-    return out
-
-
-def settings(args: argparse.Namespace) -> Any:
-    """The options as `validation.vllm_check.harness.CheckSettings` (checked by its `plan`)."""
-    from psdlab.validation.vllm_check.harness import CheckSettings
-    return CheckSettings(
-        rates=_list(args.rates, "--rates", float), ks=_list(args.ks, "--ks", int),
-        calibration=args.calibration, num_prompts=args.num_prompts,
-        output_len=args.output_len, repeats=args.repeats, no_ar=args.no_ar, tiny=args.tiny,
-        target=args.target, draft=args.draft, target_core=args.target_core,
-        client_core=args.client_core, startup_timeout=args.startup_timeout,
-        bench_timeout=args.bench_timeout, server_command=args.server_command,
-        drafter_ratio=args.drafter_ratio, seed=args.seed, bootstrap=args.bootstrap)
-
-
-def _say(args: argparse.Namespace, text: str) -> None:
-    if not args.json:
-        print(text, flush=True)
-
-
 def run(args: argparse.Namespace) -> int:
-    from psdlab.validation.vllm_check import harness as vr
-    from psdlab.validation.vllm_check.judgement import check_markdown
-
-    out, s = Path(args.out), settings(args)
-    command = "psdlab check-vllm " + shlex.join(sys.argv[2:])
-    if args.reuse:
-        doc, stem = vr.rejudge(s, out, command)
-    else:
-        doc, stem = vr.measure_and_judge(s, out, command, lambda t: _say(args, t),
-                                         progress=not args.json)
-    paths = vr.write_check_report(out, doc, stem)
-    if args.json:
-        print(json.dumps({k: doc[k] for k in ("calibration", "rows", "summary", "held_out")}))
-    else:
-        print(check_markdown(doc))
-        print(f"wrote {paths[0]} and {paths[1]}")
+    from psdlab.validation.vllm_check.harness import check_vllm_command, settings_from_options
+    s = settings_from_options(
+        rates=args.rates, ks=args.ks, calibration=args.calibration,
+        num_prompts=args.num_prompts, output_len=args.output_len, repeats=args.repeats,
+        no_ar=args.no_ar, tiny=args.tiny, target=args.target, draft=args.draft,
+        target_core=args.target_core, client_core=args.client_core,
+        startup_timeout=args.startup_timeout, bench_timeout=args.bench_timeout,
+        server_command=args.server_command, drafter_ratio=args.drafter_ratio, seed=args.seed,
+        bootstrap=args.bootstrap)
+    print(check_vllm_command(s, args.out, sys.argv[2:], reuse=args.reuse, as_json=args.json))
     return 0

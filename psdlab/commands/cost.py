@@ -1,5 +1,6 @@
 """`psdlab cost`: the seconds of one forward pass under a GPU cost preset, and
-`psdlab cost --check`: predicted vs published for every public measurement psdlab knows."""
+`psdlab cost --check`: predicted vs published for every public measurement psdlab knows.
+This module parses the arguments and prints; ``sim.costs.check_report`` does the rest."""
 from __future__ import annotations
 
 import argparse
@@ -41,38 +42,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from psdlab.sim.costs.check_report import check_command, one_pass, one_pass_text
     if args.check:
-        return _check(args)
+        print(check_command(args.out, as_json=args.json))
+        return 0
     if args.out:
         raise UsageError("--out: only with --check")
     missing = [f"--{k}" for k in _PASS_ARGS if getattr(args, k) is None]
     if missing:
         raise UsageError(f"{missing[0]}: required for one pass (or use --check)")
-    from psdlab.sim.costs.check_report import one_pass
-
     out = one_pass(model=args.model, hardware=args.hardware, tp=args.tp, dtype=args.dtype,
                    engine=args.engine, link=args.link, seqs=args.seqs, tokens=args.tokens,
                    context=args.context)
-    if args.json:
-        print(json.dumps(out, sort_keys=True))
-        return 0
-    terms = ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in out["terms"].items())
-    print(f"{out['model']} on {out['tp']}x {out['hardware']} ({out['dtype']}, {out['engine']}): "
-          f"{out['seconds'] * 1e3:.3f} ms for {out['seqs']} seqs x {out['tokens']} tokens, "
-          f"context {out['context']}" + (f" [{terms}; {out['bound']}-bound]" if terms else ""))
-    return 0
-
-
-def _check(args: argparse.Namespace) -> int:
-    from psdlab.sim.costs.check_report import check_report, format_report, write_report
-
-    report = check_report()
-    if args.out:
-        write_report(report, args.out)
-    if args.json:
-        print(json.dumps(report, sort_keys=True))
-        return 0
-    print(format_report(report))
-    if args.out:
-        print(f"written: {args.out}")
+    print(json.dumps(out, sort_keys=True) if args.json else one_pass_text(out))
     return 0

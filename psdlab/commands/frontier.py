@@ -1,9 +1,9 @@
 """`psdlab frontier`: the paper's theory against a measured drafting Pareto frontier (a family
-of early exits of the target plus the committed drafter, SD-separate and PSD runs of each)."""
+of early exits of the target plus the committed drafter, SD-separate and PSD runs of each).
+This module parses the arguments and prints; ``validation.frontier.command`` does the rest."""
 from __future__ import annotations
 
 import argparse
-import json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -46,35 +46,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def parse_depths(text: str) -> tuple[int, ...]:
-    out = []
-    for item in str(text).split(","):
-        try:
-            out.append(int(item.strip()))
-        except ValueError:
-            raise ValueError(f"--depths: expected comma-separated integers >= 1, got {item!r}") \
-                from None
-    return tuple(out)
-
-
 def run(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
-    from psdlab.validation.frontier.run_frontier import FrontierPlan, quick_plan, run_frontier
-    from psdlab.validation.frontier.outputs import finite
-    from psdlab.validation.frontier.summary import terminal_summary
-    if (args.target is None) != (args.draft is None):
-        raise ValueError("--target/--draft: give both (model directories) or neither (the "
-                         "real pair)")
-    plan = quick_plan(args.k, args.batch) if args.quick else FrontierPlan(k=args.k, m=args.batch)
-    changes = {key: value for key, value in (("num_prompts", args.prompts),
-                                             ("max_new_tokens", args.max_new_tokens),
-                                             ("rounds", args.rounds)) if value is not None}
-    changes["backend"] = args.backend
-    if args.depths is not None:
-        changes["depths"] = parse_depths(args.depths)
-    plan = replace(plan, **changes)
-    result = run_frontier(args.output, plan, args.target, args.draft, quiet=args.json,
-                          prompts_file=args.prompts_file)
-    print(json.dumps(finite(result)) if args.json else terminal_summary(result))
+    from psdlab.validation.frontier.command import frontier_command
+    print(frontier_command(
+        args.output, k=args.k, batch=args.batch, depths=args.depths, prompts=args.prompts,
+        max_new_tokens=args.max_new_tokens, rounds=args.rounds, prompts_file=args.prompts_file,
+        backend=args.backend, quick=args.quick, target=args.target, draft=args.draft,
+        as_json=args.json))
     return 0

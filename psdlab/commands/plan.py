@@ -3,16 +3,14 @@ drafter (x replicas) the highest request rate that meets a latency SLO and the t
 device, with the Pareto set (devices vs sustainable rate) as a table, a CSV and a PNG beside it,
 the best fixed configuration per load (batch size) and vLLM's k-per-batch-size table.  The
 configurations run as tasks of a backend (``--backend local``: processes; ``ray``: Ray tasks;
-``psdlab.sim.sweep_backends``); nothing is written unless every configuration ran."""
+``psdlab.sim.sweep_backends``); nothing is written unless every configuration ran.  This
+module parses the arguments and prints; ``sim.plan_command.plan_command`` does the rest."""
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-from typing import Callable
 
 from psdlab.cli import UsageError
-from psdlab.commands.simulate import add_file_workload_args, file_workload
+from psdlab.cli_options import add_file_workload_args
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -59,77 +57,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import dataclasses
-    import os
-
-    from psdlab.analysis.checks import check_int
-    from psdlab.sim.sim_config import config_from_dict, read_toml
-    from psdlab.sim.capacity import parse_plan, run_capacity_plan, trial_requests, write_csv
-    from psdlab.sim.plan_figure import make_figure, save, workload_label
-    from psdlab.sim.plan_report import (PlanContext, build_report, format_report, slo_text,
-                                        write_outputs)
+    from psdlab.sim.plan_command import PlanOptions, plan_command
     from psdlab.sim.sweep_backends import SweepTaskError
-    from psdlab.sim.vllm_k_table import k_table
-
-    raw = read_toml(args.config)
-    cfg = config_from_dict(raw, os.path.dirname(os.path.abspath(args.config)))
-    spec_file = file_workload(args)
-    if spec_file is not None:
-        cfg = cfg.replace(workload=spec_file)
-    spec = parse_plan(raw.get("plan"), cfg)
-    if args.requests is not None:
-        spec = dataclasses.replace(spec, requests=check_int("--requests", args.requests, 10))
-    jobs = check_int("--jobs", args.jobs, 1, 256) if args.jobs is not None else spec.jobs
-    if args.address is not None and args.backend != "ray":
-        raise ValueError("--address: only with --backend ray")
-    if args.k_table_drafter is not None and args.vllm_k_table is None:
-        raise ValueError("--k-table-drafter: only with --vllm-k-table")
     try:
-        rows = run_capacity_plan(cfg, spec, jobs,
-                                 progress=sys.stderr.isatty() and not args.json,
-                                 backend=args.backend, address=args.address)
+        text = plan_command(PlanOptions(
+            config=args.config, jobs=args.jobs, csv=args.csv, requests=args.requests,
+            workload=args.workload, format=args.format, max_model_len=args.max_model_len,
+            show_all=args.all, as_json=args.json, backend=args.backend, address=args.address,
+            no_png=args.no_png, vllm_k_table=args.vllm_k_table,
+            k_table_drafter=args.k_table_drafter, k_table_by=args.k_table_by))
     except SweepTaskError as exc:
         raise UsageError(str(exc)) from None
-    per_trial = trial_requests(cfg, spec)
-    ctx = PlanContext(cfg, spec, rows, show_all=args.all, k_table_drafter=args.k_table_drafter,
-                      k_table_by=args.k_table_by)
-    sections = build_report(ctx)
-    csv_path = args.csv or spec.csv
-    png_path = (os.path.splitext(csv_path)[0] + ".png") if csv_path and not args.no_png else None
-    writers: dict[str, Callable[[str], None]] = {}
-    if csv_path:
-        writers[csv_path] = lambda tmp: write_csv(rows, tmp)
-    if png_path:
-        fig = make_figure(rows, slo_text(spec), workload_label(cfg.workload, per_trial))
-        writers[png_path] = lambda tmp: save(fig, tmp)
-    k_conf = None
-    if args.vllm_k_table:
-        k_conf = k_table(rows, args.k_table_drafter, args.k_table_by).speculative_config()
-        text = json.dumps(k_conf) + "\n"
-        writers[args.vllm_k_table] = lambda tmp: _write_text(tmp, text)
-    from psdlab.sim.policy_search import format_report as policy_text, plan_thresholds
-    # the adaptive policy's thresholds; computed before anything is written, so that a failure
-    # here leaves no file behind
-    policy = plan_thresholds(cfg.replace(server_m=max(spec.ms)))
-    write_outputs(writers)
-    if args.json:
-        print(json.dumps({"rows": [r.to_csv_row() for r in rows], "csv": csv_path, "png": png_path,
-                          "adaptive_policy": policy,
-                          "vllm_k_table": args.vllm_k_table,
-                          "sections": [{"name": s.name, "title": s.title, "data": s.data}
-                                       for s in sections]}, sort_keys=True))
-        return 0
-    print(f"SLO: {slo_text(spec)}; {per_trial} requests per trial, {spec.iterations} "
-          f"bisection steps; backend {args.backend}")
-    print(format_report(sections))
-    if policy is not None:
-        print(policy_text(policy))
-    for label, path in (("csv", csv_path), ("png", png_path), ("vllm k table", args.vllm_k_table)):
-        if path:
-            print(f"{label}: {path}")
+    print(text)
     return 0
-
-
-def _write_text(path: str, text: str) -> None:
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(text)

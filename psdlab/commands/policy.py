@@ -1,10 +1,10 @@
 """`psdlab policy CONFIG`: where the adaptive policy (analysis.adaptive_policy) switches between
 AR, SD(k) and PSD(k) -- by running-batch size (its thresholds) and, with --rates, by request
-rate (the simulator's adaptive server against every fixed configuration, sim.policy_search)."""
+rate (the simulator's adaptive server against every fixed configuration, sim.policy_search).
+This module parses the arguments and prints; ``validation.policy_command`` does the rest."""
 from __future__ import annotations
 
 import argparse
-import json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,53 +29,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def parse_rates(text: str) -> list[float]:
-    from psdlab.analysis.checks import check_positive
-    out = []
-    for item in text.split(","):
-        try:
-            out.append(check_positive("--rates[]", float(item)))
-        except ValueError:
-            raise ValueError(f"--rates: expected comma-separated rates > 0, got {item!r}") \
-                from None
-    return out
-
-
 def run(args: argparse.Namespace) -> int:
-    import datetime as dt
-    import os
-    import tempfile
-
-    from psdlab.analysis.checks import check_int
-    from psdlab.sim.policy_search import format_report, policy_report, thresholds
-    from psdlab.sim.sim_config import load_config
-    from psdlab.validation.results_file import git_info, machine_info
-
-    cfg = load_config(args.config)
-    if cfg.adaptive is None:
-        cfg = cfg.replace(adaptive={}, server_mode="adaptive")
-    if args.m is not None:
-        cfg = cfg.replace(server_m=check_int("--m", args.m, 1, 4096))
-    if args.requests is not None:
-        cfg = cfg.replace(requests=check_int("--requests", args.requests, 10, 100_000))
-    rates = parse_rates(args.rates) if args.rates else None
-    load0 = list(os.getloadavg())
-    report = policy_report(cfg, rates)
-    if args.max_n is not None:
-        big = cfg.replace(server_m=check_int("--max-n", args.max_n, 1, 4096))
-        report["thresholds"] = thresholds(big)
-    report["config"] = args.config
-    report["requests"] = cfg.requests
-    report["machine"] = machine_info(load0)
-    report["date_utc"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    report["git"] = git_info()
-    if args.output:
-        folder = os.path.dirname(os.path.abspath(args.output))
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(report, fh, indent=1, sort_keys=True)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, args.output)
-    print(json.dumps(report, sort_keys=True) if args.json else format_report(report))
+    from psdlab.validation.policy_command import policy_command
+    print(policy_command(args.config, rates=args.rates, max_n=args.max_n, m=args.m,
+                         requests=args.requests, output=args.output, as_json=args.json))
     return 0

@@ -6,11 +6,12 @@
 - ``psdlab systems gain [-o FILE] [--quick]``: the paper's Settings 1-3 and 5, predicted
   best-k PSD/SD gains with the engine step model and their decomposition
   (``paper_figs.settings_gain``).
+
+This module parses the arguments and prints; ``paper_figs.systems_command`` does the rest.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from psdlab.cli import UsageError
@@ -42,26 +43,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.seed < 0:
         raise UsageError(f"--seed: must be >= 0, got {args.seed}")
-    if args.what == "gain":
-        if args.points:
-            raise UsageError("--points: only with 'check'")
-        from psdlab.paper_figs import settings_gain as sg
-        res = sg.run(quick=args.quick, seed=args.seed)
-        text = sg.markdown(res)
-        if args.out:
-            for path in sg.write(res, args.out):
-                print(f"wrote {path}", file=sys.stderr)
-    else:
-        if args.quick:
-            raise UsageError("--quick: only with 'gain'")
-        from psdlab.sim import system_check as sc
-        command = sc.COMMAND if not args.points else (
-            f"psdlab systems check --points {args.points}"
-            + (f" -o {args.out}" if args.out else ""))
-        res = sc.check(sc.load_points(args.points), seed=args.seed, command=command)
-        text = sc.markdown(res)
-        if args.out:
-            for path in sc.write(res, args.out):
-                print(f"wrote {path}", file=sys.stderr)
-    print(json.dumps(res, sort_keys=True) if args.json else text)
+    from psdlab.paper_figs.systems_command import systems_command
+    text, wrote = systems_command(args.what, out=args.out, quick=args.quick, seed=args.seed,
+                                  points=args.points, as_json=args.json)
+    for line in wrote:
+        print(line, file=sys.stderr)
+    print(text)
     return 0

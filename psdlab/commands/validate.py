@@ -7,16 +7,12 @@ figures).
 Given vLLM / SGLang serving-benchmark results as the measurements (and a model file from
 `psdlab calibrate` on bench results), it predicts each run -- its arrivals, lengths,
 concurrency cap, mode and k -- and prints predicted vs measured in vLLM bench's keys and
-units with the error (``validation.serving_results.compare_results``)."""
+units with the error (``validation.serving_results.compare_results``).  This module parses the
+arguments and prints; ``validation.validate_command`` does the rest."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from typing import Any
-
-SHOWN = ("throughput_tok_s", "ttft.mean", "ttft.p99", "tpot.mean", "tpot.p99", "e2e.mean",
-         "e2e.p50", "e2e.p90", "e2e.p99", "acceptance_rate")
 
 
 def register(subparsers) -> None:
@@ -49,57 +45,13 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _run_bench(args: argparse.Namespace, seeds: int) -> int:
-    from psdlab.validation.serving_results.calibration import BenchFit
-    from psdlab.validation.serving_results.compare_results import compare_bench, format_rows
-
-    if args.output or args.raw or args.acceptance:
-        raise ValueError("-o/--raw/--acceptance: not used with bench results as measurements")
-    fit = BenchFit.load(args.model)
-    rows = compare_bench(fit, args.traces, seeds=seeds)
-    if args.json:
-        print(json.dumps({"model": args.model, "seeds": seeds,
-                          "rows": [r.to_dict() for r in rows]}, allow_nan=False))
-        return 0
-    print(format_rows(rows))
-    return 0
-
-
 def run(args: argparse.Namespace) -> int:
-    from psdlab.analysis.checks import check_int
-    from psdlab.validation.serving_results.replay import bench_inputs
-    from psdlab.validation.importers import load_traces
-    from psdlab.validation.model_file import acceptance_spec, read_model
-    from psdlab.validation.report import format_summary, format_table, write_report
-    from psdlab.validation.validate import trace_name, validate
-
-    seeds = check_int("--seeds", args.seeds, 1, 50)
-    if bench_inputs(args.traces):
-        return _run_bench(args, seeds)
-    model = read_model(args.model)
-    acceptance = acceptance_spec(model, args.acceptance) if args.acceptance else None
-    named: list[tuple[str, Any]] = []
-    used: set[str] = set()
-    for path in args.traces:
-        for tr in load_traces(path):
-            named.append((trace_name(path, tr, used), tr))
-    from psdlab.validation.replay_model import ReplayParams
-    result = validate(args.model, named, seeds=range(seeds),
-                      params=ReplayParams() if args.raw else None,
-                      acceptance=acceptance)
-    files = {}
-    if args.output:
-        files = write_report(args.output, result, named, title="psdlab validate report")
-    if args.json:
-        print(json.dumps({**result.to_dict(), "files": files}, allow_nan=False, default=str))
-        return 0
-    rows = result.rows if args.all_rows else [r for r in result.rows if r.metric in SHOWN
-                                              or r.metric.startswith(("gain.", "speedup."))]
-    print(format_table(rows))
-    print()
-    print(format_summary(result.summary()))
-    for note in result.notes:
-        print(f"note: {note}", file=sys.stderr)
-    if files:
-        print(f"wrote {files['report']}")
+    from psdlab.validation.validate_command import validate_command
+    printout = validate_command(args.model, args.traces, seeds=args.seeds, output=args.output,
+                                raw=args.raw, acceptance=args.acceptance,
+                                all_rows=args.all_rows, as_json=args.json)
+    for line in printout.out:
+        print(line)
+    for line in printout.err:
+        print(line, file=sys.stderr)
     return 0

@@ -34,7 +34,7 @@ def config_from_args(args: argparse.Namespace, target: str, draft: str | None):
 
 
 def run_command(args: argparse.Namespace) -> int:
-    """Entry point used by `psdlab.commands.run` when ``--engine vllm``."""
+    """Entry point used by `psdlab run --engine vllm` (`runtime.run_command.serve_command`)."""
     from psdlab.runtime.vllm_ext.vllm_runner import quiet_vllm_logs
     quiet_vllm_logs()
     try:

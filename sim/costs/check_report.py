@@ -149,3 +149,25 @@ def write_report(report: dict[str, Any], path: str) -> str:
     with open(path, "w", encoding="utf-8") as fh:
         fh.write("\n".join(head))
     return path
+
+
+def one_pass_text(out: dict[str, Any]) -> str:
+    """`one_pass`'s result as the one line `psdlab cost` prints."""
+    terms = ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in out["terms"].items())
+    return (f"{out['model']} on {out['tp']}x {out['hardware']} ({out['dtype']}, "
+            f"{out['engine']}): {out['seconds'] * 1e3:.3f} ms for {out['seqs']} seqs x "
+            f"{out['tokens']} tokens, context {out['context']}"
+            + (f" [{terms}; {out['bound']}-bound]" if terms else ""))
+
+
+def check_command(out: str | None = None, as_json: bool = False) -> str:
+    """`psdlab cost --check [--out FILE]`: the report (written to ``out`` as markdown when
+    given) as text, or one JSON object."""
+    import json
+
+    report = check_report()
+    if out:
+        write_report(report, out)
+    if as_json:
+        return json.dumps(report, sort_keys=True)
+    return format_report(report) + (f"\nwritten: {out}" if out else "")

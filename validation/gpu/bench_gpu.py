@@ -366,3 +366,68 @@ def run_gpu_bench(cfg: GpuBenchConfig, say: Any = print) -> dict[str, Any]:
                                                                                    True))
     save()
     return summary
+
+
+def gpu_config(options: dict[str, Any]) -> GpuBenchConfig:
+    """The config of `psdlab bench-gpu`'s options (its parsed arguments as a dict; None: the
+    default), checked with one-line errors naming the flags."""
+    from types import SimpleNamespace
+
+    from psdlab.analysis.checks import check_choice, check_int, check_range
+    args = SimpleNamespace(**options)
+    if not args.device.startswith(("cpu", "cuda")):
+        raise ValueError(f"--device: cpu or cuda:N, got {args.device!r}")
+    cpu = args.device == "cpu"
+    given: dict[str, Any] = {k: v for k, v in options.items() if v is not None and k in
+                             GpuBenchConfig.__dataclass_fields__}
+    if args.batches is not None:
+        try:
+            given["batches"] = tuple(int(x) for x in args.batches.split(","))
+        except ValueError:
+            raise ValueError(f"--batches: comma-separated integers >= 1, got "
+                             f"{args.batches!r}") from None
+        for m in given["batches"]:
+            check_int("--batches", m, minimum=1, maximum=512)
+    if args.sections is not None:
+        given["sections"] = tuple(x for x in args.sections.split(",") if x)
+        if not given["sections"] or any(x not in SECTIONS for x in given["sections"]):
+            raise ValueError(f"--sections: a comma-separated subset of {','.join(SECTIONS)}, "
+                             f"got {args.sections!r}")
+    if args.controlled_alpha is not None:
+        given["controlled_alpha"] = (None if args.controlled_alpha in ("none", "") else
+                                     check_range("--controlled-alpha",
+                                                 float(args.controlled_alpha), 0.0, 1.0))
+    elif args.target is not None:
+        given["controlled_alpha"] = None        # a real pair: its own acceptance
+    for size in ("target_size", "drafter_size"):
+        if size in given:
+            check_choice(f"--{size.replace('_', '-')}", given[size], tuple(sorted(SIZES)))
+    if (args.target is None) != (args.drafter is None):
+        raise ValueError("--target/--drafter: give both model directories or neither")
+    given["target_dir"], given["drafter_dir"] = args.target, args.drafter
+    if cpu:                                      # the dry run: tiny models in float32
+        given = {"target_size": "tiny", "drafter_size": "tiny-draft", "vocab": 256,
+                 "dtype": "float32", **given}
+    cfg = GpuBenchConfig(**given)
+    check_int("--k", cfg.k, minimum=1, maximum=16)
+    for name in ("num_prompts", "prompt_len", "max_new_tokens", "rounds", "repeats"):
+        check_int(f"--{name.replace('_', '-')}", getattr(cfg, name), minimum=1)
+    check_range("--budget-s", cfg.budget_s, 1.0, 86400.0)
+    return cfg
+
+
+def bench_gpu_command(options: dict[str, Any], as_json: bool = False) -> tuple[str, bool]:
+    """`psdlab bench-gpu`: run the benchmark its options describe (progress printed unless
+    ``as_json``); the text to print (summary.md, or summary.json's path and verdict as one
+    JSON object) and whether the lossless rule held."""
+    cfg = gpu_config(options)
+    if cfg.device == "cpu":
+        import torch
+        torch.set_num_threads(1)
+    summary = run_gpu_bench(cfg, say=(lambda s: None) if as_json else print)
+    if as_json:
+        text = json.dumps({"summary": f"{cfg.out}/summary.json", "lossless": summary["lossless"],
+                           "wall_s": summary["wall_s"]})
+    else:
+        text = (Path(cfg.out) / "summary.md").read_text()
+    return text, bool(summary["lossless"])

@@ -7,7 +7,8 @@ committed drafter at each k -- drives each with vLLM's own ``vllm bench serve`` 
 measured), snapshots ``/metrics`` around every run, then judges (`validation.vllm_check.judgement`).
 `rejudge` fits again on runs a measured run recorded, with no server.  `write_check_report` writes
 the document as JSON (paths relative to its folder) and markdown.  The command
-(`psdlab.commands.check_vllm`) only parses arguments into a `CheckSettings` and prints.
+(`psdlab.commands.check_vllm`) only parses arguments and prints: `settings_from_options` makes
+the `CheckSettings`, `check_vllm_command` does the rest.
 """
 from __future__ import annotations
 
@@ -282,3 +283,43 @@ def write_check_report(out: Path, doc: dict[str, Any], stem: str) -> tuple[Path,
     _write(paths[0], relative_paths(json.dumps(doc, indent=2), out) + "\n")
     _write(paths[1], check_markdown(doc))
     return paths
+
+
+def _list(text: str, name: str, kind: type) -> tuple[Any, ...]:
+    try:
+        out = tuple(kind(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"{name}: must be a comma-separated list of {kind.__name__}s, "
+                         f"got {text!r}") from None
+    if not out:
+        raise ValueError(f"{name}: must list at least one value, got {text!r}")
+    return out
+
+
+def settings_from_options(rates: str, ks: str, **options: Any) -> CheckSettings:
+    """`psdlab check-vllm`'s options as settings (``rates``, ``ks``: comma-separated; the
+    rest: `CheckSettings` fields; checked by `plan`)."""
+    return CheckSettings(rates=_list(rates, "--rates", float), ks=_list(ks, "--ks", int),
+                         **options)
+
+
+def check_vllm_command(s: CheckSettings, out: str, argv: list[str], *, reuse: bool = False,
+                       as_json: bool = False) -> str:
+    """`psdlab check-vllm`: measure and judge (or, with ``reuse``, judge again the results
+    already in ``out``), write the report; the text to print.  ``argv``: the command's
+    arguments, recorded in the report; progress lines are printed unless ``as_json``."""
+    from psdlab.validation.vllm_check.judgement import check_markdown
+
+    folder = Path(out)
+    command = "psdlab check-vllm " + shlex.join(argv)
+    if reuse:
+        doc, stem = rejudge(s, folder, command)
+    else:
+        doc, stem = measure_and_judge(s, folder, command,
+                                      (lambda t: None) if as_json else
+                                      (lambda t: print(t, flush=True)),
+                                      progress=not as_json)
+    paths = write_check_report(folder, doc, stem)
+    if as_json:
+        return json.dumps({k: doc[k] for k in ("calibration", "rows", "summary", "held_out")})
+    return check_markdown(doc) + f"\nwrote {paths[0]} and {paths[1]}"

@@ -1,0 +1,103 @@
+"""What `psdlab plan CONFIG.toml` does once its arguments are parsed: the plan of the config's
+[plan] table (with the command line's overrides), its run on a sweep backend, the files (CSV,
+PNG, vLLM k table; written only when every configuration ran and the adaptive policy's
+thresholds were found) and the text it prints.  The command module only parses and prints."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """The command's options (None: the config's [plan] value or the default)."""
+    config: str
+    jobs: int | None = None
+    csv: str | None = None
+    requests: int | None = None
+    workload: str | None = None
+    format: str | None = None
+    max_model_len: int | None = None
+    show_all: bool = False
+    as_json: bool = False
+    backend: str = "local"
+    address: str | None = None
+    no_png: bool = False
+    vllm_k_table: str | None = None
+    k_table_drafter: str | None = None
+    k_table_by: str = "rate"
+
+
+def _write_text(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def plan_command(opts: PlanOptions) -> str:
+    """Run the capacity plan the options describe, write its files; the text to print.
+    A configuration that failed raises `sweep_backends.SweepTaskError` (nothing written)."""
+    from psdlab.analysis.checks import check_int
+    from psdlab.sim.capacity import parse_plan, run_capacity_plan, trial_requests, write_csv
+    from psdlab.sim.plan_figure import make_figure, save, workload_label
+    from psdlab.sim.plan_report import (PlanContext, build_report, format_report, slo_text,
+                                        write_outputs)
+    from psdlab.sim.policy_search import format_report as policy_text, plan_thresholds
+    from psdlab.sim.sim_config import config_from_dict, read_toml
+    from psdlab.sim.simulate_command import file_workload
+    from psdlab.sim.vllm_k_table import k_table
+
+    raw = read_toml(opts.config)
+    cfg = config_from_dict(raw, os.path.dirname(os.path.abspath(opts.config)))
+    spec_file = file_workload(opts.workload, opts.format, opts.max_model_len)
+    if spec_file is not None:
+        cfg = cfg.replace(workload=spec_file)
+    spec = parse_plan(raw.get("plan"), cfg)
+    if opts.requests is not None:
+        spec = dataclasses.replace(spec, requests=check_int("--requests", opts.requests, 10))
+    jobs = check_int("--jobs", opts.jobs, 1, 256) if opts.jobs is not None else spec.jobs
+    if opts.address is not None and opts.backend != "ray":
+        raise ValueError("--address: only with --backend ray")
+    if opts.k_table_drafter is not None and opts.vllm_k_table is None:
+        raise ValueError("--k-table-drafter: only with --vllm-k-table")
+    rows = run_capacity_plan(cfg, spec, jobs, progress=sys.stderr.isatty() and not opts.as_json,
+                             backend=opts.backend, address=opts.address)
+    per_trial = trial_requests(cfg, spec)
+    ctx = PlanContext(cfg, spec, rows, show_all=opts.show_all,
+                      k_table_drafter=opts.k_table_drafter, k_table_by=opts.k_table_by)
+    sections = build_report(ctx)
+    csv_path = opts.csv or spec.csv
+    png_path = (os.path.splitext(csv_path)[0] + ".png") if csv_path and not opts.no_png else None
+    writers: dict[str, Callable[[str], None]] = {}
+    if csv_path:
+        writers[csv_path] = lambda tmp: write_csv(rows, tmp)
+    if png_path:
+        fig = make_figure(rows, slo_text(spec), workload_label(cfg.workload, per_trial))
+        writers[png_path] = lambda tmp: save(fig, tmp)
+    if opts.vllm_k_table:
+        k_conf = k_table(rows, opts.k_table_drafter, opts.k_table_by).speculative_config()
+        text = json.dumps(k_conf) + "\n"
+        writers[opts.vllm_k_table] = lambda tmp: _write_text(tmp, text)
+    # the adaptive policy's thresholds; computed before anything is written, so that a failure
+    # here leaves no file behind
+    policy = plan_thresholds(cfg.replace(server_m=max(spec.ms)))
+    write_outputs(writers)
+    if opts.as_json:
+        return json.dumps({"rows": [r.to_csv_row() for r in rows], "csv": csv_path,
+                           "png": png_path, "adaptive_policy": policy,
+                           "vllm_k_table": opts.vllm_k_table,
+                           "sections": [{"name": s.name, "title": s.title, "data": s.data}
+                                        for s in sections]}, sort_keys=True)
+    lines = [f"SLO: {slo_text(spec)}; {per_trial} requests per trial, {spec.iterations} "
+             f"bisection steps; backend {opts.backend}",
+             format_report(sections)]
+    if policy is not None:
+        lines.append(policy_text(policy))
+    for label, path in (("csv", csv_path), ("png", png_path),
+                        ("vllm k table", opts.vllm_k_table)):
+        if path:
+            lines.append(f"{label}: {path}")
+    return "\n".join(lines)
