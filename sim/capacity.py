@@ -31,7 +31,7 @@ from typing import Any, Mapping, Sequence
 from psdlab.analysis.checks import check_int, check_positive
 from psdlab.analysis.modes import Mode, check_mode
 from psdlab.sim.plan_rows import ConfigResult, PlanCombo, PlanRow
-from psdlab.sim.sim_config import MODES, ModelConfig, SimConfig, drafter_placement
+from psdlab.sim.sim_config import MODES, SimModel, SimConfig, drafter_placement
 
 SLO_METRICS = ("ttft", "tpot", "e2e")
 SLO_STATS = ("mean", "p50", "p90", "p99")
@@ -44,7 +44,7 @@ class PlanSpec:
     modes: tuple[Mode, ...]
     ks: tuple[int, ...]
     ms: tuple[int, ...]
-    drafters: tuple[tuple[ModelConfig, Mapping[str, Any] | None], ...]   # (drafter, acceptance)
+    drafters: tuple[tuple[SimModel, Mapping[str, Any] | None], ...]   # (drafter, acceptance)
     replicas: tuple[int, ...]
     slo: tuple[tuple[str, str, float], ...]
     requests: int = 300
@@ -93,7 +93,7 @@ def parse_plan(raw: Mapping[str, Any] | None, cfg: SimConfig) -> PlanSpec:
         acc = d.get("acceptance")
         if acc is not None and not isinstance(acc, dict):
             raise ValueError(f"plan.drafters[{i}].acceptance: expected a table, got {acc!r}")
-        drafters.append((ModelConfig(name=str(d.get("name", d["cost"].get("model", i))),
+        drafters.append((SimModel(name=str(d.get("name", d["cost"].get("model", i))),
                                      device="sim:drafter", cost=d["cost"]), acc))
     if not drafters and cfg.drafter is not None:
         drafters = [(cfg.drafter, None)]
@@ -138,7 +138,7 @@ def cost_label(cost: Any) -> str:
         f"{name}:inline" if engine is not None else name)
 
 
-def devices_per_replica(cfg: SimConfig, mode: str, drafter: ModelConfig | None) -> int:
+def devices_per_replica(cfg: SimConfig, mode: str, drafter: SimModel | None) -> int:
     n = _tp(cfg.target.cost)
     if drafter_placement(mode) == "own" and drafter is not None:
         n += _tp(drafter.cost)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from psdlab.analysis.modes import Mode
-from psdlab.sim.sim_config import ModelConfig
+from psdlab.sim.sim_config import SimModel
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class PlanCombo:
     mode: Mode
     k: int
     m: int
-    drafter: ModelConfig | None = None
+    drafter: SimModel | None = None
     acceptance: Mapping[str, Any] | None = None
 
     @property

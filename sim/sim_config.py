@@ -112,7 +112,7 @@ class ServerConfig:
 
 
 @dataclass(frozen=True)
-class ModelConfig:
+class SimModel:
     name: str
     device: str
     cost: Mapping[str, Any]
@@ -130,8 +130,8 @@ class TraceConfig:
 @dataclass(frozen=True)
 class SimConfig:
     server: ServerConfig
-    target: ModelConfig
-    drafter: ModelConfig | None
+    target: SimModel
+    drafter: SimModel | None
     acceptance: Mapping[str, Any]
     workload: Mapping[str, Any]
     requests: int = 100
@@ -210,10 +210,10 @@ def _resolve_paths(spec: Any, base_dir: str) -> Any:
 
 
 @overload
-def _model(raw: dict[str, Any], where: str, default_device: str) -> ModelConfig: ...
+def _model(raw: dict[str, Any], where: str, default_device: str) -> SimModel: ...
 @overload
-def _model(raw: dict[str, Any] | None, where: str, default_device: str) -> ModelConfig | None: ...
-def _model(raw: dict[str, Any] | None, where: str, default_device: str) -> ModelConfig | None:
+def _model(raw: dict[str, Any] | None, where: str, default_device: str) -> SimModel | None: ...
+def _model(raw: dict[str, Any] | None, where: str, default_device: str) -> SimModel | None:
     if raw is None:
         return None
     _reject_unknown(raw, _MODEL_KEYS, where)
@@ -226,7 +226,7 @@ def _model(raw: dict[str, Any] | None, where: str, default_device: str) -> Model
     for key, value in (("name", name), ("device", device)):
         if not isinstance(value, str):
             raise ValueError(f"{where}.{key}: expected a string, got {value!r}")
-    return ModelConfig(name=cast(str, name), device=device, cost=cost)  # checked just above
+    return SimModel(name=cast(str, name), device=device, cost=cost)  # checked just above
 
 
 def _server(raw: dict[str, Any] | None) -> ServerConfig:

@@ -138,7 +138,7 @@ def test_one_drafter_device_rule():
     """sim.sim_config.drafter_device / drafter_placement: the build's device and the planner's
     device count come from one rule."""
     from psdlab.sim.capacity import devices_per_replica
-    from psdlab.sim.sim_config import ModelConfig, drafter_device, drafter_placement
+    from psdlab.sim.sim_config import SimModel, drafter_device, drafter_placement
     assert [drafter_placement(m) for m in ("ar", "sd", "sd-sep", "psd", "adaptive")] == [
         "none", "shared", "own", "own", "own"]
     assert drafter_device("sd", "gpu0", "gpu1") == "gpu0"
@@ -147,7 +147,7 @@ def test_one_drafter_device_rule():
     assert drafter_device("sd-sep", "gpu0", None) == "sim:drafter"
     cfg = config_from_dict({**GOOD, "target": {"cost": {"name": "constant", "time": 0.02,
                                                         "tp": 4}}})
-    d = ModelConfig(name="d", device="sim:drafter", cost={"name": "constant", "tp": 2})
+    d = SimModel(name="d", device="sim:drafter", cost={"name": "constant", "tp": 2})
     assert [devices_per_replica(cfg, m, d) for m in ("ar", "sd", "sd-sep", "psd", "adaptive")] \
         == [4, 4, 6, 6, 6]
 

@@ -132,7 +132,7 @@ def sim_config(trace: Trace, model: str | FitFile, replay_path: str, *, seed: in
     controller overhead and the overlap contention of ``params`` (a ReplayParams), applied to
     ``overlap_share`` of the decode time (``validation.replay_scales``)."""
     import psdlab.sim.costs.calibrated as sc
-    from psdlab.sim.sim_config import ModelConfig, ServerConfig, SimConfig, TraceConfig
+    from psdlab.sim.sim_config import SimModel, ServerConfig, SimConfig, TraceConfig
     from psdlab.validation.replay_model import ReplayParams
     from psdlab.validation.replay_scales import decode_scales
 
@@ -149,7 +149,7 @@ def sim_config(trace: Trace, model: str | FitFile, replay_path: str, *, seed: in
                           policy="rebalance" if mode == "psd" else "paper",
                           cap_proposals=bool(params.draft_cap) and mode != "ar")
     devices = run.devices or {}
-    target = ModelConfig(name=str((run.models or {}).get("target", "target")),
+    target = SimModel(name=str((run.models or {}).get("target", "target")),
                          device=str(devices.get("target", "sim:target")),
                          cost=sc.cost_spec(model, "target", overhead=params.overhead(mode),
                                             scale=t_scale,
@@ -157,7 +157,7 @@ def sim_config(trace: Trace, model: str | FitFile, replay_path: str, *, seed: in
                                             prefill_overhead=params.prefill_overhead(mode)))
     drafter = None
     if mode != "ar":
-        drafter = ModelConfig(name=str((run.models or {}).get("drafter", "drafter")),
+        drafter = SimModel(name=str((run.models or {}).get("drafter", "drafter")),
                               device=str(devices.get("drafter", "sim:drafter")),
                               cost=sc.cost_spec(model, "drafter", scale=d_scale,
                                                 prefill_scale=params.prefill_drafter))

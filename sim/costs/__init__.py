@@ -19,7 +19,7 @@ from . import gpu as _gpu  # noqa: F401  (registers gpu: roofline + engine prese
 from .gpu import EnginePreset, GpuCost, engine_presets, get_engine, gpu_cost  # noqa: F401
 from .affine import AffineCost, ConstantCost
 from .base import COST_MODELS, CostModel, make_cost_model, register_cost_model
-from .catalog import (HardwareSpec, ModelSpec, get_hardware, get_model, hardware_catalog,
+from .catalog import (HardwareSpec, ModelShape, get_hardware, get_model, hardware_catalog,
                       model_catalog)
 from .fitted import TableCost, load_fit, write_fit
 from .step_jitter import NO_JITTER, Jitter, make_jitter
@@ -28,6 +28,6 @@ from .roofline import RooflineCost
 __all__ = [
     "COST_MODELS", "CostModel", "make_cost_model", "register_cost_model", "ConstantCost",
     "AffineCost", "RooflineCost", "TableCost", "load_fit", "write_fit", "Jitter", "NO_JITTER",
-    "make_jitter", "HardwareSpec", "ModelSpec", "get_hardware", "get_model", "hardware_catalog",
+    "make_jitter", "HardwareSpec", "ModelShape", "get_hardware", "get_model", "hardware_catalog",
     "model_catalog",
 ]

@@ -73,7 +73,7 @@ class HardwareSpec:
 
 
 @dataclass(frozen=True)
-class ModelSpec:
+class ModelShape:
     """One decoder-only transformer (SwiGLU MLP, GQA attention); see models.toml."""
     name: str
     layers: int
@@ -89,6 +89,9 @@ class ModelSpec:
     expert_intermediate: int = 0
     params_b: float | None = None       # advertised size (billions), for cross-checks only
     active_params_b: float | None = None
+    #: context length (config.json max_position_embeddings): the simulator's default refusal
+    #: limit for a trace file's requests (sim.sim_config.catalog_max_model_len); None: unknown
+    max_model_len: int | None = None
     hf_id: str = ""
     source: str = ""
 
@@ -174,7 +177,7 @@ def _check_hardware(hw: HardwareSpec, where: str) -> HardwareSpec:
     return hw
 
 
-def _check_model(m: ModelSpec, where: str) -> ModelSpec:
+def _check_model(m: ModelShape, where: str) -> ModelShape:
     for key in ("layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "vocab"):
         check_int(f"{where}.{key}", getattr(m, key), minimum=1)
     if m.heads % m.kv_heads:
@@ -193,9 +196,9 @@ def hardware_catalog() -> dict[str, HardwareSpec]:
 
 
 @functools.lru_cache(maxsize=None)
-def model_catalog() -> dict[str, ModelSpec]:
+def model_catalog() -> dict[str, ModelShape]:
     raw = _read_toml(MODELS_TOML)
-    return {k: _check_model(_build(ModelSpec, k, v, f"models.toml[{k}]"), f"models.toml[{k}]")
+    return {k: _check_model(_build(ModelShape, k, v, f"models.toml[{k}]"), f"models.toml[{k}]")
             for k, v in raw.items()}
 
 
@@ -212,12 +215,12 @@ def get_hardware(value: str | Mapping[str, Any], where: str = "cost.hardware") -
     return cat[key]
 
 
-def get_model(value: str | Mapping[str, Any], where: str = "cost.model") -> ModelSpec:
+def get_model(value: str | Mapping[str, Any], where: str = "cost.model") -> ModelShape:
     """A catalog entry by name or Hugging Face id (case-insensitive), or an inline dict."""
     if isinstance(value, Mapping):
         name = str(value.get("name", "custom"))
         body = {k: v for k, v in value.items() if k != "name"}
-        return _check_model(_build(ModelSpec, name, body, where), where)
+        return _check_model(_build(ModelShape, name, body, where), where)
     cat = model_catalog()
     key = str(value).lower()
     if key in cat:

@@ -49,7 +49,7 @@ import numpy as np
 from psdlab.analysis.checks import check_choice, check_int, check_nonnegative, check_range
 
 from .base import CostModel, check_fields, prepare_inputs, register_cost_model, vmax
-from .catalog import DTYPES, HardwareSpec, ModelSpec, get_hardware, get_model
+from .catalog import DTYPES, HardwareSpec, ModelShape, get_hardware, get_model
 
 ACT_BYTES = 2.0
 KV_DTYPES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
@@ -58,7 +58,7 @@ EFFICIENCY_KEYS = ("compute", "memory", "network")
 
 @dataclass(frozen=True)
 class RooflineCost(CostModel):
-    model: ModelSpec
+    model: ModelShape
     hardware: HardwareSpec
     tp: int = 1
     dtype: str = "bf16"

@@ -47,7 +47,7 @@ import numpy as np
 
 from psdlab.analysis.formats.errors import FormatError
 from psdlab.sim.costs.affine import AFFINE_TERMS
-from psdlab.sim.sim_config import ModelConfig, ServerConfig, SimConfig, TraceConfig
+from psdlab.sim.sim_config import SimModel, ServerConfig, SimConfig, TraceConfig
 from psdlab.validation.serving_results.acceptance_counts import (AcceptanceEstimate, from_counters,
                                                                  from_runs)
 from psdlab.validation.serving_results.replay_fit import FitOutcome, Param, fit_stage
@@ -149,8 +149,8 @@ class BenchFit:
         server = server_for(mode, k, base, max_concurrency)
         spec_mode = mode != "ar"
         return SimConfig(
-            server=server, target=ModelConfig("target", "sim:target", dict(self.target_cost)),
-            drafter=(ModelConfig("drafter", "sim:drafter", dict(self.drafter_cost or {}))
+            server=server, target=SimModel("target", "sim:target", dict(self.target_cost)),
+            drafter=(SimModel("drafter", "sim:drafter", dict(self.drafter_cost or {}))
                      if spec_mode else None),
             acceptance=dict(self.acceptance or {}) if spec_mode else {"name": "none"},
             workload=spec, requests=len(reqs), seed=seed,

@@ -19,7 +19,7 @@ over the context (not weights) is left out, so the ratio describes short context
 For two models of one family and hidden size (a layer-pruned drafter, as psdlab's) it is
 ``(L_d x layer + head) / (L_t x layer + head)``: for SmolLM2-135M (30 layers) and its
 18-layer drafter 0.684, where the layer count alone would give 0.6.  Parameter counts come
-from ``sim.costs.catalog.ModelSpec``.
+from ``sim.costs.catalog.ModelShape``.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ import math
 import os
 from typing import Any, Mapping
 
-from psdlab.sim.costs.catalog import ModelSpec
+from psdlab.sim.costs.catalog import ModelShape
 
 #: allowed range of the ratio: (0, MAX_RATIO]
 MAX_RATIO = 10.0
@@ -54,8 +54,8 @@ def _int(cfg: Mapping[str, Any], key: str, path: str, default: int | None = None
     return value
 
 
-def spec_from_hf_config(path: str | os.PathLike[str]) -> ModelSpec:
-    """The ``ModelSpec`` of a Hugging Face ``config.json`` (a file, or a folder holding one)
+def spec_from_hf_config(path: str | os.PathLike[str]) -> ModelShape:
+    """The ``ModelShape`` of a Hugging Face ``config.json`` (a file, or a folder holding one)
     of a decoder-only transformer; missing or bad fields are one-line errors."""
     p = os.fspath(path)
     if os.path.isdir(p):
@@ -74,7 +74,7 @@ def spec_from_hf_config(path: str | os.PathLike[str]) -> ModelSpec:
     hidden = _int(cfg, "hidden_size", p)
     heads = _int(cfg, "num_attention_heads", p)
     experts = _int(cfg, "num_local_experts", p, _int(cfg, "num_experts", p, 0))
-    return ModelSpec(
+    return ModelShape(
         name=os.path.basename(os.path.dirname(os.path.abspath(p))) or p,
         layers=_int(cfg, "num_hidden_layers", p), hidden=hidden, heads=heads,
         kv_heads=_int(cfg, "num_key_value_heads", p, heads),
@@ -86,7 +86,7 @@ def spec_from_hf_config(path: str | os.PathLike[str]) -> ModelSpec:
                                   _int(cfg, "intermediate_size", p)) if experts else 0))
 
 
-def forward_params(spec: ModelSpec) -> int:
+def forward_params(spec: ModelShape) -> int:
     """The weights one forward pass multiplies by (module docstring: the rule)."""
     return spec.layers * spec.layer_params(active_only=True) + spec.lm_head_params
 

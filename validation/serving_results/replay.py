@@ -28,7 +28,7 @@ import numpy as np
 from psdlab.analysis.formats.detect import detect_format, module_for
 from psdlab.analysis.formats.errors import fail
 from psdlab.analysis.formats.records import BenchSummary
-from psdlab.sim.sim_config import ModelConfig, ServerConfig, SimConfig
+from psdlab.sim.sim_config import SimModel, ServerConfig, SimConfig
 from psdlab.sim.simulation import simulate
 
 BENCH_FORMATS = ("vllm_bench", "sglang_bench")
@@ -190,8 +190,8 @@ def replay_config(workload: Mapping[str, Any], n: int, server: ServerConfig,
     from psdlab.sim.sim_config import TraceConfig
     spec = server.mode != "ar"
     return SimConfig(
-        server=server, target=ModelConfig("target", "sim:target", dict(target_cost)),
-        drafter=(ModelConfig("drafter", "sim:drafter", dict(drafter_cost))
+        server=server, target=SimModel("target", "sim:target", dict(target_cost)),
+        drafter=(SimModel("drafter", "sim:drafter", dict(drafter_cost))
                  if spec and drafter_cost is not None else None),
         acceptance=dict(acceptance) if spec and acceptance else {"name": "none"},
         workload=dict(workload), requests=n, seed=seed,
