@@ -69,7 +69,7 @@ def served_runs(target: str, texts: list[str], args: argparse.Namespace,
         for rep in range(args.repeats):
             for n in args.num_prompts:
                 for length in args.output_lens:
-                    run = sc.BenchRun(name=f"n{n}-l{length}-r{rep + 1}",
+                    run = sc.ServeRun(name=f"n{n}-l{length}-r{rep + 1}",
                                       request_rate=float("inf"), num_prompts=n,
                                       output_len=length, seed=0)
                     c0, t0 = _cpu(procs), time.perf_counter()

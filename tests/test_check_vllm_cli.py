@@ -90,7 +90,7 @@ def test_serve_and_bench_command_lines():
     assert ar.mode == "ar" and "--speculative-config" not in ar.args(1)
     with pytest.raises(ValueError, match="^k:"):
         sc.ServerSpec("x", target="/m/t", draft="/m/d", k=0)
-    cmd = sc.BenchRun("r", request_rate=0.5, num_prompts=24, output_len=32).command(
+    cmd = sc.ServeRun("r", request_rate=0.5, num_prompts=24, output_len=32).command(
         "http://h:1", "/m/t", "/p.json", "/out", client_core=None)
     i = cmd.index("bench")
     assert cmd[i:i + 2] == ["bench", "serve"]

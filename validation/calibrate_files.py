@@ -29,7 +29,7 @@ from psdlab.validation.importers.minedraft import (convert_line, looks_like_mine
 
 
 @dataclass(frozen=True)
-class Inputs:
+class CalibrationInputs:
     """What ``read_inputs`` found: serving-benchmark results (``bench``; their paths go to
     ``validation.serving_results.calibration``) or the traces of every file, in order."""
     bench: bool
@@ -103,7 +103,7 @@ def traces_of(name: str, data: bytes) -> list[Trace]:
                            f"'type': 'run') nor a MineDraft trace ('traces': [...])")
 
 
-def read_inputs(paths: Sequence[str | os.PathLike]) -> Inputs:
+def read_inputs(paths: Sequence[str | os.PathLike]) -> CalibrationInputs:
     """Every input read once: bench results (all of them; a mix is a one-line error) or
     traces."""
     blobs = []
@@ -116,8 +116,8 @@ def read_inputs(paths: Sequence[str | os.PathLike]) -> Inputs:
         raise ValueError(f"{bad}: not a vLLM or SGLang bench result, but the other inputs are; "
                          f"give one kind of input at a time")
     if kinds and all(kinds):
-        return Inputs(bench=True)
-    return Inputs(bench=False,
+        return CalibrationInputs(bench=True)
+    return CalibrationInputs(bench=False,
                   traces=tuple(t for name, data in blobs for t in traces_of(name, data)))
 
 

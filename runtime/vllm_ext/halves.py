@@ -22,7 +22,7 @@ from psdlab.runtime.batch_manager import BatchManager
 
 
 @dataclass(frozen=True)
-class StepPlan:
+class HalvesPlan:
     """The plan of one step: which half is verified, which drafted (None: nothing to draft
     concurrently, i.e. sequential SD), and the members of each."""
     verify: int
@@ -78,7 +78,7 @@ class Halves:
         return gone, tuple(self.bm.rebalance_moves(lambda r: r in with_drafts))
 
     def begin_step(self, running: Iterable[Hashable],
-                   has_drafts: Iterable[Hashable] = ()) -> StepPlan:
+                   has_drafts: Iterable[Hashable] = ()) -> HalvesPlan:
         """Sync with vLLM's running list, rebalance, and plan this step."""
         gone, moved = self.refresh(running, has_drafts)
         v = self.next_verify
@@ -86,11 +86,11 @@ class Halves:
             v = 1 - v
         d: int | None = 1 - v if self.bm.size(1 - v) > 0 else None
         self.next_verify = 1 - v if d is not None else v
-        return StepPlan(verify=v, draft=d, verify_ids=tuple(self.bm.members(v)),
+        return HalvesPlan(verify=v, draft=d, verify_ids=tuple(self.bm.members(v)),
                         draft_ids=tuple(self.bm.members(d)) if d is not None else (),
                         moved=moved, gone=gone)
 
-    def admit(self, new_ids: Iterable[Hashable], plan: StepPlan) -> None:
+    def admit(self, new_ids: Iterable[Hashable], plan: HalvesPlan) -> None:
         """Requests vLLM admitted during this step (prefilled with the verify half): they join
         the smaller half, ties going to this step's verify half (drafted next step)."""
         for r in new_ids:

@@ -193,7 +193,7 @@ class VllmServer:
 
 
 @dataclass(frozen=True)
-class BenchRun:
+class ServeRun:
     """One ``vllm bench serve`` run: its rate, the prompt file, the output files."""
 
     name: str
@@ -217,7 +217,7 @@ class BenchRun:
         return cmd
 
 
-def run_bench(run: BenchRun, server: VllmServer, *, tokenizer: str, dataset: str,
+def run_bench(run: ServeRun, server: VllmServer, *, tokenizer: str, dataset: str,
               out_dir: str | Path, client_core: int | None, timeout_s: float) -> dict[str, str]:
     """Snapshot /metrics, run vLLM's client, snapshot again; the paths written."""
     out = Path(out_dir)

@@ -23,24 +23,24 @@ from typing import Any
 
 
 @dataclass(frozen=True)
-class Layout:
+class DeviceLayout:
     name: str
     backend: str
     device: str
     drafter_device: str | None
 
 
-def layouts(device: str, gpus: int) -> list[Layout]:
+def layouts(device: str, gpus: int) -> list[DeviceLayout]:
     """The layouts to run: on CUDA, ``two-devices`` needs a second GPU; the dry run has both."""
     if device == "cpu":
-        return [Layout("two-devices", "process", "cpu", None),
-                Layout("two-streams", "thread", "cpu", None)]
+        return [DeviceLayout("two-devices", "process", "cpu", None),
+                DeviceLayout("two-streams", "thread", "cpu", None)]
     index = int(device.split(":")[1]) if ":" in device else 0
     out = []
     if gpus >= 2:
         other = (index + 1) % gpus
-        out.append(Layout("two-devices", "process", f"cuda:{index}", f"cuda:{other}"))
-    out.append(Layout("two-streams", "thread", f"cuda:{index}", None))
+        out.append(DeviceLayout("two-devices", "process", f"cuda:{index}", f"cuda:{other}"))
+    out.append(DeviceLayout("two-streams", "thread", f"cuda:{index}", None))
     return out
 
 
@@ -70,7 +70,7 @@ def calibrate_and_validate(trace_dir: Path, rounds: int) -> dict[str, Any]:
             "summary": result.summary(), "notes": list(result.notes)}
 
 
-def run_layout(layout: Layout, target: Any, drafter: Any, requests: list, base: Any,
+def run_layout(layout: DeviceLayout, target: Any, drafter: Any, requests: list, base: Any,
                out: Path, rounds: int, keep_outputs: bool = False) -> dict[str, Any]:
     from psdlab.runtime.overlap_bench import bench_runtime
     cfg = replace(base, backend=layout.backend, device=layout.device,

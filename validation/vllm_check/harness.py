@@ -120,7 +120,7 @@ def measure(s: CheckSettings, p: dict[str, Any], out: Path, say: Say,
             for rep in range(s.repeats):
                 for rate in p["rates"]:
                     name = run_config_name(mode, k, rate)
-                    run = sc.BenchRun(name=f"{name}-r{rep + 1}", request_rate=rate,
+                    run = sc.ServeRun(name=f"{name}-r{rep + 1}", request_rate=rate,
                                       num_prompts=s.num_prompts, output_len=s.output_len,
                                       seed=s.seed)
                     t0 = time.monotonic()
