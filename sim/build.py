@@ -81,21 +81,21 @@ def _versions() -> dict[str, str]:
 def draw_inputs(config: SimConfig) -> Inputs:
     """The seed streams, the workload's requests, the cost models and acceptance model, the
     drafter's device, the engine step and the jitter of a config."""
-    from psdlab.sim.acceptance_registry import make_acceptance
-    from psdlab.sim.costs import make_cost_model, make_jitter
+    from psdlab.sim.costs import make_jitter
     from psdlab.sim.costs.engine_step import get_engine_step, preset_default
-    from psdlab.sim.workloads import make_workload
+    from psdlab.sim.model_specs import CostSpec
 
     srv = config.server
     s_work, s_par, s_acc, s_jit, s_k = np.random.SeedSequence(config.seed).spawn(5)
-    reqs = make_workload(dict(config.workload)).generate(np.random.default_rng(s_work),
-                                                         config.requests)
-    target = make_cost_model(dict(config.target.cost), "target.cost")
+    # the models the config built when it was made (sim.model_specs), reused run after run
+    reqs = config.workload_spec.model().generate(np.random.default_rng(s_work),
+                                                 config.requests)
+    target = CostSpec.from_mapping(config.target.cost, "target.cost").model()
     drafter = acceptance = None
     if srv.mode != "ar":
         assert config.drafter is not None          # SimConfig requires one unless mode = "ar"
-        drafter = make_cost_model(dict(config.drafter.cost), "drafter.cost")
-        acceptance = make_acceptance(dict(config.acceptance))
+        drafter = CostSpec.from_mapping(config.drafter.cost, "drafter.cost").model()
+        acceptance = config.acceptance_spec.model()
     step = get_engine_step(srv.engine_step, "server.engine_step",
                            preset_default(config.target.cost))
     # the engine step's per-phase CVs unless the config has its own [jitter]

@@ -166,7 +166,9 @@ def _workloads(cfg: SimConfig, spec: PlanSpec) -> tuple[dict[str, Any], Any, int
                 lambda rate: {"name": "poisson", "rate": rate, **lengths}, spec.requests)
     from psdlab.sim.workloads import mean_rate, requests_from_file
     base = {k: v for k, v in cfg.workload.items() if k != "rate_scale"}
-    arrival = requests_from_file(cfg.workload).arrival[:spec.requests]
+    # the requests the trials serve: the target's catalog context length refuses the longer
+    # ones unless the workload sets max_model_len (sim.model_specs.WorkloadSpec.resolved)
+    arrival = requests_from_file(cfg.workload_spec.resolved).arrival[:spec.requests]
     file_rate = mean_rate(arrival)
     scale = float(cfg.workload.get("rate_scale", 1.0))
 
@@ -211,13 +213,16 @@ def evaluate(cfg: SimConfig, spec: PlanSpec, combo: PlanCombo) -> ConfigResult:
     from psdlab.sim.simulation import simulate
 
     offline_workload, at_rate, n = _workloads(cfg, spec)
-    # every run here differs only in its workload ($PSDLAB_PLAN_REUSE=0: no sharing)
+    # every run here differs only in its workload ($PSDLAB_PLAN_REUSE=0: no sharing): the
+    # offline run's config parsed the cost and acceptance tables and built their models once
+    # (sim.model_specs); each trial replaces its workload alone and reuses them
     tables = None if os.environ.get("PSDLAB_PLAN_REUSE") == "0" else TableShare()
-    offline = simulate(_variant(cfg, spec, combo, offline_workload, n), tables=tables)
+    base = _variant(cfg, spec, combo, offline_workload, n)
+    offline = simulate(base, tables=tables)
     capacity = n / offline.makespan_s
 
     def trial(rate: float):
-        res = simulate(_variant(cfg, spec, combo, at_rate(rate), n), tables=tables)
+        res = simulate(base.replace(workload=at_rate(rate)), tables=tables)
         return meets_slo(res.metrics, spec), res.metrics
 
     lo, hi, best = 0.0, 1.2 * capacity, None

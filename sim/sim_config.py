@@ -1,9 +1,12 @@
 """Simulator configuration: frozen dataclasses and TOML loading.
 
 Every error is one line that names the offending field (``server.k: must be >= 1, got 0``);
-unknown keys are rejected.  The model specs (``target.cost``, ``drafter.cost``,
-``acceptance``, ``workload``, ``jitter``) are passed through as dicts to the registries in
-``sim.costs``, ``sim.acceptance`` and ``sim.workloads``, which validate their own fields.
+unknown keys are rejected.  The model tables (``target.cost``, ``drafter.cost``,
+``acceptance``, ``workload``) are parsed once, when the ``SimConfig`` is made, into the frozen
+specs of ``sim.model_specs`` (their registries in ``sim.costs``, ``sim.acceptance_registry`` and
+``sim.workloads`` validate their fields and build the model, which every run reuses); they
+still read as the tables written.  A trace-file workload without ``max_model_len`` refuses the
+requests longer than the target's catalog context length (``sim/costs/models.toml``), if any.
 
 Layout of a config file (see ``sim/configs/*.toml``)::
 
@@ -39,6 +42,7 @@ from psdlab.analysis.adaptive_policy import PolicyConfig, policy_config
 from psdlab.analysis.checks import check_choice, check_int
 from psdlab.analysis.modes import SERVER_MODES
 from psdlab.analysis.toml_reader import tomllib
+from psdlab.sim.model_specs import AcceptanceSpec, CostSpec, WorkloadSpec
 
 MODES = SERVER_MODES
 POLICIES = ("paper", "rebalance")
@@ -118,6 +122,29 @@ class SimModel:
     cost: Mapping[str, Any]
 
 
+def _with_cost(model: SimModel, where: str) -> SimModel:
+    """``model`` with its cost table parsed (``CostSpec``); itself when it is already."""
+    if isinstance(model.cost, CostSpec):
+        return model
+    return dataclasses.replace(model, cost=CostSpec.from_mapping(model.cost, where))
+
+
+def catalog_max_model_len(cost: Mapping[str, Any]) -> int | None:
+    """The context length (``max_model_len``) of the catalog model a gpu / roofline cost table
+    names (``sim/costs/models.toml``); None for an inline model, another cost model or an
+    entry without one."""
+    name = cost.get("model")
+    if cost.get("name") not in ("gpu", "roofline") or not isinstance(name, str):
+        return None
+    from psdlab.sim.costs.catalog import model_catalog
+    key = name.lower()
+    for entry_name, entry in model_catalog().items():
+        if key in (entry_name, entry.hf_id.lower()):
+            value = getattr(entry, "max_model_len", None)
+            return int(value) if value else None
+    return None
+
+
 @dataclass(frozen=True)
 class TraceConfig:
     path: str | None = None
@@ -154,6 +181,31 @@ class SimConfig:
         if self.server.mode != "ar" and self.drafter is None:
             raise ValueError(f"drafter: missing (required for server.mode = "
                              f"{self.server.mode!r})")
+        self._parse_specs()
+
+    def _parse_specs(self) -> None:
+        """The model tables parsed once (``sim.model_specs``), in the order the simulator used
+        to build them: workload, target cost, drafter cost, acceptance (the last two unless
+        mode = "ar", which needs neither); a table parsed already is kept as it is."""
+        target = _with_cost(self.target, "target.cost")
+        object.__setattr__(self, "workload", WorkloadSpec.with_default(
+            self.workload, "workload", catalog_max_model_len(target.cost)))
+        object.__setattr__(self, "target", target)
+        if self.server.mode != "ar":
+            assert self.drafter is not None          # checked in __post_init__
+            object.__setattr__(self, "drafter", _with_cost(self.drafter, "drafter.cost"))
+            object.__setattr__(self, "acceptance",
+                               AcceptanceSpec.from_mapping(self.acceptance, "acceptance"))
+
+    @property
+    def workload_spec(self) -> WorkloadSpec:
+        """The workload table, parsed (``__post_init__``)."""
+        return cast(WorkloadSpec, self.workload)
+
+    @property
+    def acceptance_spec(self) -> AcceptanceSpec:
+        """The acceptance table, parsed (mode != "ar" only: ``__post_init__``)."""
+        return AcceptanceSpec.from_mapping(self.acceptance, "acceptance")
 
     def replace(self, **changes: Any) -> "SimConfig":
         """A copy with top-level fields or ``server_<field>`` / ``trace_<field>`` changed."""

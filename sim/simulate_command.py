@@ -64,8 +64,11 @@ def apply_overrides(cfg, opts: SimulateOptions):
     if spec is not None:
         from psdlab.sim.workloads import requests_from_file
         changes["workload"] = spec
-        if "requests" not in changes:
-            changes["requests"] = len(requests_from_file(spec, "--workload"))
+        if "requests" not in changes:       # those the target's catalog length keeps, too
+            from psdlab.sim.model_specs import with_max_model_len
+            from psdlab.sim.sim_config import catalog_max_model_len
+            counted = with_max_model_len(spec, catalog_max_model_len(cfg.target.cost))
+            changes["requests"] = len(requests_from_file(counted, "--workload"))
     if changes.get("server_mode") not in (None, "ar") and cfg.drafter is None:
         raise ValueError("drafter: missing (required for --mode " + changes["server_mode"] + ")")
     return cfg.replace(**changes) if changes else cfg
