@@ -132,15 +132,90 @@ def _measure(eng, cfg, reqs) -> dict[str, Any]:
     return out
 
 
+def _calibrate(eng: Any, plan: BenchPlan, base: Any, calib: list[Any], measured: list[Any],
+               t_start: float) -> tuple[Any, Any, dict[str, Any], float, dict[str, Any]]:
+    """1. calibration: AR and SD-sep at m and at 1; the fitted costs, the acceptance, the
+    policy (as a dict), the measured prompts' mean length and the result's section."""
+    rep = dataclasses.replace
+    cal_traces = []
+    for mode, m, reqs in (("ar", plan.m, calib), ("sd-sep", plan.m, calib),
+                          ("ar", 1, calib[:2]), ("sd-sep", 1, calib[:2])):
+        cfg = rep(base, mode=mode, batch=m, max_num_seqs=m, max_new_tokens=plan.calib_tokens)
+        cal_traces.append(eng.run([rep(r, arrival=0.0) for r in reqs], config=cfg).trace)
+    assert eng.drafter is not None
+    prior, points = _fit_costs(cal_traces, eng.drafter.label)
+    acc = _acceptance(cal_traces[1::2], plan.k)
+    policy = {"modes": ["ar", "sd", "psd"], "k_choices": [plan.k], "margin": 0.05,
+              "hold": 2}
+    prompt_len = float(np.mean([len(r.prompt_ids) for r in measured]))
+    calibration = {"costs": dataclasses.asdict(prior), "points": points,
+                   "acceptance": list(acc), "prompt_mean": prompt_len,
+                   "wall_s": time.perf_counter() - t_start}
+    return prior, acc, policy, prompt_len, calibration
+
+
+def _predict(plan: BenchPlan, prior: Any, acc: Any, prompt_len: float,
+             policy: dict[str, Any]) -> tuple[dict[str, float], dict[str, Any]]:
+    """2. prediction (before the measured runs): the rates and the simulated sweep."""
+    from psdlab.sim.policy_search import rate_sweep, thresholds
+    scfg = adaptive_sim_config(plan, prior, acc, prompt_len, policy)
+    fixed = (("ar", "ar", 0), (f"sd{plan.k}", "sd", plan.k), (f"psd{plan.k}", "psd", plan.k))
+    alone = plan.max_new_tokens * prior.verify(1, 0)
+    rates = {name: f / alone for name, f in RATE_FACTORS.items()}
+    pred = rate_sweep(scfg, list(rates.values()), fixed)
+    return rates, {"service_time_alone_s": alone, "rates_req_s": rates,
+                   "thresholds": thresholds(scfg)["ranges"], **pred}
+
+
+def _measure_loads(eng: Any, plan: BenchPlan, configs: dict[str, Any], measured: list[Any],
+                   rates: dict[str, float], t_start: float) -> list[dict[str, Any]]:
+    """3. measurement: every config at every load (a second pass in reverse order when
+    ``plan.repeat`` and half the budget is left)."""
+    from psdlab.runtime.requests import Request, arrival_times
+    loads = [("offline", None)] + list(rates.items())
+    rows = []
+    for npass in range(2 if plan.repeat else 1):
+        if npass and time.perf_counter() - t_start > plan.budget_s / 2:
+            break                                   # no time for a second pass
+        order = list(configs.items())[::-1 if npass else 1]
+        for name, rate in loads:
+            times = ([0.0] * len(measured) if rate is None else
+                     arrival_times(f"poisson:{rate}", len(measured), plan.seed))
+            reqs = [Request(r.id, r.prompt_ids, t, r.prompt_text)
+                    for r, t in zip(measured, times, strict=True)]
+            row: dict[str, Any] = {"load": name + (" (repeat)" if npass else ""),
+                                   "rate_req_s": rate, "configs": {},
+                                   "uptime": list(os.getloadavg())}
+            for label, cfg in order:
+                row["configs"][label] = _measure(eng, cfg, reqs)
+            row["configs"] = {lab: row["configs"][lab] for lab in configs}
+            rows.append(row)
+    return rows
+
+
+def _write_results(result: dict[str, Any], out_dir: Path, load0: list[float],
+                   t_start: float) -> None:
+    """The run's provenance into ``result``, then its figure and results.json."""
+    from psdlab.validation.results_file import git_info, machine_info
+    result.update({"machine": machine_info(load0), "git": git_info(),
+                   "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                   "uptime_after": list(os.getloadavg()),
+                   "wall_s": time.perf_counter() - t_start,
+                   "note": "2 shared cores: other jobs ran on this machine during the runs "
+                           "(load averages per load in 'uptime')"})
+    from psdlab.validation.adaptive.adaptive_report import write_adaptive_figure
+    _atomic(out_dir / "throughput_vs_load.png", lambda p: write_adaptive_figure(result, p))
+    _atomic(out_dir / "results.json",
+            lambda p: Path(p).write_text(json.dumps(result, indent=1, sort_keys=True)))
+    result["files"] = [str(out_dir / "results.json"), str(out_dir / "throughput_vs_load.png")]
+
+
 def run_adaptive_bench(args: Any, plan: BenchPlan | None = None) -> dict[str, Any]:
     from psdlab.runtime.controller import Engine, EngineConfig
     from psdlab.runtime.drafter_build import early_exit_spec
     from psdlab.runtime.model_pair import prepare_drafter, prepare_target
-    from psdlab.runtime.requests import Request, arrival_times
     from psdlab.runtime import run_setup as session
     from psdlab.runtime.runner import ModelSpec
-    from psdlab.sim.policy_search import rate_sweep, thresholds
-    from psdlab.validation.results_file import git_info, machine_info
 
     plan = plan or BenchPlan()
     out_dir = Path(args.output)
@@ -157,66 +232,17 @@ def run_adaptive_bench(args: Any, plan: BenchPlan | None = None) -> dict[str, An
     base = EngineConfig(mode="psd", k=plan.k, batch=max(plan.m // 2, 1), max_num_seqs=plan.m,
                         max_new_tokens=plan.max_new_tokens, ignore_eos=True, max_len=1024,
                         backend="process", seed=plan.seed)
-    rep = dataclasses.replace
     result: dict[str, Any] = {"plan": dataclasses.asdict(plan), "drafter": f"exit-{plan.depth}",
                               "uptime_before": load0}
     with Engine(base, ModelSpec(str(target)), ModelSpec(str(drafter)), tok) as eng:
-        # 1. calibration
-        cal_traces = []
-        for mode, m, reqs in (("ar", plan.m, calib), ("sd-sep", plan.m, calib),
-                              ("ar", 1, calib[:2]), ("sd-sep", 1, calib[:2])):
-            cfg = rep(base, mode=mode, batch=m, max_num_seqs=m, max_new_tokens=plan.calib_tokens)
-            cal_traces.append(eng.run([rep(r, arrival=0.0) for r in reqs], config=cfg).trace)
-        assert eng.drafter is not None
-        prior, points = _fit_costs(cal_traces, eng.drafter.label)
-        acc = _acceptance(cal_traces[1::2], plan.k)
-        policy = {"modes": ["ar", "sd", "psd"], "k_choices": [plan.k], "margin": 0.05,
-                  "hold": 2}
+        prior, acc, policy, prompt_len, result["calibration"] = _calibrate(
+            eng, plan, base, calib, measured, t_start)
         pcfg = PolicyConfig(modes=("ar", "sd", "psd"), k_choices=(plan.k,), margin=0.05, hold=2)
-        prompt_len = float(np.mean([len(r.prompt_ids) for r in measured]))
-        result["calibration"] = {"costs": dataclasses.asdict(prior), "points": points,
-                                 "acceptance": list(acc), "prompt_mean": prompt_len,
-                                 "wall_s": time.perf_counter() - t_start}
-        # 2. prediction (before the measured runs)
-        scfg = adaptive_sim_config(plan, prior, acc, prompt_len, policy)
-        fixed = (("ar", "ar", 0), (f"sd{plan.k}", "sd", plan.k), (f"psd{plan.k}", "psd", plan.k))
-        alone = plan.max_new_tokens * prior.verify(1, 0)
-        rates = {name: f / alone for name, f in RATE_FACTORS.items()}
-        pred = rate_sweep(scfg, list(rates.values()), fixed)
-        result["prediction"] = {"service_time_alone_s": alone, "rates_req_s": rates,
-                                "thresholds": thresholds(scfg)["ranges"], **pred}
-        # 3. measurement
-        loads = [("offline", None)] + list(rates.items())
+        rates, result["prediction"] = _predict(plan, prior, acc, prompt_len, policy)
         configs = _configs(plan, base, pcfg, prior)
-        rows = []
-        for npass in range(2 if plan.repeat else 1):
-            if npass and time.perf_counter() - t_start > plan.budget_s / 2:
-                break                                   # no time for a second pass
-            order = list(configs.items())[::-1 if npass else 1]
-            for name, rate in loads:
-                times = ([0.0] * len(measured) if rate is None else
-                         arrival_times(f"poisson:{rate}", len(measured), plan.seed))
-                reqs = [Request(r.id, r.prompt_ids, t, r.prompt_text)
-                        for r, t in zip(measured, times, strict=True)]
-                row: dict[str, Any] = {"load": name + (" (repeat)" if npass else ""),
-                                       "rate_req_s": rate, "configs": {},
-                                       "uptime": list(os.getloadavg())}
-                for label, cfg in order:
-                    row["configs"][label] = _measure(eng, cfg, reqs)
-                row["configs"] = {lab: row["configs"][lab] for lab in configs}
-                rows.append(row)
+        rows = _measure_loads(eng, plan, configs, measured, rates, t_start)
     result["measured"] = _judge(rows, result["prediction"], list(configs))
-    result.update({"machine": machine_info(load0), "git": git_info(),
-                   "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                   "uptime_after": list(os.getloadavg()),
-                   "wall_s": time.perf_counter() - t_start,
-                   "note": "2 shared cores: other jobs ran on this machine during the runs "
-                           "(load averages per load in 'uptime')"})
-    from psdlab.validation.adaptive.adaptive_report import write_adaptive_figure
-    _atomic(out_dir / "throughput_vs_load.png", lambda p: write_adaptive_figure(result, p))
-    _atomic(out_dir / "results.json",
-            lambda p: Path(p).write_text(json.dumps(result, indent=1, sort_keys=True)))
-    result["files"] = [str(out_dir / "results.json"), str(out_dir / "throughput_vs_load.png")]
+    _write_results(result, out_dir, load0, t_start)
     return result
 
 
