@@ -52,48 +52,17 @@ import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Collection, Sequence
+from typing import Any, Callable, Sequence
 
-from psdlab.analysis.checks import check_choice, check_int, check_range
+from psdlab.analysis.checks import check_int, check_range
 from psdlab.validation.context_slopes import write_probe
 from psdlab.validation.demo.prompt_sides import PROMPT_SIDES, prompt_windows, side_prompts, window
-
-ROLES = ("calibrate", "validate", "repeat", "reference")
-RUN_MODES = ("ar", "sd-sep", "psd")
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """One measured run; ``arrivals`` is ``offline`` or ``poisson`` (rate set by the plan)."""
-    name: str
-    mode: str
-    k: int
-    batch: int
-    arrivals: str = "offline"
-    role: str = "calibrate"
-    config: str = ""                   # the configuration repeated (default: the name)
-    rep: int = 1                       # which repeat of the configuration (1 = first)
-    prompts: str = ""                  # prompt side; default: calibration for calibrate/repeat
-
-    def __post_init__(self) -> None:
-        if not self.config:
-            object.__setattr__(self, "config", self.name)
-        if not self.prompts:
-            object.__setattr__(self, "prompts", "calibration"
-                               if self.role in ("calibrate", "repeat") else "heldout")
-        check_choice("prompts", self.prompts, PROMPT_SIDES)
-        check_choice("mode", self.mode, RUN_MODES)
-        check_int("k", self.k, 0 if self.mode == "ar" else 1, 16)
-        check_int("batch", self.batch, 1, 64)
-        check_choice("arrivals", self.arrivals, ("offline", "poisson"))
-        check_choice("role", self.role, ROLES)
-
-    @property
-    def workload(self) -> str:
-        """Runs with the same workload key and repeat serve the same requests at the same
-        times (each repeat its own window of prompts, `prompt_windows`)."""
-        return f"k{self.k}_m{self.batch}_{self.arrivals}_{self.prompts}"
-
+from psdlab.validation.demo.run_order import ROLES as ROLES
+from psdlab.validation.demo.run_order import RUN_MODES as RUN_MODES
+from psdlab.validation.demo.run_order import RunSpec as RunSpec
+from psdlab.validation.demo.run_order import block_of, repeat_fits
+from psdlab.validation.demo.run_order import repeated_order as repeated_order
+from psdlab.validation.demo.run_order import spread_rounds as spread_rounds
 
 @dataclass(frozen=True)
 class MeasurementPlan:
@@ -152,80 +121,6 @@ def _ho(specs: list[RunSpec], role: str = "validate") -> list[RunSpec]:
     """The same runs on the held-out prompts (names end in ``_ho``)."""
     return [replace(r, name=f"{r.name}_ho", config="", role=role, prompts="heldout")
             for r in specs]
-
-
-def spread_rounds(count: int, rounds: int) -> set[int]:
-    """The rounds a block with ``count`` repeats runs in, spread evenly over ``rounds`` (first
-    and last included), so that blocks with fewer repeats sit at the same mean time as the
-    others and a steady drift of the machine's speed does not favour one group."""
-    if count >= rounds:
-        return set(range(rounds))
-    if count == 1:
-        return {0}
-    return {int(round(i * (rounds - 1) / (count - 1))) for i in range(count)}
-
-
-def repeated_order(blocks: Sequence[Sequence[RunSpec]], repeats: int | Sequence[int],
-                   seed: int, first: str | None = None) -> tuple[RunSpec, ...]:
-    """Rounds, each running every block once in a seeded random order (the runs of a block
-    back to back, in seeded random order); ``repeats``: the number of rounds, or one count
-    per block (a block with fewer repeats than rounds runs in rounds spread evenly over them,
-    ``spread_rounds``).  With ``first``, the
-    block holding that config leads the first round.  With more than one round, run names
-    get ``_rN``."""
-    import numpy as np
-    counts = [repeats] * len(blocks) if isinstance(repeats, int) else list(repeats)
-    if len(counts) != len(blocks):
-        raise ValueError(f"repeats: {len(counts)} counts for {len(blocks)} blocks")
-    for c in counts:
-        check_int("repeats", c, 1, 20)
-    rounds = max(counts, default=1)
-    active = [spread_rounds(c, rounds) for c in counts]
-    rng = np.random.default_rng(seed)
-    out: list[RunSpec] = []
-    for r in range(rounds):
-        perm = [int(i) for i in rng.permutation(len(blocks)) if r in active[int(i)]]
-        lead = [i for i in perm if first in {x.config for x in blocks[i]}] if first else []
-        if r == 0 and lead:
-            perm.remove(lead[0])
-            perm.insert(0, lead[0])
-        for i in perm:
-            runs = list(blocks[i])
-            if len(runs) > 1 and rng.random() < 0.5:
-                runs.reverse()
-            rep = sorted(active[i]).index(r) + 1
-            out += [replace(x, name=f"{x.name}_r{rep}" if rounds > 1 else x.name, rep=rep)
-                    for x in runs]
-    return tuple(out)
-
-
-def repeat_fits(runs: Sequence[RunSpec], i: int, walls: dict[str, float], left_s: float,
-                skipped: Collection[str] = ()) -> bool:
-    """Whether the repeat block of run i (`block_of`) fits in the ``left_s`` seconds before
-    the deadline, each run taking its configuration's first wall time (``walls``).  A block
-    of another role must also leave time for every calibration repeat after it that is not
-    ``skipped``: on a slow machine the budget cuts held-out repeats before the calibration's
-    last round (the calibration's runs set every prediction, and one window of 32 prompts
-    is too few to calibrate on)."""
-    block = block_of(runs, i)
-    need = sum(walls.get(r.config, 0.0) for r in block)
-    if block[0].role != "calibrate":            # the rest of its block is not calibration
-        need += sum(walls.get(r.config, 0.0) for r in runs[i + 1:]
-                    if r.role == "calibrate" and r.rep > 1 and r.name not in skipped)
-    return need <= left_s
-
-
-def block_of(runs: Sequence[RunSpec], i: int) -> list[RunSpec]:
-    """Run i and the runs next to it of the same repeat and workload (its SD/PSD pair)."""
-    def mate(j: int) -> bool:
-        return (0 <= j < len(runs) and runs[j].rep == runs[i].rep
-                and runs[j].workload == runs[i].workload)
-    lo, hi = i, i
-    while mate(lo - 1):
-        lo -= 1
-    while mate(hi + 1):
-        hi += 1
-    return list(runs[lo:hi + 1])
 
 
 #: default repeats: calibration, held-out (judged) offline and Poisson, reference (reported,
@@ -305,6 +200,59 @@ def probe_contexts(plan: MeasurementPlan, eng: Any, slots: int) -> dict[str, Any
     return context_probe(eng.target, eng.drafter, seqs=plan.max_batch, k=max(ks), slots=slots)
 
 
+def _warm_up(eng: Any, plan: MeasurementPlan, base: Any, sides: dict[str, Any],
+             lengths: list[int]) -> dict[Any, Any] | None:
+    """The warm-up (not traced): every slot of both workers through a whole PSD run, so that
+    first-touch costs (KV-cache pages, allocator, caches) do not land in the first runs; with
+    ``plan.controlled_alpha``, the reference continuation (an AR pass over both sides)."""
+    from psdlab.runtime.requests import Request
+    items = sides["heldout"]
+    warm = [Request(i, ids, 0.0, None, n) for (i, ids), n in zip(items, lengths)]
+    eng.run(warm, None, config=replace(base, mode="psd", max_num_seqs=None))
+    if plan.controlled_alpha is None:
+        return None
+    both = [Request(i, ids, 0.0, None, n) for side in sides.values()
+            for (i, ids), n in zip(side, lengths)]
+    ref = eng.run(both, None, config=replace(base, mode="ar", max_num_seqs=None))
+    return {o.id: o.token_ids for o in ref.outputs}
+
+
+def _judge_block(plan: MeasurementPlan, i: int, deadline: float | None,
+                 walls: dict[str, float], skip: set[str], admitted: set[str]) -> None:
+    """At the first run of a repeat block (rep >= 2) not judged yet: its names into
+    ``admitted`` when it fits before ``deadline`` (`repeat_fits`), else into ``skip``."""
+    spec = plan.runs[i]
+    if (spec.rep > 1 and deadline is not None and spec.name not in skip
+            and spec.name not in admitted):
+        names = {r.name for r in block_of(plan.runs, i)}
+        if repeat_fits(plan.runs, i, walls, deadline - time.perf_counter(), skip):
+            admitted.update(names)
+        else:
+            skip.update(names)
+
+
+def _traced_run(eng: Any, plan: MeasurementPlan, spec: RunSpec, base: Any, reqs: list[Any],
+                path: Path, offset: int, rate: float | None, reference: dict[Any, Any] | None,
+                on_request: Callable[[int, int], None] | None) -> Any:
+    """One run of the plan, traced to ``path`` with the demo's labels; an interrupted run
+    raises KeyboardInterrupt, a failed one RuntimeError."""
+    extra = {"demo_run": spec.name, "demo_role": spec.role, "demo_config": spec.config,
+             "workload_key": spec.workload, "demo_prompts": spec.prompts,
+             "demo_prompt_offset": offset,
+             "load_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+             "run_started": time.time()}
+    if spec.arrivals == "poisson":
+        extra["poisson_rate"] = rate
+    res = eng.run(reqs, str(path), config=engine_config(plan, spec, base),
+                  progress=on_request, run_extra=extra,
+                  reference=reference if spec.mode != "ar" else None)
+    if res.interrupted:
+        raise KeyboardInterrupt
+    if res.error:
+        raise RuntimeError(f"run {spec.name}: {res.error}")
+    return res
+
+
 def run_measurements(plan: MeasurementPlan, target_dir: str, drafter_dir: str,
                      out_dir: str | os.PathLike, *, tokenizer: Any = None,
                      prompt_ids: Sequence[Sequence[int]] | None = None,
@@ -342,30 +290,15 @@ def run_measurements(plan: MeasurementPlan, target_dir: str, drafter_dir: str,
     lengths = plan.output_lengths(len(items))
     results: list[Measured] = []
     rate: float | None = None
-    reference = None
     with Engine(base, ModelSpec(target_dir), ModelSpec(drafter_dir), tokenizer) as eng:
-        # warm-up (not traced): every slot of both workers through a whole PSD run, so that
-        # first-touch costs (KV-cache pages, allocator, caches) do not land in the first runs
-        warm = [Request(i, ids, 0.0, None, n) for (i, ids), n in zip(items, lengths)]
-        eng.run(warm, None, config=replace(base, mode="psd", max_num_seqs=None))
-        if plan.controlled_alpha is not None:
-            both = [Request(i, ids, 0.0, None, n) for side in sides.values()
-                    for (i, ids), n in zip(side, lengths)]
-            ref = eng.run(both, None, config=replace(base, mode="ar", max_num_seqs=None))
-            reference = {o.id: o.token_ids for o in ref.outputs}
+        reference = _warm_up(eng, plan, base, sides, lengths)
         if plan.context_probe:
             write_probe(out, probe_contexts(plan, eng, base.slots))
         walls: dict[str, float] = {}
         skip: set[str] = set()
         admitted: set[str] = set()           # blocks already judged to fit run whole
         for i, spec in enumerate(plan.runs):
-            if (spec.rep > 1 and deadline is not None and spec.name not in skip
-                    and spec.name not in admitted):
-                names = {r.name for r in block_of(plan.runs, i)}
-                if repeat_fits(plan.runs, i, walls, deadline - time.perf_counter(), skip):
-                    admitted.update(names)
-                else:
-                    skip.update(names)
+            _judge_block(plan, i, deadline, walls, skip, admitted)
             if spec.name in skip:
                 if on_skip is not None:
                     on_skip(spec)
@@ -379,20 +312,8 @@ def run_measurements(plan: MeasurementPlan, target_dir: str, drafter_dir: str,
                                                        starts[spec.name], plan.num_prompts),
                                                 times, lengths)]
             path = out / f"{spec.name}.jsonl"
-            extra = {"demo_run": spec.name, "demo_role": spec.role, "demo_config": spec.config,
-                     "workload_key": spec.workload, "demo_prompts": spec.prompts,
-                     "demo_prompt_offset": starts[spec.name],
-                     "load_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-                     "run_started": time.time()}
-            if spec.arrivals == "poisson":
-                extra["poisson_rate"] = rate
-            res = eng.run(reqs, str(path), config=engine_config(plan, spec, base),
-                          progress=on_request, run_extra=extra,
-                          reference=reference if spec.mode != "ar" else None)
-            if res.interrupted:
-                raise KeyboardInterrupt
-            if res.error:
-                raise RuntimeError(f"run {spec.name}: {res.error}")
+            res = _traced_run(eng, plan, spec, base, reqs, path, starts[spec.name], rate,
+                              reference, on_request)
             results.append(Measured(spec, str(path), res.wall_s,
                                     rate if spec.arrivals == "poisson" else None))
             walls.setdefault(spec.config, res.wall_s)
