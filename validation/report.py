@@ -297,8 +297,20 @@ def write_report(out_dir: str, validation: Any, named: Sequence[tuple[str, Any]]
           "n/a" if r["load_1min"] is None else f"{r['load_1min']:.2f}",
           fmt_value(r["throughput_tok_s"], "tok/s"), fmt_value(r["tpot.mean"], "s"),
           fmt_value(r["e2e.p99"], "s"), fmt_value(r["acceptance_rate"])] for r in runs]), ""]
+    md += _calibration_md(validation, model)
+    md += ["", "## All rows", "", md_table(TABLE_HEADER, [row_cells(r)
+                                                         for r in validation.rows]), ""]
+    path = os.path.join(out_dir, "report.md")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("\n".join(md) + "\n")
+    files["report"] = path
+    return files
+
+
+def _calibration_md(validation: Any, model: Mapping[str, Any]) -> list[str]:
+    """The report's calibration section: the replay's parameters, the identified fits, notes."""
     rp = validation.params
-    md += ["## Calibration", "", f"Model file: `{os.path.basename(validation.model_path)}` "
+    md = ["## Calibration", "", f"Model file: `{os.path.basename(validation.model_path)}` "
            f"(phase-time fits on serial steps, unbiased for the mean). "
            f"Controller overhead per decode step: {1e3 * rp.overhead_serial:.2f} ms serial, "
            f"{1e3 * rp.overhead_overlapped:.2f} ms overlapped; overlap contention (share of "
@@ -319,13 +331,7 @@ def write_report(out_dir: str, validation: Any, named: Sequence[tuple[str, Any]]
         md.append(f"- note: {note}")
     for warning in cal_meta.get("warnings", []):
         md.append(f"- warning: {warning}")
-    md += ["", "## All rows", "", md_table(TABLE_HEADER, [row_cells(r)
-                                                         for r in validation.rows]), ""]
-    path = os.path.join(out_dir, "report.md")
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write("\n".join(md) + "\n")
-    files["report"] = path
-    return files
+    return md
 
 
 def _schedule_md(out_dir: str, validation: Any, files: dict[str, str]) -> list[str]:
