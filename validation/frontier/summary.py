@@ -40,10 +40,9 @@ def _noise(stat: dict) -> str:
     return f"{1e3 * stat['mean']:.1f}{se}"
 
 
-def summary_markdown(result: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    plan, mach, pred, jd = (result["plan"], result["machine"], result["prediction"],
-                            result["judgement"])
-    fit, th, meas = pred["fit"], pred["theory_at_alpha_v"], jd["measured"]
+def _drafters_md(result: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    """The title, the run and machine, and the per-drafter table with its note."""
+    plan, mach = result["plan"], result["machine"]
     L = [
         "# The theory against a measured frontier",
         "",
@@ -82,6 +81,15 @@ def summary_markdown(result: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         "VSR = accepted / verified draft tokens (the paper's); MAL = 1 + accepted / "
         "verifications. t, V, o from the steady-state steps of the SD-separate runs.",
         "",
+    ]
+    return L
+
+
+def _frontier_md(result: dict[str, Any]) -> list[str]:
+    """The frontier: the envelope, the fitted curve, contention, the batch-aware model."""
+    pred = result["prediction"]
+    fit, th = pred["fit"], pred["theory_at_alpha_v"]
+    return [
         "## The frontier",
         "",
         f"- Envelope: {', '.join(pred['envelope'])}.",
@@ -103,6 +111,14 @@ def summary_markdown(result: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         f"{_ms(result['prediction']['continuous']['batch.fit']['t_psd_s'])} ms, ratio "
         f"{result['prediction']['continuous']['batch.fit']['ratio_sd_over_psd']:.3f}.",
         "",
+    ]
+
+
+def _best_md(result: dict[str, Any]) -> list[str]:
+    """The best drafter of each mode measured, and each model's picks and ratio."""
+    jd = result["judgement"]
+    meas = jd["measured"]
+    L = [
         "## Best drafter of each mode and the SD/PSD ratio",
         "",
         f"Measured (steady-state decode, iso-batch): best SD **{meas['best_sd']}** "
@@ -121,10 +137,19 @@ def summary_markdown(result: dict[str, Any], rows: list[dict[str, Any]]) -> str:
                  f"| {_pct(v['psd_pick_excess'])} |")
     L += ["", "Models:"] + [f"- `{k}`: {w}." for k, w in MODEL_WORDS.items()]
     L += ["", "Pick excess: measured time per token of the model's pick over the measured "
-          "best's (0 = it picked the measured best).", "", "## Checks", ""]
+          "best's (0 = it picked the measured best).", ""]
+    return L
+
+
+def _checks_md(result: dict[str, Any]) -> list[str]:
+    """The checks: the predicted ratio and picks, the paper's claim, AR, losslessness."""
+    jd = result["judgement"]
+    meas = jd["measured"]
     ck, claim, ar = jd["checks"], jd["paper_claim"], jd["vs_ar"]
     b = jd["models"][ck["model"]]
-    L += [
+    L = [
+        "## Checks",
+        "",
         f"- Predicted ratio ({ck['model']}) within 10% of the measured: "
         f"{'yes' if ck['ratio_within_10pct'] else 'NO'} ({b['ratio_sd_over_psd']:.3f} vs "
         f"{meas['ratio_sd_over_psd']:.3f}, {_pct(b['ratio_error'])}).",
@@ -149,7 +174,14 @@ def summary_markdown(result: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     lossless = all(r["lossless"] for r in result["measured"])
     L += [f"- Outputs equal AR's token for token in every run: {'yes' if lossless else 'no'} "
           "(greedy; a difference is a near-tie flipped by a different batch shape).", ""]
-    return "\n".join(L)
+    return L
+
+
+def summary_markdown(result: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    """summary.md of `psdlab frontier`: the drafters, the frontier, the best of each mode and
+    the checks."""
+    return "\n".join(_drafters_md(result, rows) + _frontier_md(result) + _best_md(result)
+                     + _checks_md(result))
 
 
 def terminal_summary(result: dict[str, Any]) -> str:
