@@ -23,12 +23,17 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import statistics
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from psdlab.validation.gpu.lossless import MARGIN_ULPS as MARGIN_ULPS
+from psdlab.validation.gpu.lossless import bf16_spacing as bf16_spacing
+from psdlab.validation.gpu.lossless import divergences as divergences
+from psdlab.validation.gpu.lossless import lossless
+from psdlab.validation.gpu.passes import pass_table, static_passes
 
 SIZES = {
     "1.3b": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=24,
@@ -40,9 +45,6 @@ SIZES = {
     "tiny-draft": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                        num_attention_heads=2, num_key_value_heads=1),
 }
-#: a divergence from AR is put down to rounding when the target's top-2 margin there is at
-#: most this many bf16 spacings of the top logit (bf16 keeps 8 significant bits)
-MARGIN_ULPS = 4
 #: the parts of the bench, in the order they run
 SECTIONS = ("passes", "invariant", "runs", "compiled")
 #: the inductor section runs only with this much budget left (two compiles of the target)
@@ -128,75 +130,6 @@ def _requests(cfg: GpuBenchConfig, vocab: int) -> list[Any]:
             for i in range(cfg.num_prompts)]
 
 
-def static_passes(passes: str) -> str:
-    """The static passes beside a run's resolved ``passes``: its own, or run eagerly where it
-    runs dynamic passes (CPU)."""
-    return "static" if passes == "dynamic" else passes
-
-
-def _sync(device: str) -> Any:
-    import torch
-    if device.startswith("cuda"):
-        return lambda: torch.cuda.synchronize(device)
-    return lambda: None
-
-
-def pass_table(cfg: GpuBenchConfig, models: dict, base: Any, requests: list,
-               machine: dict, variants: dict[str, dict[str, Any]] | None = None,
-               roles: tuple[str, ...] = ("target", "drafter"), with_hf: bool = True
-               ) -> dict[str, Any]:
-    """At the largest m, per pass kind: each psdlab variant (RunnerConfig overrides; default
-    eager and static), Hugging Face eager, the floor and each one's ratio to it."""
-    import torch
-
-    from psdlab.runtime.model_config import ModelConfig
-    from psdlab.runtime.runner import RunnerConfig
-    from psdlab.validation.gpu.passes import (floor_ms, hardware_bandwidth, hf_pass_times,
-                                              psdlab_pass_times)
-    m = max(cfg.batches)
-    prompts = [list(requests[i % len(requests)].prompt_ids) for i in range(m)]
-    sync = _sync(cfg.device)
-    static = static_passes(base.passes)
-    variants = variants or {"psdlab_eager": {"passes": "dynamic"},
-                            "psdlab_static": {"passes": static},
-                            "psdlab_static_invariant": {"passes": static, "uniform": True}}
-    key, bw = hardware_bandwidth(machine.get("gpus", ["cpu"])[0])
-    dtype = getattr(torch, base.dtype)
-    table: dict[str, Any] = {"m": m, "k": cfg.k, "context": cfg.prompt_len, "hardware": key,
-                             "memory_bw_gbs": bw, "static_passes": static,
-                             "variants": {k: {f: str(v) for f, v in o.items()}
-                                          for k, o in variants.items()}, "kinds": {}}
-    for role in roles:
-        spec, hf = models[role]
-        rc = RunnerConfig(spec=spec, device=cfg.device, dtype=base.dtype, max_len=base.max_len,
-                          seed=cfg.seed)
-        row: dict[str, Any] = {}
-        for label, over in variants.items():
-            row[label] = psdlab_pass_times(spec, replace(rc, **over), role, m, cfg.k,
-                                           prompts, 3, cfg.repeats, sync)
-            table[f"{role}_setup:{label}"] = row[label].pop("setup")
-        if with_hf:
-            try:
-                row["hf_eager"] = hf_pass_times(hf, dtype, cfg.device, role, m, cfg.k,
-                                                prompts, 3, cfg.repeats, sync)
-            except Exception as exc:        # transformers' API moves; the table says why
-                row["hf_eager"] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
-            table[f"{role}_hf_generate_ms_per_token"] = row["hf_eager"].pop(
-                "generate_ms_per_token", None)
-        mc = ModelConfig.from_hf(hf)
-        for kind in next(iter(row.values())):
-            width = cfg.k + 1 if kind == "verify" else 1
-            fl = floor_ms(mc, m, cfg.prompt_len + width, 2 if dtype != torch.float32 else 4, bw)
-            entry: dict[str, Any] = {"floor_ms": fl}
-            for lab, times in row.items():
-                got = times.get(kind)
-                if fl and isinstance(got, dict):
-                    got["x_floor"] = got["median_ms"] / fl
-                entry[lab] = got if got is not None else times.get("error")
-            table["kinds"][f"{role}:{kind}"] = entry
-    return table
-
-
 def phase_spread(trace_dir: Path) -> dict[str, dict[str, float]]:
     """Per phase kind over every timed trace: median and max seconds, and max / median."""
     from psdlab.analysis.trace import read_trace
@@ -208,56 +141,6 @@ def phase_spread(trace_dir: Path) -> dict[str, dict[str, float]]:
     return {k: {"median_ms": 1e3 * statistics.median(v), "max_ms": 1e3 * max(v),
                 "max_over_median": max(v) / statistics.median(v), "n": len(v)}
             for k, v in by.items() if v}
-
-
-def bf16_spacing(x: float) -> float:
-    """The distance between neighbouring bf16 numbers at |x| (8 significant bits)."""
-    return 2.0 ** (math.floor(math.log2(max(abs(x), 1e-30))) - 7)
-
-
-def divergences(model: Any, prompts: list[list[int]], ar: list[list[int]],
-                other: list[list[int]], device: str) -> list[dict[str, Any]]:
-    """Each request whose output departs from AR's: the first position, both tokens, the
-    target's logits there (a third numeric path: one causal pass over the common prefix), its
-    top-2 margin, the two tokens' gap in bf16 spacings; accepted when both tokens are within
-    `MARGIN_ULPS` spacings of each other and of the top logit (a near-tie that rounding can
-    flip; random-weight models have many, sometimes among three or more tokens)."""
-    import torch
-    out = []
-    for i, (p, a, b) in enumerate(zip(prompts, ar, other)):
-        pos = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), None)
-        if pos is None:
-            continue
-        ids = torch.tensor([list(p) + list(a[:pos])], device=device)
-        logits = model.forward_no_cache(ids)[0, -1].float()
-        top = torch.topk(logits, 2).values.tolist()
-        la, lb = float(logits[a[pos]]), float(logits[b[pos]])
-        gap = abs(la - lb) / bf16_spacing(max(abs(la), abs(lb)))
-        out.append({"request": i, "position": pos, "ar_token": a[pos], "token": b[pos],
-                    "top2": top, "top2_margin": top[0] - top[1], "logits": [la, lb],
-                    "gap_bf16_spacings": gap,
-                    "near_top": top[0] - min(la, lb) <= MARGIN_ULPS * bf16_spacing(top[0]),
-                    "accepted": bool(gap <= MARGIN_ULPS and top[0] - min(la, lb)
-                                     <= MARGIN_ULPS * bf16_spacing(top[0]))})
-    return out
-
-
-def lossless(outputs: dict[str, list], prompts: list[list[int]], model: Any, device: str
-             ) -> dict[str, Any]:
-    """The rule on one m's runs (`docs/cuda.md`): every departure from AR's output is judged
-    by the target's top-2 margin at its first position; SD-sep == PSD is reported beside it
-    (their verification batches shrink differently as requests end, so in bf16 their shapes,
-    and so their rounding, can differ; the batch-invariant mode removes that)."""
-    ar = outputs["ar"]
-    spec = [v for k, v in outputs.items() if k != "ar"]
-    judged = {name: divergences(model, prompts, ar, run, device)
-              for name, run in outputs.items() if name != "ar"}
-    found = [d for v in judged.values() for d in v]
-    return {"psd_equals_sd_sep": all(run == spec[0] for run in spec),
-            "equal_to_ar": {name: not v for name, v in judged.items()},
-            "divergences": judged, "divergences_total": len(found),
-            "divergences_accepted": sum(d["accepted"] for d in found),
-            "holds": all(d["accepted"] for d in found)}
 
 
 def invariant_check(cfg: GpuBenchConfig, models: dict, base: Any, requests: list
@@ -281,14 +164,95 @@ def invariant_check(cfg: GpuBenchConfig, models: dict, base: Any, requests: list
             "requests": len(requests)}
 
 
+@dataclass
+class _BenchRun:
+    """One run of the bench: its config, inputs, the summary it fills and its clock."""
+    cfg: GpuBenchConfig
+    say: Any
+    t0: float
+    out: Path
+    models: dict[str, Any]
+    requests: list[Any]
+    base: Any
+    summary: dict[str, Any]
+
+    def left(self) -> float:
+        return self.cfg.budget_s - (time.perf_counter() - self.t0)
+
+    def save(self) -> None:
+        from psdlab.validation.gpu.gpu_report import gpu_markdown
+        self.summary["wall_s"] = time.perf_counter() - self.t0
+        (self.out / "summary.json").write_text(json.dumps(self.summary, indent=1, default=str)
+                                               + "\n")
+        (self.out / "summary.md").write_text(gpu_markdown(self.summary))
+
+
+def _engine_base(cfg: GpuBenchConfig, max_len: int) -> tuple[str, Any]:
+    """The resolved passes and the EngineConfig every section starts from."""
+    from psdlab.runtime.controller import EngineConfig
+    from psdlab.runtime.runner import resolve_passes
+    passes = resolve_passes(cfg.passes, cfg.device.split(":")[0], "off")
+    base = EngineConfig(mode="psd", k=cfg.k, batch=max(cfg.batches),
+                        max_new_tokens=cfg.max_new_tokens, ignore_eos=True, max_len=max_len,
+                        device=cfg.device, dtype=cfg.dtype, passes=passes,
+                        controlled_alpha=cfg.controlled_alpha, seed=cfg.seed,
+                        batch_invariant=cfg.batch_invariant and passes != "dynamic")
+    return passes, base
+
+
+def _runs_section(run: _BenchRun) -> dict[str, Any]:
+    """AR, SD-sep and PSD at each m while the budget lasts (summary.json after each)."""
+    import torch
+
+    from psdlab.validation.gpu.layouts import layouts, run_layout
+    cfg, models, base, out, summary = run.cfg, run.models, run.base, run.out, run.summary
+    gpus = 0 if cfg.device == "cpu" else torch.cuda.device_count()
+    layout = layouts(cfg.device, gpus)[0]
+    prompts = [list(r.prompt_ids) for r in run.requests]
+    target_model = models["target"][0].load(torch.device(cfg.device),
+                                            getattr(torch, cfg.dtype))[0]
+    runs: dict[str, Any] = {}
+    summary["sections"]["runs"] = runs
+    for m in sorted(cfg.batches) if "runs" in cfg.sections else ():
+        spent = time.perf_counter() - run.t0
+        if runs and spent / (len(runs) + 1) > run.left():
+            summary["skipped"].append(f"runs at m={m}: {run.left():.0f} s of the budget left")
+            continue
+        run.say(f"bench-gpu: AR, SD-sep and PSD at m={m} ({layout.name})")
+        fig = run_layout(layout, models["target"][0], models["drafter"][0], run.requests,
+                         replace(base, batch=m), out / f"m{m}", cfg.rounds, keep_outputs=True)
+        outputs = fig.pop("outputs")
+        fig["phase_spread"] = phase_spread(out / f"m{m}" / layout.name)
+        fig["lossless_rule"] = lossless(outputs, prompts, target_model, cfg.device)
+        fig["batch_invariant"] = base.batch_invariant
+        runs[str(m)] = fig
+        run.save()
+    return runs
+
+
+def _compiled_section(run: _BenchRun, mach: dict[str, Any]) -> None:
+    """The target's passes compiled by inductor (GPU only, with budget left), else skipped."""
+    cfg, summary = run.cfg, run.summary
+    if "compiled" not in cfg.sections:
+        pass
+    elif cfg.device != "cpu" and run.left() > COMPILE_RESERVE_S:
+        # inductor's fused kernels inside psdlab's graphs: one compile per shape, so one shape
+        # per pass kind (uniform: m rows over max_len keys), the target only
+        run.say("bench-gpu: the target's passes compiled by inductor, then captured")
+        summary["sections"]["compiled"] = pass_table(
+            cfg, run.models, run.base, run.requests, mach, roles=("target",), with_hf=False,
+            variants={"psdlab_graphs_inductor": {"passes": "graphs", "compile": "default",
+                                                 "uniform": True}})
+    else:
+        summary["skipped"].append("inductor-compiled passes: GPU only, and "
+                                  f"{COMPILE_RESERVE_S:.0f} s of budget")
+
+
 def run_gpu_bench(cfg: GpuBenchConfig, say: Any = print) -> dict[str, Any]:
     """Every section in order while the budget lasts; summary.json after each."""
     import torch
 
-    from psdlab.runtime.controller import EngineConfig
-    from psdlab.runtime.runner import resolve_passes
-    from psdlab.validation.gpu.layouts import layouts, machine, run_layout
-    from psdlab.validation.gpu.gpu_report import gpu_markdown
+    from psdlab.validation.gpu.layouts import machine
     t0 = time.perf_counter()
     cpu = cfg.device == "cpu"
     if not cpu and not torch.cuda.is_available():
@@ -297,12 +261,7 @@ def run_gpu_bench(cfg: GpuBenchConfig, say: Any = print) -> dict[str, Any]:
     models = _models(cfg, max_len)
     vocab = int(models["target"][1]["vocab_size"])
     requests = _requests(cfg, vocab)
-    passes = resolve_passes(cfg.passes, cfg.device.split(":")[0], "off")
-    base = EngineConfig(mode="psd", k=cfg.k, batch=max(cfg.batches),
-                        max_new_tokens=cfg.max_new_tokens, ignore_eos=True, max_len=max_len,
-                        device=cfg.device, dtype=cfg.dtype, passes=passes,
-                        controlled_alpha=cfg.controlled_alpha, seed=cfg.seed,
-                        batch_invariant=cfg.batch_invariant and passes != "dynamic")
+    passes, base = _engine_base(cfg, max_len)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     mach = machine(cfg.device)
@@ -310,61 +269,21 @@ def run_gpu_bench(cfg: GpuBenchConfig, say: Any = print) -> dict[str, Any]:
                                "passes": passes, "models": {r: v[0].name() for r, v in
                                                             models.items()},
                                "sections": {}, "skipped": []}
-
-    def left() -> float:
-        return cfg.budget_s - (time.perf_counter() - t0)
-
-    def save() -> None:
-        summary["wall_s"] = time.perf_counter() - t0
-        (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
-        (out / "summary.md").write_text(gpu_markdown(summary))
-
+    run = _BenchRun(cfg, say, t0, out, models, requests, base, summary)
     if "passes" in cfg.sections:
         say(f"bench-gpu: passes on {cfg.device} ({passes})")
         summary["sections"]["passes"] = pass_table(cfg, models, base, requests, mach)
-        save()
+        run.save()
     if "invariant" in cfg.sections:
         say("bench-gpu: the batch-invariant mode (AR, SD-sep, PSD)")
         summary["sections"]["batch_invariant"] = invariant_check(cfg, models, base, requests)
-        save()
-    gpus = 0 if cpu else torch.cuda.device_count()
-    layout = layouts(cfg.device, gpus)[0]
-    prompts = [list(r.prompt_ids) for r in requests]
-    target_model = models["target"][0].load(torch.device(cfg.device),
-                                            getattr(torch, cfg.dtype))[0]
-    runs: dict[str, Any] = {}
-    summary["sections"]["runs"] = runs
-    for m in sorted(cfg.batches) if "runs" in cfg.sections else ():
-        spent = time.perf_counter() - t0
-        if runs and spent / (len(runs) + 1) > left():
-            summary["skipped"].append(f"runs at m={m}: {left():.0f} s of the budget left")
-            continue
-        say(f"bench-gpu: AR, SD-sep and PSD at m={m} ({layout.name})")
-        fig = run_layout(layout, models["target"][0], models["drafter"][0], requests,
-                         replace(base, batch=m), out / f"m{m}", cfg.rounds, keep_outputs=True)
-        outputs = fig.pop("outputs")
-        fig["phase_spread"] = phase_spread(out / f"m{m}" / layout.name)
-        fig["lossless_rule"] = lossless(outputs, prompts, target_model, cfg.device)
-        fig["batch_invariant"] = base.batch_invariant
-        runs[str(m)] = fig
-        save()
-    if "compiled" not in cfg.sections:
-        pass
-    elif not cpu and left() > COMPILE_RESERVE_S:
-        # inductor's fused kernels inside psdlab's graphs: one compile per shape, so one shape
-        # per pass kind (uniform: m rows over max_len keys), the target only
-        say("bench-gpu: the target's passes compiled by inductor, then captured")
-        summary["sections"]["compiled"] = pass_table(
-            cfg, models, base, requests, mach, roles=("target",), with_hf=False,
-            variants={"psdlab_graphs_inductor": {"passes": "graphs", "compile": "default",
-                                                 "uniform": True}})
-    else:
-        summary["skipped"].append("inductor-compiled passes: GPU only, and "
-                                  f"{COMPILE_RESERVE_S:.0f} s of budget")
+        run.save()
+    runs = _runs_section(run)
+    _compiled_section(run, mach)
     summary["lossless"] = (all(f["lossless_rule"]["holds"] for f in runs.values())
                            and summary["sections"].get("batch_invariant", {}).get("equal",
                                                                                    True))
-    save()
+    run.save()
     return summary
 
 

@@ -6,7 +6,8 @@ memory-streaming floor (weights + the KV read, over the GPU's bandwidth from
 Each pass is timed alone, ``repeats`` times after ``warm`` untimed ones, host to host with a
 device sync on either side (what the engine's step waits for); every time is kept, so the
 table gives the median and the max of each shape: a stall cannot hide in a mean.  The cache is
-rolled back after each pass, so every repeat sees the same context.
+rolled back after each pass, so every repeat sees the same context.  ``pass_table`` puts them
+side by side at the bench's largest m.
 """
 from __future__ import annotations
 
@@ -140,3 +141,71 @@ def _crop(cache: Any, keep: int, added: int) -> None:
         cache.crop(keep)
     except ValueError:
         cache.crop(-added)
+
+
+def static_passes(passes: str) -> str:
+    """The static passes beside a run's resolved ``passes``: its own, or run eagerly where it
+    runs dynamic passes (CPU)."""
+    return "static" if passes == "dynamic" else passes
+
+
+def _sync(device: str) -> Any:
+    import torch
+    if device.startswith("cuda"):
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+def pass_table(cfg: Any, models: dict, base: Any, requests: list,
+               machine: dict, variants: dict[str, dict[str, Any]] | None = None,
+               roles: tuple[str, ...] = ("target", "drafter"), with_hf: bool = True
+               ) -> dict[str, Any]:
+    """At the largest m, per pass kind: each psdlab variant (RunnerConfig overrides; default
+    eager and static), Hugging Face eager, the floor and each one's ratio to it (``cfg``: the
+    bench's `GpuBenchConfig`)."""
+    import torch
+
+    from psdlab.runtime.model_config import ModelConfig
+    from psdlab.runtime.runner import RunnerConfig
+    m = max(cfg.batches)
+    prompts = [list(requests[i % len(requests)].prompt_ids) for i in range(m)]
+    sync = _sync(cfg.device)
+    static = static_passes(base.passes)
+    variants = variants or {"psdlab_eager": {"passes": "dynamic"},
+                            "psdlab_static": {"passes": static},
+                            "psdlab_static_invariant": {"passes": static, "uniform": True}}
+    key, bw = hardware_bandwidth(machine.get("gpus", ["cpu"])[0])
+    dtype = getattr(torch, base.dtype)
+    table: dict[str, Any] = {"m": m, "k": cfg.k, "context": cfg.prompt_len, "hardware": key,
+                             "memory_bw_gbs": bw, "static_passes": static,
+                             "variants": {k: {f: str(v) for f, v in o.items()}
+                                          for k, o in variants.items()}, "kinds": {}}
+    for role in roles:
+        spec, hf = models[role]
+        rc = RunnerConfig(spec=spec, device=cfg.device, dtype=base.dtype, max_len=base.max_len,
+                          seed=cfg.seed)
+        row: dict[str, Any] = {}
+        for label, over in variants.items():
+            row[label] = psdlab_pass_times(spec, replace(rc, **over), role, m, cfg.k,
+                                           prompts, 3, cfg.repeats, sync)
+            table[f"{role}_setup:{label}"] = row[label].pop("setup")
+        if with_hf:
+            try:
+                row["hf_eager"] = hf_pass_times(hf, dtype, cfg.device, role, m, cfg.k,
+                                                prompts, 3, cfg.repeats, sync)
+            except Exception as exc:        # transformers' API moves; the table says why
+                row["hf_eager"] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
+            table[f"{role}_hf_generate_ms_per_token"] = row["hf_eager"].pop(
+                "generate_ms_per_token", None)
+        mc = ModelConfig.from_hf(hf)
+        for kind in next(iter(row.values())):
+            width = cfg.k + 1 if kind == "verify" else 1
+            fl = floor_ms(mc, m, cfg.prompt_len + width, 2 if dtype != torch.float32 else 4, bw)
+            entry: dict[str, Any] = {"floor_ms": fl}
+            for lab, times in row.items():
+                got = times.get(kind)
+                if fl and isinstance(got, dict):
+                    got["x_floor"] = got["median_ms"] / fl
+                entry[lab] = got if got is not None else times.get("error")
+            table["kinds"][f"{role}:{kind}"] = entry
+    return table
