@@ -283,6 +283,42 @@ def fit_from_bench(results: Sequence[str], *, metrics_before: str | None = None,
     spreads = [cv for cv in (step_time_cv(r) for r in runs) if cv is not None]
     jitter_cv = min(min(spreads), MAX_JITTER) if spreads else 0.0
     k = acc.k if acc is not None else 0
+    costs, intervals, correlations = _fit_stages(runs, ar, sd, ratio, acc, target_terms, base,
+                                                 seed=seed, bootstrap=bootstrap,
+                                                 jitter_cv=jitter_cv)
+    notes = identifiability_notes(runs, acc, intervals, correlations, costs,
+                                  with_counters=metrics_before is not None, prior=ratio)
+    notes.append(f"step-time spread: the replays draw gamma step-time jitter of CV "
+                 f"{jitter_cv:.3f}, the smallest over the runs of the spread of consecutive "
+                 f"inter-token latencies inside requests (batch changes inflate it)"
+                 if spreads else "step-time spread: no inter-token latencies; the replays have "
+                 "no step-time jitter")
+    server = {"m": base.m if base is not None else server_for("ar", None, None).m,
+              **({} if base is None else {"policy": base.policy, "kv_blocks": base.kv_blocks,
+                                          "block_size": base.block_size,
+                                          "cap_proposals": base.cap_proposals})}
+    inputs = tuple(list(results) + [p for p in (metrics_before, metrics_after) if p]
+                   + ([base_config] if base_config else [])
+                   + [p for p in (target_config, draft_config) if p])
+    return BenchFit(
+        target_cost=costs["target"], drafter_cost=costs.get("drafter"),
+        acceptance=acc.spec() if acc is not None else None,
+        acceptance_per_position=acc.per_position if acc is not None else None,
+        intervals=intervals, interval_method=INTERVAL_METHOD.format(b=bootstrap),
+        notes=tuple(notes), inputs=inputs, server=server, k=k or None,
+        fit_error=_errors(runs, costs, acc.spec() if acc else None, base, seed, jitter_cv),
+        correlations=correlations, jitter_cv=jitter_cv, drafter_to_target_ratio=ratio)
+
+
+def _fit_stages(runs: Sequence[BenchRun], ar: Sequence[BenchRun], sd: Sequence[BenchRun],
+                ratio: float | None, acc: AcceptanceEstimate | None, target_terms: Sequence[str],
+                base: ServerConfig | None, *, seed: int, bootstrap: int, jitter_cv: float
+                ) -> tuple[dict[str, dict[str, Any]], dict[str, tuple[float, float]],
+                           dict[str, float]]:
+    """The fit's stages (the structural prior's joint stage, else the target on the AR runs
+    then the drafter on the speculative ones): the affine costs per role, the intervals (the
+    drafter's through the prior's tie; the acceptance's per position) and correlations."""
+    k = acc.k if acc is not None else 0
     accept_len = acc.mean_acceptance_length() if acc is not None else 1.0
     outcomes: list[FitOutcome] = []
     costs: dict[str, dict[str, Any]] = {}
@@ -335,28 +371,7 @@ def fit_from_bench(results: Sequence[str], *, metrics_before: str | None = None,
     if acc is not None:
         for i, ci in enumerate(acc.per_position_ci95, start=1):
             intervals[f"acceptance.p{i}"] = ci
-    notes = identifiability_notes(runs, acc, intervals, correlations, costs,
-                                  with_counters=metrics_before is not None, prior=ratio)
-    notes.append(f"step-time spread: the replays draw gamma step-time jitter of CV "
-                 f"{jitter_cv:.3f}, the smallest over the runs of the spread of consecutive "
-                 f"inter-token latencies inside requests (batch changes inflate it)"
-                 if spreads else "step-time spread: no inter-token latencies; the replays have "
-                 "no step-time jitter")
-    server = {"m": base.m if base is not None else server_for("ar", None, None).m,
-              **({} if base is None else {"policy": base.policy, "kv_blocks": base.kv_blocks,
-                                          "block_size": base.block_size,
-                                          "cap_proposals": base.cap_proposals})}
-    inputs = tuple(list(results) + [p for p in (metrics_before, metrics_after) if p]
-                   + ([base_config] if base_config else [])
-                   + [p for p in (target_config, draft_config) if p])
-    return BenchFit(
-        target_cost=costs["target"], drafter_cost=costs.get("drafter"),
-        acceptance=acc.spec() if acc is not None else None,
-        acceptance_per_position=acc.per_position if acc is not None else None,
-        intervals=intervals, interval_method=INTERVAL_METHOD.format(b=bootstrap),
-        notes=tuple(notes), inputs=inputs, server=server, k=k or None,
-        fit_error=_errors(runs, costs, acc.spec() if acc else None, base, seed, jitter_cv),
-        correlations=correlations, jitter_cv=jitter_cv, drafter_to_target_ratio=ratio)
+    return costs, intervals, correlations
 
 
 def _prior_stage(runs: Sequence[BenchRun], ar: Sequence[BenchRun], sd: Sequence[BenchRun],
