@@ -15,8 +15,10 @@ step-by-step path, bit for bit.  The plan's arrays are then assembled from the r
 in a few numpy calls (or, without step records, only the clock and the prefills: a light plan).
 
 Per step the work is a few list, dict and arithmetic operations; per admission one slice add
-and a heap push; numpy is called per plan and per admission, never per step.  The loop is
-deliberately one function: a call per boundary would cost more than the boundary's work.
+and a heap push; numpy is called per plan and per admission, never per step.  The step loop
+(``_sweep``: costs and clock) makes no call per step: the boundaries' completions and
+admissions are a coroutine (``_lanes``) resumed once per boundary, and a prefill's cost
+(``_prefill_durations``) is one call per step that has one.
 Per-request draft lengths (``server.k_choices``) make the drafting cost depend on more than
 (n, C); those runs keep using ``sim.lanes``' iteration.
 """
@@ -83,115 +85,87 @@ def one_pass_plan(c, order: list[int], period: int, S_max: int) -> PhasePlan:
     """The lanes plan of at most ``S_max`` steps from the current boundary, laid out exactly.
     With ``c.step_detail`` False (no step records wanted) only the clock and the prefills
     are kept: the plan then serves ``commit`` but not ``sim.trace_records.step_records``."""
-    nb = len(order)
+    kind = _kind(c, len(order))
+    S, rec, Tl, rows, pf = _sweep(c, order, period, S_max, kind)
+    return _finish(c, order, period, kind, S, rec, Tl, rows, pf)
+
+
+def _jitter(c, S_max: int, has_draft: bool, has_pd: bool):
+    """The per-step jitter factors (verify, draft, target prefill, drafter prefill) of the
+    next ``S_max`` steps, or None without jitter.  The draft factors are read only when
+    has_draft (has_pd): empty otherwise."""
+    if not c.jitter.active:
+        return None
+    at, step = c.jitter_at, c.step
+    jv = at("verify", step, S_max).tolist()
+    jd: list[float] = at("draft", step, S_max).tolist() if has_draft else []
+    jpt = at("prefill_t", step, S_max).tolist()
+    jpd: list[float] = at("prefill_d", step, S_max).tolist() if has_pd else []
+    return jv, jd, jpt, jpd
+
+
+def _pending(c, tabs: StepCosts) -> tuple[int, int, int, int]:
+    """The prefill owed at the first step: prompts, tokens, extra passes target / drafter."""
+    if not c.pending:
+        return 0, 0, 0, 0
+    pend_len = c.prefill_tokens(np.asarray(c.pending, np.int64))
+    xt, xd = tabs.extra(pend_len)
+    return len(c.pending), int(pend_len.sum()), xt, xd
+
+
+def _prefill_durations(tabs: StepCosts, s: int, n: int, tok: int, x_t: int, x_d: int,
+                       has_pd: bool, jit) -> tuple[float, float]:
+    """(target, drafter) seconds of step s's prefill of n prompts and tok tokens."""
+    if x_t or x_d:
+        pt, pd = tabs.chunked_prefill(n, tok, x_t, x_d)
+    else:
+        key = (n << NBITS) | (tok >> SHIFT)
+        ch = tabs.prefill.chunks.get(key) or tabs.prefill.fill(key)
+        i = tok & MASK
+        pt = ch[0][i]
+        pd = ch[1][i] if has_pd else 0.0
+    if jit is not None:
+        pt = pt * jit[2][s]
+        if has_pd:
+            pd = pd * jit[3][s]
+    return pt, pd
+
+
+def _sweep(c, order: list[int], period: int, S_max: int, kind: str):
+    """Walk the stretch step by step (module docstring): the steps S it lays out, the lanes'
+    records, the clock, the step rows (n_v, C_v, n_d, C_d, t_v, t_d; with c.step_detail) and the
+    prefills (step, prompts, tokens, t_dur, d_dur).  The boundaries are ``_lanes``' work."""
     VLEN = S_max + 2
     V, heap, free, size, rec = _initial(c, order, period, VLEN)
-    rec_append = rec.append
     tabs = _tables(c)
-    wch, wtab, pch, ptab = tabs.work.chunks, tabs.work, tabs.prefill.chunks, tabs.prefill
-    has_draft, has_pd = tabs.has_draft, c.drafter is not None
-    jit = c.jitter.active
-    if jit:
-        jv = c.jitter_at("verify", c.step, S_max).tolist()
-        # the draft factors are read only when has_draft (has_pd): empty otherwise
-        jd: list[float] = c.jitter_at("draft", c.step, S_max).tolist() if has_draft else []
-        jpt = c.jitter_at("prefill_t", c.step, S_max).tolist()
-        jpd: list[float] = c.jitter_at("prefill_d", c.step, S_max).tolist() if has_pd else []
-    rebalance = nb == 2 and c.bm.policy_name == "rebalance"
-    m = c.m
-    kind = _kind(c, nb)
+    wch, wtab, mask, nbits, sh = tabs.work.chunks, tabs.work, MASK, NBITS, SHIFT
+    has_draft, has_pd, detail = tabs.has_draft, c.drafter is not None, c.step_detail
+    jit = _jitter(c, S_max, has_draft, has_pd)
+    jv, jd = jit[:2] if jit else ([], [])
     psd, sd_coloc = kind == "psd", kind == "sd"
-    sh, mask, nbits = SHIFT, MASK, NBITS
-    detail = c.step_detail
-    ctx, off, nsteps, arrival, prompt = (c.traj.ctx, c.off_list, c.nsteps_list,
-                                         c.arrival_list, c.prompt_list)
-    wq, wi, nw = list(c.waiting), 0, len(c.waiting)
-    ptr, N = c.arr_ptr, c.N
-    n_free = sum(len(f) for f in free)
+    lanes = _lanes(c, order, period, S_max, V, heap, free, size, rec.append, tabs.extra_passes)
+    next_done, ready, _, _ = next(lanes)
     T = c.now
     Tl = [T]
     rows: list[tuple[int, int, int, int, float, float]] = []   # n_v, C_v, n_d, C_d, t_v, t_d
     pf: list[tuple[int, int, int, float, float]] = []    # (step, n, tokens, t_dur, d_dur)
-    pf_n = pf_tok = pf_xt = pf_xd = 0     # prefill: prompts, tokens, extra passes t / d
-    xt, xd = tabs.extra_passes
-    if c.pending:
-        pend_len = c.prefill_tokens(np.asarray(c.pending, np.int64))
-        pf_n, pf_tok = len(c.pending), int(pend_len.sum())
-        pf_xt, pf_xd = tabs.extra(pend_len)
-    heappop, heappush = heapq.heappop, heapq.heappush
-    rows_append, T_append, V_item = rows.append, Tl.append, V.item
-    next_done = heap[0][0] if heap else S_max
-    a_next = arrival[ptr] if ptr < N else float("inf")
+    pfq = _pending(c, tabs)     # the prefill step 0 owes: prompts, tokens, extra passes t / d
+    pf_n = pfq[0]
+    rows_append, T_append, V_item, send = rows.append, Tl.append, V.item, lanes.send
     if psd:    # the row verified in step 0; later, the row drafted in the step before
         n_d, c_d = size[0], V_item(0)
         key = (n_d << nbits) | (c_d >> sh)
         tv_next = (wch.get(key) or wtab.fill(key))[0][c_d & mask]
     S = S_max
     for s in range(S_max):
-        if s and (s == next_done or (n_free and (wi < nw or a_next <= T))):
-            # ---- boundary s: completions, then FCFS admissions into the draft batch
-            changed = False
-            while next_done == s:
-                _, bi, lane = heappop(heap)
-                free[bi].append(lane)
-                size[bi] -= 1
-                n_free += 1
-                changed = True
-                next_done = heap[0][0] if heap else S_max
-            if n_free:
-                stop = False
-                prev = (s - 1) % period
-                while True:
-                    if wi < nw:
-                        r = wq[wi]
-                    elif a_next <= T:
-                        r = ptr
-                    else:
-                        break
-                    # the batch the rule picks (in `order`'s indices; prev is drafted next)
-                    tgt = join(size, prev, m) if rebalance else prev
-                    if tgt is None or not free[tgt]:
-                        break
-                    if tgt != prev or nsteps[r] == 0:
-                        stop = True
-                        break
-                    if wi < nw:
-                        wi += 1
-                    else:
-                        ptr += 1
-                        a_next = arrival[ptr] if ptr < N else float("inf")
-                    lane = free[tgt].pop()
-                    n_free -= 1
-                    q0 = -(-(s - tgt) // period)
-                    rec_append((tgt, lane, r, q0, s))
-                    size[tgt] += 1
-                    changed = True
-                    ns = nsteps[r]
-                    a = period * q0 + tgt            # the step verifying its first row
-                    done_at = a + period * (ns - 1) + 1
-                    heappush(heap, (done_at, tgt, lane))
-                    if done_at < next_done:
-                        next_done = done_at
-                    L = min(ns, (VLEN - 1 - a) // period + 1)
-                    f = off[r]
-                    V[a:a + period * L:period] += ctx[f:f + L]
-                    pf_n += 1
-                    pf_tok += prompt[r]
-                    if xt is not None:
-                        pf_xt += xt[r]
-                    if xd is not None:
-                        pf_xd += xd[r]
-                if stop:
-                    S = s
-                    break
-            if changed and (min(size) == 0 or (rebalance and abs(size[0] - size[1]) > 1)):
+        if s and (s == next_done or ready <= T):
+            next_done, ready, pfq, stop = send((s, T))
+            if stop:
                 S = s
                 break
-        # ---- step s: the rows verified and drafted (a row's sequences are its batch's
-        # members at this boundary: admissions only join the drafted batch), costs, clock
-        # In PSD the row drafted in step s is the one verified in step s + 1 (same members,
-        # same contexts), so one look-up gives this step's draft and the next one's verify.
-        if psd:
+            pf_n = pfq[0]
+        # ---- step s: the rows verified and drafted, their costs, the clock (module docstring)
+        if psd:    # the row drafted in step s is the one verified in step s + 1
             n_v, c_v, tv = n_d, c_d, tv_next
             n_d, c_d = size[(s & 1) ^ 1], V_item(s + 1)
             key = (n_d << nbits) | (c_d >> sh)
@@ -213,25 +187,10 @@ def one_pass_plan(c, order: list[int], period: int, S_max: int) -> PhasePlan:
         if detail:
             rows_append((n_v, c_v, n_d, c_d, tv, td))
         if pf_n:
-            if pf_xt or pf_xd:
-                pt, pd = tabs.chunked_prefill(pf_n, pf_tok, pf_xt, pf_xd)
-            else:
-                key = (pf_n << nbits) | (pf_tok >> sh)
-                ch = pch.get(key) or ptab.fill(key)
-                i = pf_tok & mask
-                pt = ch[0][i]
-                pd = ch[1][i] if has_pd else 0.0
-            if jit:
-                pt = pt * jpt[s]
-                if has_pd:
-                    pd = pd * jpd[s]
-            pf.append((s, pf_n, pf_tok, pt, pd))
-            pf_n = pf_tok = pf_xt = pf_xd = 0
-            if sd_coloc:
-                T = T + pt
-                T = T + pd
-            else:
-                T = T + (pt if pt >= pd else pd)
+            pt, pd = _prefill_durations(tabs, s, *pfq, has_pd, jit)
+            pf.append((s, pf_n, pfq[1], pt, pd))
+            pf_n = 0
+            T = (T + pt) + pd if sd_coloc else T + (pt if pt >= pd else pd)
         if psd:
             T = T + (tv if tv >= td else td)
         else:
@@ -239,6 +198,89 @@ def one_pass_plan(c, order: list[int], period: int, S_max: int) -> PhasePlan:
                 T = T + td
             T = T + tv
         T_append(T)
+    lanes.close()
+    return S, rec, Tl, rows, pf
+
+
+def _lanes(c, order: list[int], period: int, S_max: int, V, heap, free, size, rec_append,
+           extra_passes):
+    """The boundaries of the sweep, a coroutine (one resumption per boundary, none per step):
+    sent (s, T) at boundary s (T its time), it applies the completions, then the FCFS
+    admissions into the draft batch (the same integer rules as ``sim.lanes.layout``), and
+    yields (next_done, ready, prefill, stop): the next completion boundary, the time from which
+    a boundary admits (inf without a free lane, -inf with requests waiting), the prefill the
+    admissions owe step s (prompts, tokens, extra target / drafter passes) and whether the
+    stretch ends at s.  Its first yield (before any boundary) gives the first two."""
+    nsteps, arrival, prompt, off, ctx = (c.nsteps_list, c.arrival_list, c.prompt_list,
+                                         c.off_list, c.traj.ctx)
+    rebalance, m, VLEN = len(order) == 2 and c.bm.policy_name == "rebalance", c.m, S_max + 2
+    xt, xd = extra_passes
+    wq, wi, nw, ptr, N = list(c.waiting), 0, len(c.waiting), c.arr_ptr, c.N
+    n_free, inf = sum(len(f) for f in free), float("inf")
+    heappop, heappush = heapq.heappop, heapq.heappush
+    next_done = heap[0][0] if heap else S_max
+    a_next = arrival[ptr] if ptr < N else inf
+    pfq, stop = (0, 0, 0, 0), False
+    while True:
+        ready = (-inf if wi < nw else a_next) if n_free else inf
+        s, T = yield next_done, ready, pfq, stop
+        changed = False
+        pf_n = pf_tok = pf_xt = pf_xd = 0
+        while next_done == s:
+            _, bi, lane = heappop(heap)
+            free[bi].append(lane)
+            size[bi] -= 1
+            n_free += 1
+            changed = True
+            next_done = heap[0][0] if heap else S_max
+        prev = (s - 1) % period
+        while n_free:
+            if wi < nw:
+                r = wq[wi]
+            elif a_next <= T:
+                r = ptr
+            else:
+                break
+            # the batch the rule picks (in `order`'s indices; prev is drafted next)
+            tgt = join(size, prev, m) if rebalance else prev
+            if tgt is None or not free[tgt]:
+                break
+            if tgt != prev or nsteps[r] == 0:
+                stop = True
+                break
+            if wi < nw:
+                wi += 1
+            else:
+                ptr += 1
+                a_next = arrival[ptr] if ptr < N else inf
+            lane = free[tgt].pop()
+            n_free -= 1
+            q0 = -(-(s - tgt) // period)
+            rec_append((tgt, lane, r, q0, s))
+            size[tgt] += 1
+            changed = True
+            ns = nsteps[r]
+            a = period * q0 + tgt            # the step verifying its first row
+            done_at = a + period * (ns - 1) + 1
+            heappush(heap, (done_at, tgt, lane))
+            if done_at < next_done:
+                next_done = done_at
+            L = min(ns, (VLEN - 1 - a) // period + 1)
+            f = off[r]
+            V[a:a + period * L:period] += ctx[f:f + L]
+            pf_n, pf_tok = pf_n + 1, pf_tok + prompt[r]
+            if xt is not None:
+                pf_xt += xt[r]
+            if xd is not None:
+                pf_xd += xd[r]
+        if changed and (min(size) == 0 or (rebalance and abs(size[0] - size[1]) > 1)):
+            stop = True
+        pfq = (pf_n, pf_tok, pf_xt, pf_xd)
+
+
+def _finish(c, order, period, kind, S, rec, Tl, rows, pf) -> PhasePlan:
+    """The plan of the first S steps from the sweep's records: the layout, then the light plan
+    (without step detail) or the full one."""
     arr = np.array(rec, np.int64).reshape(-1, 5)
     arr = arr[arr[:, 4] < S]
     new = arr[arr[:, 4] > 0]
@@ -246,7 +288,7 @@ def one_pass_plan(c, order: list[int], period: int, S_max: int) -> PhasePlan:
     lay = Layout(S, arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], arr[:, 4], events,
                  np.asarray(Tl[:S + 1]))
     pf = [x for x in pf if x[0] < S]
-    if not detail:
+    if not c.step_detail:
         return _light(c, order, period, lay, pf)
     cols = list(zip(*rows[:S]))
     return _assemble(c, order, period, lay, kind, cols, pf)
