@@ -64,13 +64,9 @@ def _order(core) -> tuple[list[int], int]:
     return [0], 1
 
 
-def layout(c, order: list[int], period: int, T: np.ndarray, S_max: int) -> Layout:
-    """Admissions and completions for boundary times T (T[b] = start of step b).  Requests
-    admitted here are fresh (no KV limit, so no preemption): all their steps are ahead."""
-    nsteps, arrival = c.nsteps_list, c.arrival_list
-    Tl = T.tolist()
-    nb, m = len(order), c.m
-    rebalance = nb == 2 and c.bm.policy_name == "rebalance"
+def _members(c, order: list[int], period: int):
+    """The lanes of the current members: their record columns (batch, lane, request, first
+    row, admitted at), the completion heap, the free lanes and the size of each batch."""
     sb, sl, sr, sq, sa = [], [], [], [], []
     heap: list[tuple[int, int, int]] = []
     free: list[list[int]] = []
@@ -87,8 +83,19 @@ def layout(c, order: list[int], period: int, T: np.ndarray, S_max: int) -> Layou
             heap.append((period * (rem[lane] - 1) + bi + 1, bi, lane))
         free.append(list(range(c.m - 1, len(members) - 1, -1)))
         size.append(len(members))
-    n_free = sum(len(f) for f in free)
     heapq.heapify(heap)
+    return (sb, sl, sr, sq, sa), heap, free, size
+
+
+def layout(c, order: list[int], period: int, T: np.ndarray, S_max: int) -> Layout:
+    """Admissions and completions for boundary times T (T[b] = start of step b).  Requests
+    admitted here are fresh (no KV limit, so no preemption): all their steps are ahead."""
+    nsteps, arrival = c.nsteps_list, c.arrival_list
+    Tl = T.tolist()
+    nb, m = len(order), c.m
+    rebalance = nb == 2 and c.bm.policy_name == "rebalance"
+    (sb, sl, sr, sq, sa), heap, free, size = _members(c, order, period)
+    n_free = sum(len(f) for f in free)
     waiting = deque(c.waiting)
     ptr, N = c.arr_ptr, c.N
     events = []
