@@ -1,0 +1,239 @@
+"""Reading a step-level trace (``analysis.trace``: the format, re-exported there): each
+record is validated and a malformed one rejected with the line number and the field."""
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any, Iterable, Iterator
+
+from .trace_records import (PHASE_KINDS, READABLE_VERSIONS, Phase, RequestRecord, RunInfo,
+                            StepRecord, Trace, TraceFormatError, Verified)
+
+def _is_finite_number(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:       # an integer too large for a float
+        return False
+
+
+class _Fields:
+    """Typed field access that raises TraceFormatError naming line and field."""
+
+    def __init__(self, obj: dict[str, Any], where: str, prefix: str = ""):
+        self.obj, self.where, self.prefix = obj, where, prefix
+
+    def fail(self, name: str, what: str) -> TraceFormatError:
+        return TraceFormatError(f"{self.where}: field '{self.prefix}{name}': {what}")
+
+    def get(self, name: str, kind: str, *, optional: bool = False, default: Any = None) -> Any:
+        if name not in self.obj or self.obj[name] is None:
+            if optional:
+                return default
+            raise self.fail(name, "missing")
+        value = self.obj[name]
+        if kind == "int":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise self.fail(name, f"expected an integer, got {value!r}")
+        elif kind == "num":
+            if not _is_finite_number(value):
+                raise self.fail(name, f"expected a finite number, got {value!r}")
+            value = float(value)
+        elif kind == "str":
+            if not isinstance(value, str):
+                raise self.fail(name, f"expected a string, got {value!r}")
+        elif kind == "bool":
+            if not isinstance(value, bool):
+                raise self.fail(name, f"expected true/false, got {value!r}")
+        elif kind == "dict":
+            if not isinstance(value, dict):
+                raise self.fail(name, f"expected an object, got {value!r}")
+        elif kind == "list":
+            if not isinstance(value, list):
+                raise self.fail(name, f"expected a list, got {value!r}")
+        elif kind == "id":
+            if isinstance(value, bool) or not isinstance(value, (int, str)):
+                raise self.fail(name, f"expected an integer or string id, got {value!r}")
+        return value
+
+    def nonneg_int(self, name: str, **kw) -> Any:
+        value = self.get(name, "int", **kw)
+        if value is not None and value < 0:
+            raise self.fail(name, f"must be >= 0, got {value}")
+        return value
+
+
+def _parse_run(f: _Fields) -> RunInfo:
+    schema = f.get("schema", "int")
+    if schema not in READABLE_VERSIONS:
+        raise f.fail("schema", f"trace schema version {schema} is not supported by this psdlab "
+                               f"(reads {', '.join(map(str, READABLE_VERSIONS))})")
+    return RunInfo(
+        mode=f.get("mode", "str"), k=f.nonneg_int("k"), m=f.nonneg_int("m"),
+        source=f.get("source", "str"), devices=f.get("devices", "dict", optional=True, default={}),
+        models=f.get("models", "dict", optional=True, default={}),
+        workload=f.get("workload", "dict", optional=True, default={}),
+        seed=f.get("seed", "int", optional=True),
+        versions=f.get("versions", "dict", optional=True, default={}),
+        extra=f.get("extra", "dict", optional=True, default={}), schema=schema)
+
+
+def _parse_phase(obj: Any, where: str, name: str) -> Phase:
+    if not isinstance(obj, dict):
+        raise TraceFormatError(f"{where}: field '{name}': expected an object, got {obj!r}")
+    f = _Fields(obj, where, prefix=f"{name}.")
+    kind = f.get("kind", "str")
+    if kind not in PHASE_KINDS:
+        raise f.fail("kind", f"must be one of {', '.join(PHASE_KINDS)}, got {kind!r}")
+    start, end = f.get("start", "num"), f.get("end", "num")
+    if end < start:
+        raise f.fail("end", f"ends before it starts ({end} < {start})")
+    return Phase(kind=kind, device=f.get("device", "str"), start=start, end=end,
+                 seqs=f.nonneg_int("seqs"), tokens=f.nonneg_int("tokens"),
+                 context=f.nonneg_int("context", optional=True, default=0),
+                 chunks=f.nonneg_int("chunks", optional=True, default=0))
+
+
+_VERIFIED_FIELDS = ("req", "proposed", "accepted", "emitted")
+
+
+def _parse_verified(row: Any, where: str, name: str) -> Verified:
+    """One ``[req, proposed, accepted, emitted]`` row; errors name the row and the sub-field,
+    e.g. ``field 'verified[2].accepted'``."""
+    def fail(sub: str, what: str) -> TraceFormatError:
+        return TraceFormatError(f"{where}: field '{name}{sub}': {what}")
+
+    if not isinstance(row, list) or len(row) != 4:
+        raise fail("", f"expected [req, proposed, accepted, emitted], got {row!r}")
+    if isinstance(row[0], bool) or not isinstance(row[0], (int, str)):
+        raise fail(".req", f"expected an integer or string id, got {row[0]!r}")
+    for sub, x in zip(_VERIFIED_FIELDS[1:], row[1:]):
+        if isinstance(x, bool) or not isinstance(x, int) or x < 0:
+            raise fail(f".{sub}", f"expected a non-negative integer, got {x!r}")
+    req, proposed, accepted, emitted = row
+    if accepted > proposed:
+        raise fail(".accepted", f"accepted {accepted} > proposed {proposed}")
+    if emitted > accepted + 1:
+        raise fail(".emitted", f"emitted {emitted} > accepted {accepted} + 1 (at most one "
+                               f"bonus or correction token per step)")
+    return Verified(req=req, proposed=proposed, accepted=accepted, emitted=emitted)
+
+
+def _parse_batch(f: _Fields, name: str) -> int | None:
+    value = f.get(name, "int", optional=True)
+    if value is not None and value not in (0, 1):
+        raise f.fail(name, f"must be 0, 1 or null, got {value}")
+    return value
+
+
+def _parse_step(f: _Fields) -> StepRecord:
+    start, end = f.get("start", "num"), f.get("end", "num")
+    if end < start:
+        raise f.fail("end", f"step ends before it starts ({end} < {start})")
+    phases = tuple(_parse_phase(p, f.where, f"phases[{i}]")
+                   for i, p in enumerate(f.get("phases", "list")))
+    verified = tuple(_parse_verified(v, f.where, f"verified[{i}]")
+                     for i, v in enumerate(f.get("verified", "list")))
+    preempted = f.get("preempted", "list", optional=True, default=[])
+    for i, req in enumerate(preempted):
+        if isinstance(req, bool) or not isinstance(req, (int, str)):
+            raise f.fail(f"preempted[{i}]", f"expected an integer or string id, got {req!r}")
+    return StepRecord(index=f.nonneg_int("index"), start=start, end=end, phases=phases,
+                      verified=verified, verify_batch=_parse_batch(f, "verify_batch"),
+                      draft_batch=_parse_batch(f, "draft_batch"),
+                      overlapped=f.get("overlapped", "bool", optional=True, default=False),
+                      preempted=tuple(preempted))
+
+
+def _parse_request(f: _Fields) -> RequestRecord:
+    rec = RequestRecord(
+        id=f.get("id", "id"), arrival=f.get("arrival", "num"), admitted=f.get("admitted", "num"),
+        first_token=f.get("first_token", "num"), finish=f.get("finish", "num"),
+        prompt_len=f.nonneg_int("prompt_len"), output_len=f.nonneg_int("output_len"),
+        batch=_parse_batch(f, "batch"), preemptions=f.nonneg_int("preemptions", optional=True,
+                                                                 default=0))
+    order = (("arrival", rec.arrival), ("admitted", rec.admitted),
+             ("first_token", rec.first_token), ("finish", rec.finish))
+    for (before, t0), (name, t1) in zip(order, order[1:]):
+        if t1 < t0:
+            raise f.fail(name, f"must be >= {before} (arrival <= admitted <= first_token <= "
+                               f"finish), got {t1} < {t0}")
+    return rec
+
+
+def parse_record(obj: Any, where: str, *, after_run: bool) -> RunInfo | StepRecord | RequestRecord:
+    """Validate one decoded JSON object; ``after_run`` says whether a 'run' record came first."""
+    if not isinstance(obj, dict):
+        raise TraceFormatError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    kind = obj.get("type")
+    f = _Fields(obj, where)
+    if kind == "run":
+        if after_run:
+            raise f.fail("type", "a second 'run' record")
+        return _parse_run(f)
+    if not after_run:
+        raise f.fail("type", f"the first record must be 'run', got {kind!r}")
+    if kind == "step":
+        return _parse_step(f)
+    if kind == "request":
+        return _parse_request(f)
+    raise f.fail("type", f"must be 'run', 'step' or 'request', got {kind!r}")
+
+
+class TruncatedTraceWarning(UserWarning):
+    """The last line of a trace was cut short (a run that crashed mid-write) and was skipped."""
+
+
+def iter_records(lines: Iterable[str | bytes], name: str = "<trace>") -> Iterator[Any]:
+    """Parse and validate records one by one; raises TraceFormatError('name:LINE: ...').
+    Lines may be str or UTF-8 bytes.  A last line that is not valid JSON (a writer that
+    stopped mid-line) ends the trace with one TruncatedTraceWarning instead; an invalid line
+    with records after it is an error."""
+    seen_run = False
+    cut: str | None = None          # the error of an invalid line, raised if any line follows
+    kept = 0
+    for lineno, line in enumerate(lines, start=1):
+        where = f"{name}:{lineno}"
+        if isinstance(line, bytes):
+            try:
+                line = line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise TraceFormatError(f"{where}: not valid UTF-8 ({exc.reason} at byte "
+                                       f"{exc.start}); the file may be corrupt") from None
+        if not line.strip():
+            continue
+        if cut is not None:
+            raise TraceFormatError(cut)
+        try:
+            obj = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            why = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+            cut = f"{where}: not valid JSON ({why}); the file may be truncated or corrupt"
+            continue
+        record = parse_record(obj, where, after_run=seen_run)
+        seen_run = True
+        kept += 1
+        yield record
+    if cut is not None:
+        if not seen_run:
+            raise TraceFormatError(cut)
+        import warnings
+        warnings.warn(f"{cut.split(': not valid JSON')[0]}: last line is cut short (a run that "
+                      f"stopped mid-write?); read the {kept} record(s) before it",
+                      TruncatedTraceWarning, stacklevel=2)
+    if not seen_run:
+        raise TraceFormatError(f"{name}: empty trace (no 'run' record)")
+
+
+def read_trace(path: str | os.PathLike) -> Trace:
+    """Read and validate a whole trace file."""
+    name = os.fspath(path)
+    with open(path, "rb") as fh:
+        records = iter_records(fh, name)
+        run = next(records)
+        trace = Trace(run=run)
+        for rec in records:
+            (trace.steps if isinstance(rec, StepRecord) else trace.requests).append(rec)
+    return trace
