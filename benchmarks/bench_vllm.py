@@ -201,7 +201,7 @@ def comparisons(res: dict, tput: dict) -> dict[str, Any]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", action="store_true", help="tiny random pair (smoke run)")
     ap.add_argument("--drafter", choices=("auto", "skip", "self"), default="auto",
@@ -218,21 +218,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="skip timing psdlab's runner at vLLM's pass shapes")
     ap.add_argument("--out", default="out/bench_vllm", help="trace directory")
     ap.add_argument("--json", action="store_true")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def _measure(args: argparse.Namespace, target: str, draft: str, prompts: list[list[int]],
+             out: Path) -> tuple[dict[str, Any], dict[str, list[float]], dict[str, bool]]:
+    """AR, AR on both cores, then SD, PSD (and SD on both cores) ``args.repeat`` times
+    interleaved, each in a fresh process: the results by run, wall times, outputs == AR's."""
     from psdlab.runtime.vllm_ext.vllm_runner import (VllmResult, VllmRunConfig,
-                                                     quiet_vllm_logs, run_vllm_isolated)
-    quiet_vllm_logs()
-    if args.tiny:
-        from psdlab.runtime.vllm_ext.tiny import tiny_pair, tiny_prompts
-        pair = tiny_pair(CACHE / "tiny")
-        target, draft, kind = pair["target"], pair["draft"], "tiny noisy copy"
-        prompts = tiny_prompts(args.prompts)
-    else:
-        target, draft, kind = smollm2_pair(args.drafter)
-        prompts = prompts_for(target, args.prompts)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    load_before = list(os.getloadavg())
+                                                     run_vllm_isolated)
     res: dict[str, VllmResult] = {}
     walls: dict[str, list[float]] = {}
     equal: dict[str, bool] = {}
@@ -251,6 +245,15 @@ def main(argv: list[str] | None = None) -> int:
         if name != "ar":
             equal[name] = equal.get(name, True) and r.outputs == res["ar"].outputs
         res[name] = r
+    return res, walls, equal
+
+
+def _report(args: argparse.Namespace, res: dict[str, Any], walls: dict[str, list[float]],
+            equal: dict[str, bool], pair: tuple[str, str, str], prompts: list[list[int]],
+            out: Path, load_before: list[float]) -> dict[str, Any]:
+    """The figures printed: machine, throughputs and gains, the closed form's prediction, the
+    drafter's calls, overlap and (unless ``--no-passes`` or ``--tiny``) per-pass times."""
+    target, draft, kind = pair
     tokens = sum(len(o) for o in res["ar"].outputs)
     tput = {m: tokens / _median(w) for m, w in walls.items()}
     cmp = comparisons(res, tput)
@@ -284,6 +287,26 @@ def main(argv: list[str] | None = None) -> int:
         theirs = vllm_pass_times([res["psd"].trace, res["ar"].trace], shapes)
         report["passes_psdlab_vs_vllm"] = compare(ours, theirs)
         report["passes_context_tokens"] = context
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from psdlab.runtime.vllm_ext.vllm_runner import quiet_vllm_logs
+    quiet_vllm_logs()
+    if args.tiny:
+        from psdlab.runtime.vllm_ext.tiny import tiny_pair, tiny_prompts
+        pair = tiny_pair(CACHE / "tiny")
+        target, draft, kind = pair["target"], pair["draft"], "tiny noisy copy"
+        prompts = tiny_prompts(args.prompts)
+    else:
+        target, draft, kind = smollm2_pair(args.drafter)
+        prompts = prompts_for(target, args.prompts)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    load_before = list(os.getloadavg())
+    res, walls, equal = _measure(args, target, draft, prompts, out)
+    report = _report(args, res, walls, equal, (target, draft, kind), prompts, out, load_before)
     if args.json:
         print(json.dumps(report, default=str))
     else:
