@@ -477,3 +477,15 @@ def test_cli_bad_arguments_and_unknown_files(tmp_path, capsys):
                     "not a text file")
     _one_line_error(capsys, ["calibrate", str(tmp_path / "missing.jsonl"), "-o",
                              str(tmp_path / "m.json")], "missing.jsonl")
+
+
+def test_a_role_priced_by_its_phase_overhead_alone_loads(tmp_path):
+    """A drafting phase of tiny, noisy passes can fit to zero per-pass terms with all its time
+    on the per-phase overhead: the model file still loads (it failed with 'at least one of base,
+    ... must be > 0'); with nothing that costs time it is a one-line error."""
+    from psdlab.sim.costs.fitted import cost_from_role
+    zero = {"base": 0.0, "per_seq": 0.0, "per_token": 0.0, "per_context": 0.0}
+    cost = cost_from_role({"kind": "affine", "coef": zero, "phase_overhead": 0.004}, "roles.d")
+    assert cost.phase_overhead == 0.004
+    with pytest.raises(ValueError, match=r"^roles\.d\.coef: at least one of .* must be > 0$"):
+        cost_from_role({"kind": "affine", "coef": zero}, "roles.d")

@@ -48,7 +48,7 @@ import numpy as np
 
 from psdlab.analysis.checks import check_nonnegative
 
-from .affine import AFFINE_TERMS, AffineCost, affine_from_coefficients
+from .affine import AFFINE_TERMS, AffineCost
 from .base import CostModel, check_fields, register_cost_model
 
 FIT_FORMAT = "psdlab.cost-fit"
@@ -203,11 +203,18 @@ def cost_from_role(role_doc: Any, where: str) -> CostModel:
         for key in coef:
             if key not in AFFINE_TERMS:
                 raise ValueError(f"{where}.coef.{key}: unknown; allowed: {', '.join(AFFINE_TERMS)}")
-        base = affine_from_coefficients(coef, f"{where}.coef")
         phase = check_nonnegative(f"{where}.phase_overhead",
                                   role_doc.get("phase_overhead", 0.0))
-        return FittedAffineCost(base=base.base, per_seq=base.per_seq, per_token=base.per_token,
-                                per_context=base.per_context, fit_info=info,
+        values = {k: check_nonnegative(f"{where}.coef.{k}", coef.get(k, 0.0))
+                  for k in AFFINE_TERMS}
+        # a fit may put a role's whole time on the per-phase overhead (a drafting phase of
+        # tiny, noisy passes): valid as long as something costs time
+        if not any(values.values()) and phase <= 0:
+            raise ValueError(f"{where}.coef: at least one of {', '.join(AFFINE_TERMS)} or "
+                             f"{where}.phase_overhead must be > 0")
+        return FittedAffineCost(base=values["base"], per_seq=values["per_seq"],
+                                per_token=values["per_token"],
+                                per_context=values["per_context"], fit_info=info,
                                 phase_overhead=float(phase))
     if kind == "table":
         return table_from_dict(role_doc, where, info)
