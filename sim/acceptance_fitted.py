@@ -1,5 +1,5 @@
 """The ``fitted`` acceptance model: a logistic model of each draft token's acceptance that
-transfers to requests the calibration never saw (``validation.acceptance_transfer`` fits it).
+transfers to requests the calibration never saw (``validation.acceptance.transfer`` fits it).
 
 The i-th draft token (1-based) of a proposal drafted from output position ``pos`` sits at
 output position n = pos + i - 1.  Given that tokens 1 .. i-1 were accepted, it is accepted

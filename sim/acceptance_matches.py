@@ -5,7 +5,7 @@ greedy token at output position j of request r (given the target's output before
 target's token there, else 0.  A verification that drafts k tokens from position n accepts the
 run of ones ``g_r(n), g_r(n+1), ...``, capped at k; the next one starts at n + accepted + 1.
 The pattern g_r does not depend on k, the batch or the schedule, so patterns recovered from
-traces at some k (``validation.match_patterns``) predict the acceptance of the
+traces at some k (``validation.acceptance.match_patterns``) predict the acceptance of the
 same requests at any other k, batch size or arrival pattern.
 
 Spec: ``{"name": "matches", "requests": {"ID": "0111.10...", ...}, "fallback": SPEC}``: one

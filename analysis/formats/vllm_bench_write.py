@@ -128,7 +128,7 @@ def bench_result_from_trace(trace: Trace, *, detailed: bool = True,
                             model_id: str | None = None) -> dict[str, Any]:
     """The vLLM bench result document of ``trace`` (module docstring).  ``send_times``: per
     request id, when the client sent it (default: its arrival; a client that caps its
-    concurrency sends later, see ``validation.bench_replay.client_send_times``);
+    concurrency sends later, see ``validation.serving_results.replay.client_send_times``);
     ``request_rate``: the rate to record (None or inf: ``"inf"``)."""
     reqs = sorted(trace.requests, key=lambda r: (r.arrival, str(r.id)))
     if not reqs:
