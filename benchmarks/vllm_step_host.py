@@ -42,8 +42,8 @@ from typing import Any, Sequence
 
 from psdlab.validation.engine.host_steps import V1_PARTS as PARTS
 from psdlab.analysis.atomic_write import write_json_and_markdown
-from psdlab.validation.engine.host_steps import (CallTimer, fits, fits_table, parse_ints,
-                                                 summarize_cell, v1_decode_steps)
+from psdlab.validation.engine.host_steps import (CallTimer, add_grid_args, check_grid_args, fits,
+                                                 fits_table, summarize_cell, v1_decode_steps)
 
 LSCPU_KEYS = ("Model name", "CPU family", "Model", "Thread(s) per core", "Core(s) per socket",
               "Socket(s)", "Hypervisor vendor", "L2 cache", "L3 cache", "CPU max MHz")
@@ -205,24 +205,11 @@ def markdown(res: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="results/engine/vllm_cpu_step_host.json")
-    ap.add_argument("--batches", default="1,2,4,8,16,32,64")
-    ap.add_argument("--ks", default="2,4", help="SD draft lengths (empty: AR only)")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--new-tokens", type=int, default=48)
-    ap.add_argument("--prompt-len", type=int, default=16)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--tiny-dir", default="/tmp/psdlab_vllm_step_host_tiny")
+    add_grid_args(ap, out="results/engine/vllm_cpu_step_host.json",
+                  batches="1,2,4,8,16,32,64", ks="2,4", repeats=5,
+                  new_tokens=48)
     args = ap.parse_args(argv)
-    try:
-        args.batches = parse_ints(args.batches, "--batches", 1, 256)
-        ks = parse_ints(args.ks, "--ks", 1, 8)
-    except ValueError as e:
-        ap.error(str(e))
-    if not args.batches:
-        ap.error("--batches: integers in 1..256")
-    if args.repeats < 1 or args.new_tokens < 8 or args.threads < 1:
-        ap.error("--repeats >= 1, --new-tokens >= 8, --threads >= 1")
+    ks = check_grid_args(ap, args)
     _env()
     from psdlab.runtime.vllm_ext.tiny import tiny_pair, tiny_prompts
     from psdlab.validation.results_file import git_info, machine_info

@@ -31,8 +31,8 @@ import time
 from typing import Any, Sequence
 
 from psdlab.analysis.atomic_write import write_json_and_markdown
-from psdlab.validation.engine.host_steps import (CallTimer, fits, fits_table, parse_ints,
-                                                 summarize_cell)
+from psdlab.validation.engine.host_steps import (CallTimer, add_grid_args, check_grid_args, fits,
+                                                 fits_table, summarize_cell)
 
 PARTS = ("schedule", "process_outputs", "proposer_host", "scorer_host", "verify",
          "outputs_list", "exec_host", "other")
@@ -199,24 +199,12 @@ def markdown(res: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="results/engine/vllm_v0_step_host.json")
-    ap.add_argument("--batches", default="1,2,4,8,16,32")
-    ap.add_argument("--ks", default="1,2,4,6")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--prompt-len", type=int, default=16)
-    ap.add_argument("--threads", type=int, default=1)
+    add_grid_args(ap, out="results/engine/vllm_v0_step_host.json",
+                  batches="1,2,4,8,16,32", ks="1,2,4,6", repeats=3,
+                  new_tokens=64)
     ap.add_argument("--threads-bind", default="0", help="VLLM_CPU_OMP_THREADS_BIND (a core list)")
-    ap.add_argument("--tiny-dir", default="/tmp/psdlab_vllm_step_host_tiny")
     args = ap.parse_args(argv)
-    try:
-        args.batches = parse_ints(args.batches, "--batches", 1, 256)
-        ks = parse_ints(args.ks, "--ks", 1, 8)
-    except ValueError as e:
-        ap.error(str(e))
-    if not args.batches or args.repeats < 1 or args.new_tokens < 8 or args.threads < 1:
-        ap.error("--batches: integers in 1..256; --repeats >= 1, --new-tokens >= 8, "
-                 "--threads >= 1")
+    ks = check_grid_args(ap, args)
     _env(args.threads_bind)
     from psdlab.runtime.vllm_ext.tiny import tiny_pair, tiny_prompts
     from psdlab.validation.results_file import git_info, machine_info

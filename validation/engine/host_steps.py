@@ -177,3 +177,30 @@ def fits_table(families: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[
                          f"{f.get('sd_fixed_ms', nan):.4f} | "
                          f"{f.get('per_draft_pass_ms', nan):.4f} | {f['r2']:.3f} |")
     return lines
+
+
+def add_grid_args(ap: Any, *, out: str, batches: str, ks: str, repeats: int,
+                  new_tokens: int) -> None:
+    """The tiny-model engine benchmarks' shared options (their defaults differ)."""
+    ap.add_argument("--out", default=out)
+    ap.add_argument("--batches", default=batches)
+    ap.add_argument("--ks", default=ks, help="SD draft lengths (empty: AR only)")
+    ap.add_argument("--repeats", type=int, default=repeats)
+    ap.add_argument("--new-tokens", type=int, default=new_tokens)
+    ap.add_argument("--prompt-len", type=int, default=16)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--tiny-dir", default="/tmp/psdlab_vllm_step_host_tiny")
+
+
+def check_grid_args(ap: Any, args: Any) -> list[int]:
+    """Parse ``--batches`` in place and return ``--ks``; bad values end in ``ap.error``."""
+    try:
+        args.batches = parse_ints(args.batches, "--batches", 1, 256)
+        ks = parse_ints(args.ks, "--ks", 1, 8)
+    except ValueError as e:
+        ap.error(str(e))
+    if not args.batches:
+        ap.error("--batches: integers in 1..256")
+    if args.repeats < 1 or args.new_tokens < 8 or args.threads < 1:
+        ap.error("--repeats >= 1, --new-tokens >= 8, --threads >= 1")
+    return ks
