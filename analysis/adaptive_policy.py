@@ -37,7 +37,7 @@ from psdlab.analysis.modes import STEP_MODES
 
 __all__ = ["MODES", "OBJECTIVES", "PolicyConfig", "LiveState", "StepCosts", "AffineCosts",
            "Candidate", "Decision", "AdaptivePolicy", "AcceptanceTracker", "emitted",
-           "predict", "rank", "policy_config"]
+           "predict_candidates", "rank", "policy_config"]
 
 MODES = STEP_MODES
 
@@ -80,7 +80,7 @@ class AffineCosts:
 
 def emitted(rates: tuple[float, ...], k: int) -> float:
     """E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j; positions past the list use its last rate (equals
-    ``GeometricAcceptance(a).emitted(k)`` when every rate is a)."""
+    ``GeometricRate(a).emitted(k)`` when every rate is a)."""
     total, run = 1.0, 1.0
     for i in range(k):
         run *= rates[min(i, len(rates) - 1)] if rates else 0.0
@@ -185,7 +185,7 @@ class Candidate:
         return "ar" if self.mode == "ar" else f"{self.mode}{self.k}"
 
 
-def predict(cfg: PolicyConfig, state: LiveState, costs: StepCosts,
+def predict_candidates(cfg: PolicyConfig, state: LiveState, costs: StepCosts,
             current: tuple[str, int] | None = None) -> list[Candidate]:
     """Every allowed candidate's predicted step, with the cost of switching to it from
     ``current`` (None: no cost), in the order of ``cfg.modes`` then k."""
@@ -228,9 +228,9 @@ def _switch_cost(cfg: PolicyConfig, state: LiveState, costs: StepCosts,
 
 def rank(cfg: PolicyConfig, state: LiveState, costs: StepCosts,
          current: tuple[str, int] | None = None) -> Candidate:
-    """The best candidate, without hysteresis (ties: the earlier one in ``predict``'s order,
-    so AR before SD before PSD and the smaller k first)."""
-    cands = predict(cfg, state, costs, current)
+    """The best candidate, without hysteresis (ties: the earlier one in
+    ``predict_candidates``'s order, so AR before SD before PSD and the smaller k first)."""
+    cands = predict_candidates(cfg, state, costs, current)
     best = cands[0]
     for c in cands[1:]:
         if c.score > best.score:
@@ -262,7 +262,7 @@ class AdaptivePolicy:
         "decisions": 0, "switches": 0, "transitions": {}, "switch_cost_s": {}})
 
     def decide(self, state: LiveState, costs: StepCosts) -> Decision:
-        cands = predict(self.cfg, state, costs, self.current)
+        cands = predict_candidates(self.cfg, state, costs, self.current)
         predicted = {c.label: c.score for c in cands}
         best = cands[0]
         for c in cands[1:]:

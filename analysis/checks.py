@@ -3,7 +3,7 @@ allowed range, so the CLI can print them as they are."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 
 def _is_number(value: Any) -> bool:
@@ -65,3 +65,22 @@ def check_choice(name: str, value: Any, choices) -> Any:
     if value not in choices:
         raise ValueError(f"{name}: must be one of {', '.join(map(str, choices))}, got {value!r}")
     return value
+
+
+def check_fields(table: Mapping[str, Any], where: str, required: Sequence[str] = (),
+                 optional: Sequence[str] = (), *, named: bool = True) -> None:
+    """A config table's fields, the one rule every table is checked by: an unknown field or a
+    missing required one is a one-line error ``WHERE.FIELD: ...`` that lists the allowed fields.
+    ``named``: a registry-chosen table (cost, acceptance, workload, length models), whose
+    ``name`` is always allowed and named in the message."""
+    allowed = tuple(required) + tuple(optional)
+    name = table.get("name") if named else None
+    owner = f" for {name!r}" if named else ""
+    for key in table:
+        if key not in allowed and not (named and key == "name"):
+            raise ValueError(f"{where}.{key}: unknown field{owner}; allowed: "
+                             f"{', '.join(sorted(allowed))}")
+    for key in required:
+        if key not in table:
+            raise ValueError(f"{where}.{key}: missing" + (f" (required by {name!r})" if named
+                                                          else ""))

@@ -62,7 +62,7 @@ def _uptime() -> str:
 
 
 def time_sweep(cfg, spec, backend: str, jobs: int) -> dict[str, Any]:
-    from psdlab.sim.capacity import run_capacity_plan, write_csv
+    from psdlab.sim.capacity import run_capacity_plan, write_plan_csv
 
     before, up = _load(), _uptime()
     t0 = time.perf_counter()
@@ -70,7 +70,7 @@ def time_sweep(cfg, spec, backend: str, jobs: int) -> dict[str, Any]:
     wall = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "p.csv")
-        write_csv(rows, path)
+        write_plan_csv(rows, path)
         digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
     return {"backend": backend, "jobs": jobs, "wall_s": round(wall, 2),
             "configs_per_s": round(len(rows) / len(spec.replicas) / wall, 2),

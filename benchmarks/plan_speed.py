@@ -7,8 +7,8 @@ beside `psdlab bench-sim`'s simulator speed, in one run; the two sweeps' rows mu
 
 The sweep is `benchmarks/plan_backends.py`'s (modes sd and psd, k 1..10, ten m, five
 drafters; 16 requests a trial, 2 bisection steps) on the local backend.  Without reuse first,
-then with it, then the simulator alone (`sim.speed_bench.run_bench`, 100k requests).  Other jobs may
-share the cores: the file records the load averages.
+then with it, then the simulator alone (`sim.speed_bench.run_speed_bench`, 100k requests).
+Other jobs may share the cores: the file records the load averages.
 """
 from __future__ import annotations
 
@@ -47,13 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from psdlab.sim.capacity import combos, parse_plan
     from psdlab.sim.sim_config import config_from_dict
-    from psdlab.sim.speed_bench import run_bench
+    from psdlab.sim.speed_bench import run_speed_bench
     from psdlab.validation.results_file import git_info, machine_info
     raw = sweep_config(16, 2)
     cfg = config_from_dict(raw, str(ROOT / "sim" / "configs"))
     spec = parse_plan(raw["plan"], cfg)
     runs = [sweep(cfg, spec, args.jobs, False), sweep(cfg, spec, args.jobs, True)]
-    sim = run_bench(100_000)
+    sim = run_speed_bench(100_000)
     same = runs[0]["rows_sha256"] == runs[1]["rows_sha256"]
     git = git_info(str(ROOT))
     doc = {"command": "benchmarks/plan_speed.py " + " ".join(argv or sys.argv[1:]),

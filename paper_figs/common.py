@@ -123,7 +123,7 @@ def trace_files(paths: Iterable[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def load_traces(paths: Sequence[str]) -> tuple[list[tuple[str, Any]], list[str]]:
+def load_figure_traces(paths: Sequence[str]) -> tuple[list[tuple[str, Any]], list[str]]:
     """Read psdlab traces; returns ([(path, Trace)], notes for files that are not traces)."""
     from psdlab.analysis.trace import TraceFormatError, read_trace
 

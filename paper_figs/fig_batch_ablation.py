@@ -58,7 +58,7 @@ def sweep(opts: FigOptions, tick: Tick) -> list[dict[str, Any]]:
     return rows
 
 
-def gains(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def ablation_gains(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     best = {(r["mode"], r["m"]): r for r in rows if r["best_k"]}
     out = []
     for m in MS:
@@ -114,7 +114,7 @@ def _plot(rows: list[dict[str, Any]], gain: list[dict[str, Any]], outdir: str) -
 def make(opts: FigOptions, tick: Tick) -> FigureOutput:
     out = FigureOutput(NAME)
     rows = sweep(opts, tick)
-    gain = gains(rows)
+    gain = ablation_gains(rows)
     out.csvs.append(write_csv(os.path.join(opts.outdir, "fig3_batch_ablation.csv"), COLUMNS,
                               rows))
     out.csvs.append(write_csv(os.path.join(opts.outdir, "fig3_batch_gain.csv"), GAIN_COLUMNS,

@@ -16,7 +16,8 @@ from typing import Any
 
 from psdlab.paper_figs import simruns
 from psdlab.paper_figs.common import (COLORS, NO_TRACES, FigOptions, FigureOutput, Tick,
-                                      load_traces, new_figure, note_panel, save_png, write_csv)
+                                      load_figure_traces, new_figure, note_panel, save_png,
+                                      write_csv)
 
 NAME = "lifespan"
 TITLE = "request lifespan Gantt (PSD, m = 4, 12 requests)"
@@ -126,7 +127,7 @@ def _plot(ax: Any, rows: list[dict[str, Any]], steps: list[dict[str, Any]], titl
 
 
 def _measured(opts: FigOptions, notes: list[str]) -> tuple[Any, str] | None:
-    loaded, bad = load_traces(opts.traces)
+    loaded, bad = load_figure_traces(opts.traces)
     notes.extend(bad)
     psd = [(p, t) for p, t in loaded if t.run.mode == "psd" and t.steps and t.requests]
     if not psd:

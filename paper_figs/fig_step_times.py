@@ -14,7 +14,7 @@ import numpy as np
 
 from psdlab.paper_figs import simruns
 from psdlab.paper_figs.common import (COLORS, MARKERS, NO_TRACES, FigOptions, FigureOutput, Tick,
-                               label_of, load_traces, new_figure, note_panel, save_png,
+                               label_of, load_figure_traces, new_figure, note_panel, save_png,
                                write_csv)
 
 NAME = "step_times"
@@ -57,7 +57,7 @@ def step_phase_times(trace: Any) -> dict[str, np.ndarray]:
 
 
 def measured_rows(opts: FigOptions, notes: list[str]) -> list[dict[str, Any]]:
-    loaded, bad = load_traces(opts.traces)
+    loaded, bad = load_figure_traces(opts.traces)
     notes.extend(bad)
     groups: dict[tuple[str, str, int, int], dict[str, list[np.ndarray]]] = {}
     for _, tr in loaded:

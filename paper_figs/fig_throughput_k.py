@@ -17,7 +17,7 @@ from typing import Any
 
 from psdlab.paper_figs import simruns
 from psdlab.paper_figs.common import (COLORS, MARKERS, NO_TRACES, FigOptions, FigureOutput, Tick,
-                               load_traces, new_figure, note_panel, save_png, write_csv)
+                               load_figure_traces, new_figure, note_panel, save_png, write_csv)
 
 NAME = "throughput_k"
 TITLE = "decode throughput vs k, SD vs PSD (paper settings 1-3 and the local pair)"
@@ -71,7 +71,7 @@ def local_rows(opts: FigOptions, tick: Tick, notes: list[str]) -> list[dict[str,
     """Calibrated simulation (lines) and measured traces (points) for the local pair."""
     from psdlab.analysis.metrics import summarize
 
-    loaded, bad = load_traces(opts.traces)
+    loaded, bad = load_figure_traces(opts.traces)
     notes.extend(bad)
     traces = [t for _, t in loaded if t.run.mode in ("sd", "sd-sep", "psd")]
     if not traces:

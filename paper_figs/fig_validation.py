@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from psdlab.paper_figs import simruns
-from psdlab.paper_figs.common import (FigOptions, FigureOutput, Tick, load_traces, new_figure,
-                               save_png, write_csv)
+from psdlab.paper_figs.common import (FigOptions, FigureOutput, Tick, load_figure_traces,
+                                      new_figure, save_png, write_csv)
 
 NAME = "validation"
 TITLE = "predicted vs measured"
@@ -181,7 +181,7 @@ def make(opts: FigOptions, tick: Tick) -> FigureOutput:
     if opts.validation:
         rows, subtitle = read_validation(opts.validation), os.path.basename(opts.validation)
     elif opts.traces:
-        loaded, bad = load_traces(opts.traces)
+        loaded, bad = load_figure_traces(opts.traces)
         out.notes.extend(bad)
         rows = heldout_pairs(loaded, opts.seed, out.notes)
         subtitle = "held out: each trace predicted from the others' calibration"

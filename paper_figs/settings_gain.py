@@ -170,7 +170,7 @@ def run(quick: bool = False, seed: int = 0, tick: Callable[[int], None] | None =
             **stamp()}
 
 
-def markdown(res: dict[str, Any]) -> str:
+def settings_gain_markdown(res: dict[str, Any]) -> str:
     c = res["paper_claims"]
     lines = [f"# Settings 1-3 and 5: PSD vs SD with the engine step model ({res['engine_step']})",
              "", f"Written by `{res['command']}`{' --quick' if res['quick'] else ''} on "
@@ -210,6 +210,6 @@ def markdown(res: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(res: dict[str, Any], path: str) -> tuple[str, str]:
+def write_settings_gain(res: dict[str, Any], path: str) -> tuple[str, str]:
     """JSON at ``path`` and the markdown beside it (.md), each via a temp file and rename."""
-    return write_pair(res, path, markdown(res))
+    return write_pair(res, path, settings_gain_markdown(res))

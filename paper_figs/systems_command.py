@@ -17,9 +17,9 @@ def systems_command(what: str, *, out: str | None = None, quick: bool = False, s
             raise ValueError("--points: only with 'check'")
         from psdlab.paper_figs import settings_gain as sg
         res = sg.run(quick=quick, seed=seed)
-        text = sg.markdown(res)
+        text = sg.settings_gain_markdown(res)
         if out:
-            wrote = [f"wrote {path}" for path in sg.write(res, out)]
+            wrote = [f"wrote {path}" for path in sg.write_settings_gain(res, out)]
     else:
         if quick:
             raise ValueError("--quick: only with 'gain'")
@@ -27,7 +27,7 @@ def systems_command(what: str, *, out: str | None = None, quick: bool = False, s
         command = sc.COMMAND if not points else (
             f"psdlab systems check --points {points}" + (f" -o {out}" if out else ""))
         res = sc.check(sc.load_points(points), seed=seed, command=command)
-        text = sc.markdown(res)
+        text = sc.system_check_markdown(res)
         if out:
-            wrote = [f"wrote {path}" for path in sc.write(res, out)]
+            wrote = [f"wrote {path}" for path in sc.write_system_check(res, out)]
     return (json.dumps(res, sort_keys=True) if as_json else text), wrote

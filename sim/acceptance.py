@@ -43,7 +43,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from psdlab.analysis.checks import check_choice, check_int, check_range
+from psdlab.analysis.checks import check_choice, check_fields, check_int, check_range
 from psdlab.sim.acceptance_draws import KMAX, leading_accepted
 from psdlab.sim.acceptance_draws import k_array as _k_array
 
@@ -231,13 +231,6 @@ class ReplayAcceptance(AcceptanceModel):
 
 # ---------------------------------------------------------------------------- factory
 
-def check_fields(spec: Mapping[str, Any], where: str, allowed: tuple[str, ...]) -> None:
-    for key in spec:
-        if key != "name" and key not in allowed:
-            raise ValueError(f"{where}.{key}: unknown field for {spec.get('name')!r}; allowed: "
-                             f"{', '.join(allowed)}")
-
-
 def _require(spec: Mapping[str, Any], key: str, where: str) -> Any:
     if key not in spec:
         raise ValueError(f"{where}.{key}: missing (required by {spec.get('name')!r})")
@@ -263,7 +256,7 @@ def load_replay_counts(path: str | os.PathLike, where: str = "acceptance.trace"
 
 
 def _make_replay(spec: Mapping[str, Any], where: str) -> ReplayAcceptance:
-    check_fields(spec, where, ("trace", "counts", "proposed", "beyond"))
+    check_fields(spec, where, optional=("trace", "counts", "proposed", "beyond"))
     beyond = check_choice(f"{where}.beyond", spec.get("beyond", "clip"), ("clip", "geometric"))
     if ("trace" in spec) == ("counts" in spec):
         raise ValueError(f"{where}.trace: give exactly one of 'trace' (a psdlab trace file) or "
@@ -292,18 +285,18 @@ def make_basic_acceptance(spec: Mapping[str, Any], where: str = "acceptance"
         raise ValueError(f"{where}: expected a table with a 'name', got {spec!r}")
     name = spec.get("name")
     if name == "geometric":
-        check_fields(spec, where, ("alpha",))
+        check_fields(spec, where, optional=("alpha",))
         return GeometricAcceptance(check_range(f"{where}.alpha", _require(spec, "alpha", where),
                                                0.0, 1.0))
     if name == "positional":
-        check_fields(spec, where, ("rates",))
+        check_fields(spec, where, optional=("rates",))
         rates = _require(spec, "rates", where)
         if not isinstance(rates, (list, tuple)) or not rates:
             raise ValueError(f"{where}.rates: expected a non-empty list of numbers in [0, 1]")
         return PositionalAcceptance(tuple(check_range(f"{where}.rates[{i}]", r, 0.0, 1.0)
                                           for i, r in enumerate(rates)))
     if name == "beta":
-        check_fields(spec, where, ("mean", "concentration"))
+        check_fields(spec, where, optional=("mean", "concentration"))
         mean = check_range(f"{where}.mean", _require(spec, "mean", where), 0.0, 1.0,
                            lo_open=True, hi_open=True)
         conc = check_range(f"{where}.concentration", _require(spec, "concentration", where),

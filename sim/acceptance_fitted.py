@@ -37,7 +37,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from scipy.special import ndtri
 
-from psdlab.analysis.checks import check_int, check_range
+from psdlab.analysis.checks import check_fields, check_int, check_range
 from psdlab.sim.acceptance import KeyedAcceptanceModel
 from psdlab.sim.acceptance_draws import KMAX, leading_accepted
 
@@ -149,12 +149,8 @@ def _num(spec: Mapping[str, Any], key: str, where: str, default: float | None = 
 
 
 def make_fitted(spec: Mapping[str, Any], where: str) -> FittedAcceptance:
-    allowed = ("name", "styles", "default", "draft", "output", "sigma", "spread_growth",
-               "ref_position")
-    for key in spec:
-        if key not in allowed:
-            raise ValueError(f"{where}.{key}: unknown field for 'fitted'; allowed: "
-                             f"{', '.join(allowed[1:])}")
+    check_fields(spec, where, optional=("styles", "default", "draft", "output", "sigma",
+                                        "spread_growth", "ref_position"))
     styles = spec.get("styles", {})
     if not isinstance(styles, Mapping):
         raise ValueError(f"{where}.styles: expected a table of style -> logit")

@@ -28,12 +28,11 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from psdlab.analysis.checks import check_range
+from psdlab.analysis.checks import check_fields, check_range
 from psdlab.sim.acceptance import (
     GeometricAcceptance,
     KeyedAcceptanceModel,
     PositionalAcceptance,
-    check_fields,
     make_basic_acceptance,
 )
 from psdlab.sim.acceptance_draws import KMAX, leading_accepted
@@ -127,7 +126,7 @@ def _fallback_rates(spec: Any, where: str) -> tuple[float, ...]:
 
 
 def make_matches(spec: Mapping[str, Any], where: str) -> MatchAcceptance:
-    check_fields(spec, where, ("requests", "fallback"))
+    check_fields(spec, where, optional=("requests", "fallback"))
     reqs = spec.get("requests")
     if not isinstance(reqs, Mapping):
         raise ValueError(f"{where}.requests: expected a table of request id -> pattern string")

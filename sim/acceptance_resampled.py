@@ -22,8 +22,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from psdlab.analysis.checks import check_int
-from psdlab.sim.acceptance import KeyedAcceptanceModel, check_fields
+from psdlab.analysis.checks import check_fields, check_int
+from psdlab.sim.acceptance import KeyedAcceptanceModel
 from psdlab.sim.acceptance_draws import KMAX
 from psdlab.sim.acceptance_fitted import style_of
 from psdlab.sim.acceptance_matches import MatchAcceptance, make_matches
@@ -80,7 +80,7 @@ class ResampledAcceptance(KeyedAcceptanceModel):
 
 
 def make_resampled(spec: Mapping[str, Any], where: str) -> ResampledAcceptance:
-    check_fields(spec, where, ("styles", "fallback"))
+    check_fields(spec, where, optional=("styles", "fallback"))
     styles = spec.get("styles")
     if not isinstance(styles, Mapping) or not styles:
         raise ValueError(f"{where}.styles: expected a table of style -> list of pattern "

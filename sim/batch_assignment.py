@@ -28,7 +28,7 @@ import numpy as np
 from psdlab.analysis import batch_rule as rule
 
 
-class BatchManager:
+class BatchAssignment:
     """Membership of the batches (lists of request ids in admission order)."""
 
     def __init__(self, nbatches: int, m: int, policy: str):
@@ -86,19 +86,19 @@ class PaperPolicy:
     "the most recently admitted" are the shared rule's pieces."""
 
     @staticmethod
-    def choose(bm: BatchManager) -> int | None:
+    def choose(bm: BatchAssignment) -> int | None:
         if not bm.started:
             return rule.join(bm.sizes(), 0, bm.m)
         b = bm.next_draft
         return b if len(bm.batches[b]) < bm.m else None
 
     @staticmethod
-    def victim(bm: BatchManager, admit_seq: np.ndarray) -> tuple[int, int]:
+    def victim(bm: BatchAssignment, admit_seq: np.ndarray) -> tuple[int, int]:
         r = rule.latest((r for b in bm.batches for r in b), admit_seq)
         return r, bm.batch_of(r)
 
     @staticmethod
-    def rebalance(bm: BatchManager, ready: np.ndarray, admit_seq: np.ndarray) -> list[int]:
+    def rebalance(bm: BatchAssignment, ready: np.ndarray, admit_seq: np.ndarray) -> list[int]:
         return []
 
 
@@ -106,15 +106,15 @@ class RebalancePolicy:
     """The PSD rule of ``analysis.batch_rule``, over the simulator's batches."""
 
     @staticmethod
-    def choose(bm: BatchManager) -> int | None:
+    def choose(bm: BatchAssignment) -> int | None:
         return rule.join(bm.sizes(), bm.next_draft, bm.m)
 
     @staticmethod
-    def victim(bm: BatchManager, admit_seq: np.ndarray) -> tuple[int, int]:
+    def victim(bm: BatchAssignment, admit_seq: np.ndarray) -> tuple[int, int]:
         return rule.victim(bm.batches, admit_seq, bm.next_draft)
 
     @staticmethod
-    def rebalance(bm: BatchManager, ready: np.ndarray, admit_seq: np.ndarray) -> list[int]:
+    def rebalance(bm: BatchAssignment, ready: np.ndarray, admit_seq: np.ndarray) -> list[int]:
         moves = rule.rebalance(bm.batches, admit_seq, lambda r: bool(ready[r]))
         return [r for r, _src, _dst in moves]
 

@@ -207,7 +207,7 @@ def meets_slo(metrics: Mapping[str, Any], spec: PlanSpec) -> bool:
     return True
 
 
-def evaluate(cfg: SimConfig, spec: PlanSpec, combo: PlanCombo) -> ConfigResult:
+def evaluate_combo(cfg: SimConfig, spec: PlanSpec, combo: PlanCombo) -> ConfigResult:
     """Highest sustainable Poisson rate of one configuration (one replica)."""
     from psdlab.sim.costtable import TableShare
     from psdlab.sim.simulation import simulate
@@ -280,7 +280,7 @@ def run_capacity_plan(cfg: SimConfig, spec: PlanSpec, jobs: int = 1, progress: b
         from tqdm import tqdm
         bar = tqdm(total=len(todo), unit="config", desc="plan", leave=False)
     try:
-        results = run_tasks(backend, evaluate, [(cfg, spec, c) for c in todo],
+        results = run_tasks(backend, evaluate_combo, [(cfg, spec, c) for c in todo],
                          [combo_label(c) for c in todo], jobs=jobs, address=address,
                          on_done=bar.update if bar else None)
     finally:
@@ -294,7 +294,7 @@ COLUMNS = ("mode", "k", "m", "drafter", "replicas", "devices", "total_rate_req_s
            "cost_model")
 
 
-def write_csv(rows: Sequence[Mapping[str, Any]], path: str) -> None:
+def write_plan_csv(rows: Sequence[Mapping[str, Any]], path: str) -> None:
     import csv
     rows = [r.to_csv_row() if isinstance(r, PlanRow) else r for r in rows]
     keys = list(COLUMNS) + sorted({k for r in rows for k in r} - set(COLUMNS))
@@ -304,7 +304,7 @@ def write_csv(rows: Sequence[Mapping[str, Any]], path: str) -> None:
         w.writerows(rows)
 
 
-def format_table(rows: Sequence[Mapping[str, Any]], only_pareto: bool = True) -> str:
+def format_plan_table(rows: Sequence[Mapping[str, Any]], only_pareto: bool = True) -> str:
     rows = [r.to_csv_row() if isinstance(r, PlanRow) else r for r in rows]
     shown = [r for r in rows if r["pareto"] or not only_pareto]
     shown.sort(key=lambda r: (r["devices"], -r["total_rate_req_s"]))

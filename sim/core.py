@@ -19,7 +19,7 @@ import numpy as np
 
 from psdlab.sim.arrival_clock import ArrivalClock
 from psdlab.sim import lanes
-from psdlab.sim.batch_assignment import BatchManager
+from psdlab.sim.batch_assignment import BatchAssignment
 from psdlab.sim.kv import blocks
 from psdlab.sim.step_plan import PhasePlan, Planner, proposal_caps
 from psdlab.sim.trajectories import Trajectories
@@ -91,7 +91,7 @@ class Core(ArrivalClock):
         self.finish_t = np.full(n, np.nan)
         self.preempts = np.zeros(n, np.int64)
         self.last_batch = np.full(n, -1, np.int64)
-        self.bm = BatchManager(2 if mode == "psd" else 1, m, policy)
+        self.bm = BatchAssignment(2 if mode == "psd" else 1, m, policy)
         self.waiting: deque[int] = deque()
         self.arr_ptr = 0
         self.pending: list[int] = []          # admitted at this boundary: prefill next step

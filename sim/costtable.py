@@ -76,12 +76,12 @@ def _prefill_fn(model):
     return fn
 
 
-class StepCosts:
+class CostTables:
     """The tables of one core (uniform k only).  ``work``: (verify, draft) seconds keyed by
     the row's (sequences, summed context), just (verify,) without a drafter (AR);
     ``prefill``: (target, drafter) seconds keyed by (sequences, prompt tokens)."""
 
-    def __init__(self, core, share: "StepCosts | None" = None):
+    def __init__(self, core, share: "CostTables | None" = None):
         """``share``: the tables of an earlier core of the same models, k and m (a plan's
         trials of one configuration, `TableShare`): their entries are reused, not refilled."""
         pl, k, m = core.planner, core.k, core.m
@@ -123,22 +123,22 @@ class StepCosts:
 class TableShare:
     """The cost tables of the first fast-path run among runs whose configurations differ only
     in their workload, requests and trace (a plan's bisection trials of one configuration,
-    ``sim.capacity.evaluate``), handed to the next ones: a table entry is a function of the
+    ``sim.capacity.evaluate_combo``), handed to the next ones: a table entry is a function of the
     models, k and m alone, so every run reads the same numbers it would have computed.  A run
     of another configuration (``key``) neither takes nor gives tables."""
 
     def __init__(self) -> None:
         self.key: str | None = None
-        self.costs: StepCosts | None = None
+        self.costs: CostTables | None = None
 
     @staticmethod
     def key_of(config) -> str:
         return repr((config.server, config.target, config.drafter, config.jitter))
 
-    def offer(self, config) -> "StepCosts | None":
+    def offer(self, config) -> "CostTables | None":
         """The tables a run of ``config`` may reuse (None: build its own)."""
         return self.costs if self.key == self.key_of(config) else None
 
-    def keep(self, config, costs: "StepCosts | None") -> None:
+    def keep(self, config, costs: "CostTables | None") -> None:
         if costs is not None and self.costs is None:
             self.key, self.costs = self.key_of(config), costs

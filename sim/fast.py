@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from psdlab.sim.server_protocol import Server, Sink
+from psdlab.sim.server_protocol import Server, RecordSink
 
 
-def run_fast(server: Server[Any], sink: Sink, max_steps: int,
+def run_fast(server: Server[Any], sink: RecordSink, max_steps: int,
              observer: Callable[[Any], None] | None = None) -> None:
     """Drive ``server`` to the end, ``max_steps`` steps per plan at most; ``observer`` is
     called with the server at every boundary (after admission)."""

@@ -22,7 +22,7 @@ from typing import Any, Mapping
 import numpy as np
 from scipy import stats
 
-from psdlab.analysis.checks import check_int, check_positive
+from psdlab.analysis.checks import check_fields, check_int, check_positive
 
 MAX_LEN = 10_000_000
 
@@ -115,27 +115,16 @@ class EmpiricalLength(LengthDist):
                 "mean": float(self.values.mean())}
 
 
-def _fields(spec: Mapping[str, Any], where: str, required: tuple[str, ...],
-            optional: tuple[str, ...] = ()) -> None:
-    for key in spec:
-        if key != "name" and key not in required + optional:
-            raise ValueError(f"{where}.{key}: unknown field for {spec.get('name')!r}; allowed: "
-                             f"{', '.join(required + optional)}")
-    for key in required:
-        if key not in spec:
-            raise ValueError(f"{where}.{key}: missing (required by {spec.get('name')!r})")
-
-
 def make_length(spec: Mapping[str, Any], where: str = "length") -> LengthDist:
     """Build a length distribution from its spec (see the module docstring)."""
     if not isinstance(spec, Mapping):
         raise ValueError(f"{where}: expected a table with a 'name', got {spec!r}")
     name = spec.get("name")
     if name == "fixed":
-        _fields(spec, where, ("value",))
+        check_fields(spec, where, ("value",))
         return FixedLength(check_int(f"{where}.value", spec["value"], 1, MAX_LEN))
     if name == "lognormal":
-        _fields(spec, where, ("mean", "median"), ("max", "min"))
+        check_fields(spec, where, ("mean", "median"), ("max", "min"))
         median = check_positive(f"{where}.median", spec["median"])
         mean = check_positive(f"{where}.mean", spec["mean"])
         if mean < median:
@@ -145,11 +134,11 @@ def make_length(spec: Mapping[str, Any], where: str = "length") -> LengthDist:
         hi = check_int(f"{where}.max", spec.get("max", MAX_LEN), lo, MAX_LEN)
         return LognormalLength(mean=mean, median=median, max=hi, min=lo)
     if name == "uniform":
-        _fields(spec, where, ("low", "high"))
+        check_fields(spec, where, ("low", "high"))
         low = check_int(f"{where}.low", spec["low"], 1, MAX_LEN)
         return UniformLength(low, check_int(f"{where}.high", spec["high"], low, MAX_LEN))
     if name == "empirical":
-        _fields(spec, where, ("values",))
+        check_fields(spec, where, ("values",))
         raw = spec["values"]
         if not isinstance(raw, (list, tuple, np.ndarray)) or len(raw) == 0:
             raise ValueError(f"{where}.values: expected a non-empty list of integers >= 1")

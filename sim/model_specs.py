@@ -7,7 +7,7 @@ building its model through the registry (``sim.workloads.WORKLOADS``,
 ``sim.costs.base.COST_MODELS``, ``sim.acceptance_registry.ACCEPTANCE_REGISTRY``), so a bad
 field raises the registry's one-line error at load, and keeps that model: ``spec.model()``
 returns it, and every run of the config (a plan's bisection trials among them,
-``sim.capacity.evaluate``) reuses it instead of validating and building again.
+``sim.capacity.evaluate_combo``) reuses it instead of validating and building again.
 
 A spec still reads as the mapping it was written as (``spec["rate"]``, ``dict(spec)``,
 ``spec == {...}``), so trace headers, cache keys (``sim.trajectories``) and the other layers
@@ -19,11 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterator, Mapping, TypeVar
 
-_S = TypeVar("_S", bound="ModelSpec")
+_S = TypeVar("_S", bound="TableSpec")
 
 
 @dataclass(frozen=True, eq=False)
-class ModelSpec(Mapping[str, Any]):
+class TableSpec(Mapping[str, Any]):
     """A validated model table: its ``name``, the table as written (``raw``), the ``where``
     prefix of its errors and the model built from it (``model()``)."""
     raw: Mapping[str, Any]
@@ -76,7 +76,7 @@ class ModelSpec(Mapping[str, Any]):
 
 
 @dataclass(frozen=True, eq=False, repr=False)
-class CostSpec(ModelSpec):
+class CostSpec(TableSpec):
     """A cost model's table (``sim.costs``): ``name``, the catalog ``model`` it names (gpu /
     roofline), its tensor-parallel degree ``tp``."""
     expected: ClassVar[str] = "a table/dict with a 'name'"
@@ -97,7 +97,7 @@ class CostSpec(ModelSpec):
 
 
 @dataclass(frozen=True, eq=False, repr=False)
-class AcceptanceSpec(ModelSpec):
+class AcceptanceSpec(TableSpec):
     """An acceptance model's table (``sim.acceptance_registry``)."""
 
     def _make(self) -> Any:
@@ -107,7 +107,7 @@ class AcceptanceSpec(ModelSpec):
 
 
 @dataclass(frozen=True, eq=False, repr=False)
-class WorkloadSpec(ModelSpec):
+class WorkloadSpec(TableSpec):
     """A workload's table (``sim.workloads``) and the context length that refuses a trace
     file's longer requests when the table sets none (``default_max_model_len``: the target's
     catalog ``max_model_len``, ``sim.sim_config``)."""

@@ -41,11 +41,11 @@ def plan_command(opts: PlanOptions) -> str:
     """Run the capacity plan the options describe, write its files; the text to print.
     A configuration that failed raises `sweep_backends.SweepTaskError` (nothing written)."""
     from psdlab.analysis.checks import check_int
-    from psdlab.sim.capacity import parse_plan, run_capacity_plan, trial_requests, write_csv
+    from psdlab.sim.capacity import parse_plan, run_capacity_plan, trial_requests, write_plan_csv
     from psdlab.sim.plan_figure import make_figure, save, workload_label
-    from psdlab.sim.plan_report import (PlanContext, build_report, format_report, slo_text,
-                                        write_outputs)
-    from psdlab.sim.policy_search import format_report as policy_text, plan_thresholds
+    from psdlab.sim.plan_report import (PlanContext, build_report, format_plan_report, slo_text,
+                                        write_plan_outputs)
+    from psdlab.sim.policy_search import format_policy_report as policy_text, plan_thresholds
     from psdlab.sim.sim_config import config_from_dict, read_toml
     from psdlab.sim.simulate_command import file_workload
     from psdlab.sim.vllm_k_table import k_table
@@ -73,7 +73,7 @@ def plan_command(opts: PlanOptions) -> str:
     png_path = (os.path.splitext(csv_path)[0] + ".png") if csv_path and not opts.no_png else None
     writers: dict[str, Callable[[str], None]] = {}
     if csv_path:
-        writers[csv_path] = lambda tmp: write_csv(rows, tmp)
+        writers[csv_path] = lambda tmp: write_plan_csv(rows, tmp)
     if png_path:
         fig = make_figure(rows, slo_text(spec), workload_label(cfg.workload, per_trial))
         writers[png_path] = lambda tmp: save(fig, tmp)
@@ -84,7 +84,7 @@ def plan_command(opts: PlanOptions) -> str:
     # the adaptive policy's thresholds; computed before anything is written, so that a failure
     # here leaves no file behind
     policy = plan_thresholds(cfg.replace(server_m=max(spec.ms)))
-    write_outputs(writers)
+    write_plan_outputs(writers)
     if opts.as_json:
         return json.dumps({"rows": [r.to_csv_row() for r in rows], "csv": csv_path,
                            "png": png_path, "adaptive_policy": policy,
@@ -93,7 +93,7 @@ def plan_command(opts: PlanOptions) -> str:
                                         for s in sections]}, sort_keys=True)
     lines = [f"SLO: {slo_text(spec)}; {per_trial} requests per trial, {spec.iterations} "
              f"bisection steps; backend {opts.backend}",
-             format_report(sections)]
+             format_plan_report(sections)]
     if policy is not None:
         lines.append(policy_text(policy))
     for label, path in (("csv", csv_path), ("png", png_path),

@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from psdlab.sim.capacity import PlanSpec, format_table
+from psdlab.sim.capacity import PlanSpec, format_plan_table
 from psdlab.sim.sim_config import SimConfig
 
 
@@ -50,7 +50,7 @@ def slo_text(spec: PlanSpec) -> str:
 def pareto_section(ctx: PlanContext) -> Section:
     shown = [dict(r) for r in ctx.rows if r["pareto"] or ctx.show_all]
     title = "all configurations" if ctx.show_all else "Pareto set (devices vs sustainable rate)"
-    return Section("pareto", title, format_table([dict(r) for r in ctx.rows],
+    return Section("pareto", title, format_plan_table([dict(r) for r in ctx.rows],
                                                   only_pareto=not ctx.show_all), shown)
 
 
@@ -118,11 +118,11 @@ def build_report(ctx: PlanContext) -> list[Section]:
     return [s for s in (b(ctx) for b in SECTIONS) if s is not None]
 
 
-def format_report(sections: Sequence[Section]) -> str:
+def format_plan_report(sections: Sequence[Section]) -> str:
     return "\n\n".join(f"== {s.title}\n{s.text}" for s in sections)
 
 
-def write_outputs(writers: Mapping[str, Callable[[str], None]]) -> None:
+def write_plan_outputs(writers: Mapping[str, Callable[[str], None]]) -> None:
     """Write every file or none: each writer writes a temporary file beside its path; they
     are renamed into place only once all succeeded (on any error the temporaries go)."""
     temps: list[tuple[str, str]] = []

@@ -12,7 +12,7 @@ servers use) and by request rate (simulated), with the fixed configurations besi
   ratio, the adaptive policy's share of steps per choice; and the
   switch points: the rates between which the winner (or the adaptive policy's main choice)
   changes.
-- ``policy_report(cfg)``: both, as one dict; ``format_report`` prints it (``psdlab plan``).
+- ``policy_report(cfg)``: both, as one dict; ``format_policy_report`` prints it (``psdlab plan``).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from psdlab.analysis.adaptive_policy import LiveState, PolicyConfig, predict, rank
+from psdlab.analysis.adaptive_policy import LiveState, PolicyConfig, predict_candidates, rank
 
 #: the fixed configurations compared by default: (label, mode, k)
 DEFAULT_FIXED = (("ar", "ar", 0), ("sd2", "sd", 2), ("sd4", "sd", 4), ("psd2", "psd", 2),
@@ -67,7 +67,7 @@ def thresholds(cfg) -> dict[str, Any]:
     for n in range(1, cfg.server.m + 1):
         state = LiveState(running=n, waiting=0, slots=cfg.server.m, acceptance=rates)
         best = rank(pcfg, state, costs)
-        scores = {c.label: c.score for c in predict(pcfg, state, costs)}
+        scores = {c.label: c.score for c in predict_candidates(pcfg, state, costs)}
         per_n.append({"n": n, "choice": best.label, "tok_s": scores})
     ranges: list[dict[str, Any]] = []
     for row in per_n:
@@ -171,7 +171,7 @@ def plan_thresholds(cfg) -> dict[str, Any] | None:
                                                  server_k_choices=()))}
 
 
-def format_report(report: Mapping[str, Any]) -> str:
+def format_policy_report(report: Mapping[str, Any]) -> str:
     th = report["thresholds"]
     lines = ["adaptive policy (analysis.adaptive_policy), its choice by running sequences n "
              f"(context {th['context_tokens']:.0f} tokens, acceptance "

@@ -62,7 +62,7 @@ class Server(Protocol[PlanT]):
         ...
 
 
-class Sink(Protocol):
+class RecordSink(Protocol):
     """Where a run's records go (``sim.trace_records``)."""
 
     level: str

@@ -17,7 +17,7 @@ from typing import Any, Callable, Generator
 
 import simpy
 
-from psdlab.sim.server_protocol import Server, Sink
+from psdlab.sim.server_protocol import Server, RecordSink
 
 
 def phase_process(env: simpy.Environment, device: simpy.Resource,
@@ -29,7 +29,7 @@ def phase_process(env: simpy.Environment, device: simpy.Resource,
 
 
 def controller(env: simpy.Environment, server: Server[Any], devices: dict[str, simpy.Resource],
-               sink: Sink, observer: Callable[[Any], None] | None = None) -> Generator:
+               sink: RecordSink, observer: Callable[[Any], None] | None = None) -> Generator:
     """The server loop, one step per iteration."""
     while True:
         status = server.prepare()
@@ -53,7 +53,7 @@ def controller(env: simpy.Environment, server: Server[Any], devices: dict[str, s
         sink.write(server, recs)
 
 
-def run_simpy(server: Server[Any], sink: Sink,
+def run_simpy(server: Server[Any], sink: RecordSink,
               observer: Callable[[Any], None] | None = None) -> None:
     """Drive ``server`` to the end, one SimPy step at a time."""
     env = simpy.Environment()

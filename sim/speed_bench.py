@@ -38,7 +38,7 @@ def bench_config(requests: int, workload: dict[str, Any], seed: int, k: int = 4,
     })
 
 
-def run_bench(requests: int = 100_000, load: float = 1.0, seed: int = 0,
+def run_speed_bench(requests: int = 100_000, load: float = 1.0, seed: int = 0,
               path: str = "fast", progress: bool = False) -> dict[str, Any]:
     from psdlab.analysis.checks import check_int, check_range
     from psdlab.sim.simulation import simulate

@@ -29,7 +29,7 @@ import heapq
 import numpy as np
 
 from psdlab.analysis.batch_rule import join
-from psdlab.sim.costtable import MASK, NBITS, SHIFT, StepCosts
+from psdlab.sim.costtable import MASK, NBITS, SHIFT, CostTables
 from psdlab.sim.lanes_build import Layout, attach_rows
 from psdlab.sim.step_plan import PhaseArr, PhasePlan
 
@@ -38,9 +38,9 @@ def sweepable(c) -> bool:
     return bool(c.uniform_k)
 
 
-def _tables(c) -> StepCosts:
+def _tables(c) -> CostTables:
     if c.step_costs is None:
-        c.step_costs = StepCosts(c, share=c.shared_costs)
+        c.step_costs = CostTables(c, share=c.shared_costs)
     return c.step_costs
 
 
@@ -104,7 +104,7 @@ def _jitter(c, S_max: int, has_draft: bool, has_pd: bool):
     return jv, jd, jpt, jpd
 
 
-def _pending(c, tabs: StepCosts) -> tuple[int, int, int, int]:
+def _pending(c, tabs: CostTables) -> tuple[int, int, int, int]:
     """The prefill owed at the first step: prompts, tokens, extra passes target / drafter."""
     if not c.pending:
         return 0, 0, 0, 0
@@ -113,7 +113,7 @@ def _pending(c, tabs: StepCosts) -> tuple[int, int, int, int]:
     return len(c.pending), int(pend_len.sum()), xt, xd
 
 
-def _prefill_durations(tabs: StepCosts, s: int, n: int, tok: int, x_t: int, x_d: int,
+def _prefill_durations(tabs: CostTables, s: int, n: int, tok: int, x_t: int, x_d: int,
                        has_pd: bool, jit) -> tuple[float, float]:
     """(target, drafter) seconds of step s's prefill of n prompts and tok tokens."""
     if x_t or x_d:

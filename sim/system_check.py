@@ -34,7 +34,8 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from psdlab.analysis.checks import check_choice, check_int, check_nonnegative, check_positive
+from psdlab.analysis.checks import (check_choice, check_fields, check_int, check_nonnegative,
+                                    check_positive)
 
 POINTS_TOML = os.path.join(os.path.dirname(os.path.abspath(__file__)), "costs",
                            "public_systems.toml")
@@ -72,13 +73,7 @@ class Point:
 
 
 def _point(raw: Mapping[str, Any], where: str) -> Point:
-    for key in raw:
-        if key not in _REQUIRED + _OPTIONAL:
-            raise ValueError(f"{where}.{key}: unknown field; allowed: "
-                             f"{', '.join(_REQUIRED + _OPTIONAL)}")
-    for key in _REQUIRED:
-        if key not in raw:
-            raise ValueError(f"{where}.{key}: missing")
+    check_fields(raw, where, _REQUIRED, _OPTIONAL, named=False)
     mode = check_choice(f"{where}.mode", raw["mode"], ("ar", "sd"))
     k = check_int(f"{where}.k", raw.get("k", 0), 0 if mode == "ar" else 1, 64)
     if mode == "sd" and not raw.get("drafter"):
@@ -112,7 +107,7 @@ def load_points(path: str | None = None) -> list[Point]:
     return [_point(p, f"point[{i}]") for i, p in enumerate(raw)]
 
 
-def geometric_alpha(accepted: float, k: int) -> float:
+def alpha_for_accepted(accepted: float, k: int) -> float:
     """The alpha whose geometric acceptance gives ``accepted`` accepted drafts per step at k:
     sum_{i=1..k} alpha^i = accepted (bisection; clipped to [0.01, 0.995])."""
     target = min(float(accepted), 0.995 * k)
@@ -126,7 +121,7 @@ def geometric_alpha(accepted: float, k: int) -> float:
     return max(0.01, 0.5 * (lo + hi))
 
 
-def sim_config(p: Point, mode: str, engine_step: Any, seed: int = 0,
+def point_sim_config(p: Point, mode: str, engine_step: Any, seed: int = 0,
                alpha: float | None = None) -> Any:
     """The point's setup as a simulator config (``mode`` ar or sd; ``engine_step`` a spec)."""
     from psdlab.sim.sim_config import config_from_dict
@@ -153,14 +148,14 @@ def sim_config(p: Point, mode: str, engine_step: Any, seed: int = 0,
         doc["drafter"] = {"name": r["drafter"], "cost": cost(
             str(r["drafter"]), int(r.get("drafter_tp", 1)), str(r.get("drafter_dtype", "bf16")))}
         if alpha is None:
-            alpha = geometric_alpha(max(0.0, float(r["acceptance"]) - 1.0), p.k)
+            alpha = alpha_for_accepted(max(0.0, float(r["acceptance"]) - 1.0), p.k)
         doc["acceptance"] = {"name": "geometric", "alpha": alpha}
     return config_from_dict(doc)
 
 
 def _metrics(p: Point, mode: str, step: Any, seed: int, alpha: float | None) -> dict[str, Any]:
     from psdlab.sim.simulation import simulate
-    return simulate(sim_config(p, mode, step, seed, alpha)).metrics
+    return simulate(point_sim_config(p, mode, step, seed, alpha)).metrics
 
 
 def _step_s(met: Mapping[str, Any]) -> float:
@@ -189,7 +184,7 @@ def engine_step_of(p: Point) -> Any:
     return {"base": step, "served": True, "api_overlap": API_SERVERS[p.raw["api_server"]]}
 
 
-def predict(p: Point, seed: int = 0, alpha: float | None = None) -> float:
+def predict_point(p: Point, seed: int = 0, alpha: float | None = None) -> float:
     """The point's quantity as the simulator predicts it (``alpha``: the SD acceptance when
     the point has none).  A served point's output rate is capped by what its API server's own
     process can stream (``api_bound_tok_s``)."""
@@ -257,7 +252,7 @@ def check(points: list[Point], seed: int = 0, command: str = COMMAND) -> dict[st
     rows = []
     for p in points:
         alpha, how = plan.get(p.id, (None, "published" if p.mode == "sd" else ""))
-        pred = predict(p, seed, alpha)
+        pred = predict_point(p, seed, alpha)
         err = pred / p.published - 1.0
         rows.append({"id": p.id, "role": p.role, "quantity": p.quantity,
                      "engine_step": p.raw["engine_step"]
@@ -296,7 +291,7 @@ def _setup(p: Point) -> str:
             f"{r['input_len']}/{r['output_len']}")
 
 
-def markdown(res: dict[str, Any]) -> str:
+def system_check_markdown(res: dict[str, Any]) -> str:
     s = res["summary"]
     lines = ["# System-level public points through the simulator", "",
              f"Written by `{res['command']}` on {res['date_utc']}, {res['machine']}, commit "
@@ -316,8 +311,8 @@ def markdown(res: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(res: dict[str, Any], path: str) -> tuple[str, str]:
-    return write_pair(res, path, markdown(res))
+def write_system_check(res: dict[str, Any], path: str) -> tuple[str, str]:
+    return write_pair(res, path, system_check_markdown(res))
 
 
 def write_pair(res: dict[str, Any], path: str, md: str) -> tuple[str, str]:

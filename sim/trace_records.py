@@ -1,5 +1,5 @@
 """Trace records from plans: step records (one per simulated step) and request records, and
-the sinks the execution paths hand them to (``sim.server_protocol.Sink``): ``Sink`` streams a
+the sinks the execution paths hand them to (``sim.server_protocol.RecordSink``): ``Sink`` streams a
 ``sim.core.Core`` run to its trace file; ``AdaptiveSink`` keeps an adaptive run in memory and
 writes it at the end (its header carries the run's switch counts)."""
 from __future__ import annotations

@@ -36,9 +36,9 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from psdlab.analysis.checks import check_int, check_nonnegative, check_range
+from psdlab.analysis.checks import check_fields, check_int, check_nonnegative, check_range
 from psdlab.analysis.formats.detect import read_workload
-from psdlab.analysis.formats.records import Workload as FileWorkload
+from psdlab.analysis.formats.records import FileWorkload
 from psdlab.analysis.registry import Registry
 
 from .lengths import LengthDist, make_length, sharegpt_like_lengths
@@ -134,13 +134,6 @@ class Workload:
         return dict(self.spec)
 
 
-def _fields(spec: Mapping[str, Any], where: str, allowed: tuple[str, ...]) -> None:
-    for key in spec:
-        if key != "name" and key not in allowed:
-            raise ValueError(f"{where}.{key}: unknown field for {spec.get('name')!r}; allowed: "
-                             f"{', '.join(allowed)}")
-
-
 def _lengths(spec: Mapping[str, Any], where: str) -> tuple[LengthDist, LengthDist]:
     return (make_length(spec.get("prompt", DEFAULT_LEN), f"{where}.prompt"),
             make_length(spec.get("output", DEFAULT_LEN), f"{where}.output"))
@@ -159,7 +152,7 @@ def make_workload(spec: Mapping[str, Any], where: str = "workload") -> Workload:
 
 @WORKLOADS.register("offline")
 def _offline(spec: Mapping[str, Any], where: str) -> Workload:
-    _fields(spec, where, ("prompt", "output"))
+    check_fields(spec, where, optional=("prompt", "output"))
     prompt, output = _lengths(spec, where)
     return Workload("offline", prompt, output, spec=dict(spec))
 
@@ -168,8 +161,8 @@ def _offline(spec: Mapping[str, Any], where: str) -> Workload:
 @WORKLOADS.register("poisson")
 def _timed(spec: Mapping[str, Any], where: str) -> Workload:
     name = str(spec["name"])
-    _fields(spec, where, ("rate", "prompt", "output", "start") + (("cv",) if name == "gamma"
-                                                                  else ()))
+    gamma_only = ("cv",) if name == "gamma" else ()
+    check_fields(spec, where, optional=("rate", "prompt", "output", "start") + gamma_only)
     if "rate" not in spec:
         raise ValueError(f"{where}.rate: missing (requests per second)")
     rate = check_range(f"{where}.rate", spec["rate"], 0.0, 1e9, lo_open=True)
@@ -185,7 +178,7 @@ def _timed(spec: Mapping[str, Any], where: str) -> Workload:
 
 @WORKLOADS.register("replay")
 def _replay(spec: Mapping[str, Any], where: str) -> Workload:
-    _fields(spec, where, ("path",))
+    check_fields(spec, where, optional=("path",))
     if "path" not in spec:
         raise ValueError(f"{where}.path: missing (a .csv or .jsonl file)")
     return Workload("replay", rows=read_requests(spec["path"]), spec=dict(spec))
@@ -193,7 +186,8 @@ def _replay(spec: Mapping[str, Any], where: str) -> Workload:
 
 @WORKLOADS.register("file")
 def _file(spec: Mapping[str, Any], where: str) -> Workload:
-    _fields(spec, where, ("path", "format", "rate_scale", "start", "end", "max_model_len"))
+    check_fields(spec, where, optional=("path", "format", "rate_scale", "start", "end",
+                                        "max_model_len"))
     if "path" not in spec:
         raise ValueError(f"{where}.path: missing (a trace or benchmark file "
                          f"psdlab.analysis.formats reads)")
@@ -234,7 +228,7 @@ def requests_from_file(spec: Mapping[str, Any], where: str = "workload") -> Requ
 def mean_rate(arrival: Any) -> float:
     """Requests per second over the arrivals' span, (n - 1) / (last - first); inf when they all
     arrive at once (fewer than two, or no span) -- the rule of
-    ``analysis.formats.records.Workload.mean_rate``, for arrays."""
+    ``analysis.formats.records.FileWorkload.mean_rate``, for arrays."""
     arr = np.asarray(arrival, dtype=float)
     if arr.size < 2:
         return math.inf

@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 
 from psdlab.analysis.adaptive_policy import (AcceptanceTracker, AdaptivePolicy, AffineCosts,
                                              LiveState, PolicyConfig, emitted, policy_config,
-                                             predict, rank)
+                                             predict_candidates, rank)
 from psdlab.analysis.theory.batch import (AffineDraftTime, AffineVerifyTime, BatchModel,
-                                          GeometricAcceptance, ar, psd, sd)
+                                          GeometricRate, ar, psd, sd)
 
 COSTS = AffineCosts(c0=0.010, c_tok=0.001, d0=0.002, d_seq=0.0002, p_tok=0.0001)
 
@@ -22,10 +22,10 @@ def _state(n: int, a: float = 0.8, waiting: int = 0, slots: int = 64, lag: int =
 def test_predictions_equal_the_batch_theory():
     a, n = 0.75, 8
     model = BatchModel(AffineVerifyTime(COSTS.c0, COSTS.c_seq, COSTS.c_tok),
-                       AffineDraftTime(COSTS.d0, COSTS.d_seq), GeometricAcceptance(a),
+                       AffineDraftTime(COSTS.d0, COSTS.d_seq), GeometricRate(a),
                        psd_overhead=0.001)
     cfg = PolicyConfig(k_choices=(2, 3), psd_overhead=0.001)
-    got = {c.label: c.score for c in predict(cfg, _state(n, a), COSTS)}
+    got = {c.label: c.score for c in predict_candidates(cfg, _state(n, a), COSTS)}
     assert got["ar"] == pytest.approx(ar(model, n).throughput)
     for k in (2, 3):
         assert got[f"sd{k}"] == pytest.approx(sd(model, n, k).throughput)
@@ -34,15 +34,15 @@ def test_predictions_equal_the_batch_theory():
 
 def test_emitted_matches_geometric_and_positions():
     for k in range(6):
-        assert emitted((0.6,), k) == pytest.approx(GeometricAcceptance(0.6).emitted(k))
+        assert emitted((0.6,), k) == pytest.approx(GeometricRate(0.6).emitted(k))
     assert emitted((1.0, 0.5, 0.0), 3) == pytest.approx(1 + 1 + 0.5 + 0)
 
 
 def test_switch_costs_enter_the_score():
     cfg = PolicyConfig(k_choices=(2,), amortize_steps=4)
     st_ = _state(4, lag=400)
-    cheap = {c.label: c for c in predict(cfg, st_, COSTS, current=("sd", 2))}
-    dear = {c.label: c for c in predict(cfg, st_, COSTS, current=("ar", 0))}
+    cheap = {c.label: c for c in predict_candidates(cfg, st_, COSTS, current=("sd", 2))}
+    dear = {c.label: c for c in predict_candidates(cfg, st_, COSTS, current=("ar", 0))}
     assert cheap["sd2"].switch_cost == 0.0
     assert dear["sd2"].switch_cost == pytest.approx(COSTS.catch_up(4, 400))
     assert dear["sd2"].score < cheap["sd2"].score
@@ -156,6 +156,6 @@ def test_bad_settings_are_one_line_errors(raw, msg):
 
 def test_psd_with_one_sequence_is_predicted_as_sd_and_sd_wins_the_tie():
     cfg = PolicyConfig(modes=("sd", "psd"), k_choices=(2,))
-    got = {c.label: c.score for c in predict(cfg, _state(1), COSTS)}
+    got = {c.label: c.score for c in predict_candidates(cfg, _state(1), COSTS)}
     assert got["psd2"] == got["sd2"]
     assert rank(cfg, _state(1), COSTS).label == "sd2"

@@ -17,7 +17,7 @@ from psdlab.analysis import batch_rule as rule
 from psdlab.runtime.batch_manager import BatchManager as RuntimeBM
 from psdlab.runtime.vllm_ext.halves import Halves
 from psdlab.sim import lanes
-from psdlab.sim.batch_assignment import BatchManager as SimBM
+from psdlab.sim.batch_assignment import BatchAssignment as SimBM
 from psdlab.sim.simulation import simulate
 from sim_helpers import make_config
 

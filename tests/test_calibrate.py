@@ -16,8 +16,8 @@ from psdlab.validation.acceptance.fit import beta_moments, fit_acceptance, posit
 from psdlab.validation.phase_model import design, predict_phases
 from psdlab.validation.calibrate import calibrate
 from psdlab.validation.nnls_fit import fit_nonneg, identifiable_columns
-from psdlab.validation.model_file import (acceptance_spec, cost_spec, read_model, role_coefficients,
-                                   write_model)
+from psdlab.validation.model_file import (acceptance_spec, read_model, role_coefficients,
+                                          role_cost_spec, write_model)
 
 # the "true" machine the synthetic traces come from (seconds)
 VERIFY = {"base": 4e-3, "per_seq": 3e-4, "per_token": 5e-4, "per_context": 2e-6}
@@ -130,7 +130,7 @@ def test_fixed_cost_per_drafting_phase_is_told_from_the_per_pass_base(tmp_path):
     write_model(path, cal)
     from psdlab.sim.costs import make_cost_model
     from psdlab.sim.costs.calibrated import calibrated_cost
-    fitted = make_cost_model(cost_spec(path, "drafter"))
+    fitted = make_cost_model(role_cost_spec(path, "drafter"))
     assert fitted.phase_overhead == pytest.approx(draft.coefficients()["per_phase"])
     assert calibrated_cost(path, "drafter", scale=2.0).phase_overhead == pytest.approx(
         2 * fitted.phase_overhead)
@@ -342,7 +342,7 @@ def test_model_file_round_trip(tmp_path):
     assert acceptance_spec(model, "beta")["name"] == "beta"
     with pytest.raises(ValueError, match="no 'geometric' acceptance model"):
         acceptance_spec(model, "geometric")
-    assert cost_spec(path, "drafter") == {"name": "fitted", "path": str(path),
+    assert role_cost_spec(path, "drafter") == {"name": "fitted", "path": str(path),
                                           "role": "drafter"}
     doc = json.loads(path.read_text())
     doc["version"] = 99
@@ -359,9 +359,9 @@ def test_model_file_loads_in_the_simulator_and_reproduces_the_fit(tmp_path):
     cal = calibrate(traces)
     path = tmp_path / "model.json"
     write_model(path, cal)
-    target = make_cost_model(cost_spec(path, "target"))
-    drafter = make_cost_model(cost_spec(path, "drafter"))
-    prefill = make_cost_model(cost_spec(path, "target:prefill"))
+    target = make_cost_model(role_cost_spec(path, "target"))
+    drafter = make_cost_model(role_cost_spec(path, "drafter"))
+    prefill = make_cost_model(role_cost_spec(path, "target:prefill"))
     for step in traces[1].steps[:20]:
         for ph in step.phases:
             if ph.kind == "verify":

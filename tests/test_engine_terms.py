@@ -166,11 +166,11 @@ def test_a_served_points_throughput_is_capped_by_its_api_server():
            "model": "llama-3.1-8b", "hardware": "h100-sxm", "tp": 1, "mode": "ar", "batch": 64,
            "input_len": 64, "output_len": 32, "quantity": "output_tokens_per_s",
            "published": 1000.0, "role": "held_out", "requests": 64}
-    offline = sc.predict(sc._point(raw, "p"))
+    offline = sc.predict_point(sc._point(raw, "p"))
     served = sc._point({**raw, "api_server": "own-process"}, "p")
     bound = api_bound_tok_s(get_engine_step(sc.engine_step_of(served)), 32)
-    assert sc.predict(served) == pytest.approx(min(offline, bound))
-    in_engine = sc.predict(sc._point({**raw, "api_server": "engine-process"}, "p"))
+    assert sc.predict_point(served) == pytest.approx(min(offline, bound))
+    in_engine = sc.predict_point(sc._point({**raw, "api_server": "engine-process"}, "p"))
     assert in_engine < offline
     with pytest.raises(ValueError, match=r"^p\.api_server: "):
         sc._point({**raw, "api_server": "thread"}, "p")

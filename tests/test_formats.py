@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from psdlab.analysis import formats as F
-from psdlab.analysis.formats import (RequestRecord, SpecCounters, TruncatedInputWarning,
-                                     Workload, azure, burstgpt, custom_prompts, mooncake,
+from psdlab.analysis.formats import (WorkloadRequest, SpecCounters, TruncatedInputWarning,
+                                     FileWorkload, azure, burstgpt, custom_prompts, mooncake,
                                      sglang_bench, sharegpt, specbench, vllm_bench, vllm_log,
                                      vllm_metrics)
 from psdlab.analysis.formats.errors import FormatError
@@ -267,7 +267,7 @@ def test_scaled_window_head():
 @given(st.lists(st.floats(0, 1e5), max_size=40), st.floats(0.01, 100), st.floats(0, 1e5),
        st.floats(0, 1e5), st.integers(0, 50))
 def test_transforms_keep_arrivals_sorted_and_based(times, scale, a, b, n):
-    w = Workload(tuple(RequestRecord(t, 1, 1) for t in sorted(times)), "x", "x")
+    w = FileWorkload(tuple(WorkloadRequest(t, 1, 1) for t in sorted(times)), "x", "x")
     out = w.scaled(scale).window(min(a, b), max(a, b))
     capped = out.head(n)
     ts = capped.arrivals_s

@@ -200,7 +200,7 @@ def test_k_table_schedule_is_valid_for_vllm(table):
 
 
 def test_outputs_are_written_all_or_none(tmp_path):
-    from psdlab.sim.plan_report import write_outputs
+    from psdlab.sim.plan_report import write_plan_outputs
 
     def broken(path):
         with open(path, "w") as fh:
@@ -212,9 +212,9 @@ def test_outputs_are_written_all_or_none(tmp_path):
             fh.write("ok")
 
     with pytest.raises(OSError, match="disk full"):
-        write_outputs({str(tmp_path / "a.csv"): fine, str(tmp_path / "b.png"): broken})
+        write_plan_outputs({str(tmp_path / "a.csv"): fine, str(tmp_path / "b.png"): broken})
     assert _files(tmp_path) == []
-    write_outputs({str(tmp_path / "a.csv"): fine, str(tmp_path / "b.png"): fine})
+    write_plan_outputs({str(tmp_path / "a.csv"): fine, str(tmp_path / "b.png"): fine})
     assert _files(tmp_path) == ["a.csv", "b.png"]
 
 

@@ -123,11 +123,11 @@ def test_a_model_fitted_on_short_prompts_costs_long_ones_as_the_engine_runs_them
     so the simulator's calibrated model charges a 300-token prompt three passes -- what the
     synthetic machine takes -- where one pass per sequence would be 0.11 s short."""
     from psdlab.sim.costs import make_cost_model
-    from psdlab.sim.costs.calibrated import cost_spec
+    from psdlab.sim.costs.calibrated import calibrated_cost_spec
     path = tmp_path / "model.json"
     write_model(path, calibrate([_chunked_trace(2, 200, long_prompts=False)], holdout=0.0))
     assert json.loads(path.read_text())["meta"]["prefill_chunking"] == {"target": [128, 1]}
-    cost = make_cost_model(cost_spec(str(path), "target"))
+    cost = make_cost_model(calibrated_cost_spec(str(path), "target"))
     assert cost.chunking == RULE
     passes = int(cost.prefill_passes([300]).sum())
     truth = PREFILL["base"] + PREFILL["per_seq"] * 3 + PREFILL["per_token"] * 300
@@ -230,7 +230,7 @@ def test_runtime_traces_record_the_passes_and_the_rule(models, tmp_path):
     from psdlab.runtime.requests import Request
     from psdlab.runtime.runner import PREFILL_RULES, ModelSpec
     from psdlab.sim.costs import make_cost_model
-    from psdlab.sim.costs.calibrated import cost_spec
+    from psdlab.sim.costs.calibrated import calibrated_cost_spec
     rng = np.random.default_rng(1)
     lengths = [30, 200, 129, 130, 60, 140]
     reqs = [Request(f"r{i}", tuple(rng.integers(0, 90, size=n).tolist()), max_new_tokens=6)
@@ -261,4 +261,5 @@ def test_runtime_traces_record_the_passes_and_the_rule(models, tmp_path):
     assert seen >= 2                         # the long prompts really took extra passes
     path = tmp_path / "model.json"
     write_model(path, calibrate([trace], holdout=0.0))
-    assert make_cost_model(cost_spec(str(path), "target")).chunking == PREFILL_RULES["target"]
+    cost = make_cost_model(calibrated_cost_spec(str(path), "target"))
+    assert cost.chunking == PREFILL_RULES["target"]

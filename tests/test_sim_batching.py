@@ -2,13 +2,13 @@
 import numpy as np
 import pytest
 
-from psdlab.sim.batch_assignment import BatchManager
+from psdlab.sim.batch_assignment import BatchAssignment
 from psdlab.sim.simulation import simulate
 from sim_helpers import make_config
 
 
 def test_paper_first_step_goes_to_smaller_batch_then_to_draft_batch():
-    bm = BatchManager(2, 3, "paper")
+    bm = BatchAssignment(2, 3, "paper")
     for r in range(4):
         b = bm.choose()
         bm.add(r, b)
@@ -24,7 +24,7 @@ def test_paper_first_step_goes_to_smaller_batch_then_to_draft_batch():
 
 
 def test_paper_victim_is_latest_admitted_and_no_rebalancing():
-    bm = BatchManager(2, 4, "paper")
+    bm = BatchAssignment(2, 4, "paper")
     bm.batches = [[0, 1, 2], [3]]
     seq = np.array([0, 1, 5, 2])
     assert bm.victim(seq) == (2, 0)
@@ -32,7 +32,7 @@ def test_paper_victim_is_latest_admitted_and_no_rebalancing():
 
 
 def test_rebalance_joins_smaller_moves_and_prefers_unready():
-    bm = BatchManager(2, 8, "rebalance")
+    bm = BatchAssignment(2, 8, "rebalance")
     bm.batches = [[0, 1, 2, 3], [4]]
     bm.next_draft = 0
     assert bm.choose() == 1

@@ -67,7 +67,7 @@ def test_saturated_decode_throughput_matches_analysis_batch_model(mode):
     m, k, alpha = 8, 4, 0.7
     model = batch.BatchModel(verify_time=batch.AffineVerifyTime(c0=0.02, c_tok=0.0005),
                              draft_time=batch.AffineDraftTime(d0=0.003, d_seq=0.0002),
-                             acceptance=batch.GeometricAcceptance(alpha))
+                             acceptance=batch.GeometricRate(alpha))
     expected = getattr(batch, mode)(model, m, k).throughput
     cfg = config_from_dict({
         "requests": 48, "seed": 5, "server": {"mode": mode, "k": k, "m": m},

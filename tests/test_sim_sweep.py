@@ -111,12 +111,12 @@ def test_sweep_clock_equals_the_planners_cumulative_sum(monkeypatch):
 
 def test_cost_tables_equal_the_planners_array_costs():
     """Table entries are bit-identical to the planner's vectorised costs for the same rows."""
-    from psdlab.sim.costtable import StepCosts
+    from psdlab.sim.costtable import CostTables
     from psdlab.sim.simulation import build
     from psdlab.sim.step_plan import cost_time
 
     core = build(_config(m=6, k=3, target=MOE_T, drafter=MOE_D)).core
-    tabs = StepCosts(core)
+    tabs = CostTables(core)
     rng = np.random.default_rng(1)
     n = rng.integers(1, 7, 300)
     C = rng.integers(0, 20_000, 300)

@@ -97,4 +97,4 @@ def test_settings_gain_engine_step_lowers_the_system_ratio():
     assert none < per_step                     # start-up, prefill and the tail cost more
     assert s["best_k"] in (2, 3) and res["engine_step"] == "vllm-v0"
     assert len(s["decomposition"]) == 3 + len(sg.TERMS)
-    assert "setting 1" in sg.markdown(res)
+    assert "setting 1" in sg.settings_gain_markdown(res)

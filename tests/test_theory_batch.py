@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from psdlab.analysis.theory import (AffineDraftTime, AffineVerifyTime, BatchModel,
-                                    GeometricAcceptance, LeviathanFrontier, ar, best_k, compare,
+                                    GeometricRate, LeviathanFrontier, ar, best_k, compare,
                                     compare_all, optimal_k, psd, sd)
 
 VER = AffineVerifyTime(0.02, 0.0002, 0.00005)
@@ -14,7 +14,7 @@ DRA = AffineDraftTime(0.004, 0.00002)
 
 
 def model(a=0.8, o=0.0, d=1) -> BatchModel:
-    return BatchModel(VER, DRA, GeometricAcceptance(a), psd_overhead=o, target_devices=d)
+    return BatchModel(VER, DRA, GeometricRate(a), psd_overhead=o, target_devices=d)
 
 
 def _tv(m, k):
@@ -69,7 +69,7 @@ def test_best_k_matches_enumeration_and_frontier_optimiser():
         assert best.throughput == max(fn(mod, 16, k).throughput for k in range(1, 13))
     # m = 1 with constant V and t = c k is the Leviathan 'emitted' frontier problem
     V, c, a = 0.03, 0.004, 0.85
-    one = BatchModel(AffineVerifyTime(V), AffineDraftTime(c), GeometricAcceptance(a))
+    one = BatchModel(AffineVerifyTime(V), AffineDraftTime(c), GeometricRate(a))
     ko = optimal_k(LeviathanFrontier(a, c, count="emitted"), V, k_max=40)
     assert best_k(one, "sd", 1, 40).k == ko.k_sd
     assert best_k(one, "psd", 1, 40).k == ko.k_psd
@@ -80,7 +80,7 @@ def test_best_k_matches_enumeration_and_frontier_optimiser():
        d0=st.floats(1e-5, 0.1), ds=st.floats(0, 1e-3), a=st.floats(0.0, 0.99),
        m=st.integers(1, 128), k=st.integers(1, 8), o=st.floats(0, 0.01))
 def test_psd_never_helps_per_request_latency_iso_batch(c0, cs, ct, d0, ds, a, m, k, o):
-    mod = BatchModel(AffineVerifyTime(c0, cs, ct), AffineDraftTime(d0, ds), GeometricAcceptance(a),
+    mod = BatchModel(AffineVerifyTime(c0, cs, ct), AffineDraftTime(d0, ds), GeometricRate(a),
                      psd_overhead=o)
     c = compare(mod, m, "iso-batch", k=k)
     assert c.latency_ratio >= 1.0 - 1e-12
@@ -95,13 +95,13 @@ def test_psd_never_helps_per_request_latency_iso_batch(c0, cs, ct, d0, ds, a, m,
     (lambda: psd(model(), 4, -1), "k"),
     (lambda: psd(model(), 0, 2), "m"),
     (lambda: ar(model(), 2.5), "m"),
-    (lambda: GeometricAcceptance(1.0), "a"),
-    (lambda: GeometricAcceptance(float("nan")), "a"),
+    (lambda: GeometricRate(1.0), "a"),
+    (lambda: GeometricRate(float("nan")), "a"),
     (lambda: compare(model(), 15, "iso-concurrency"), "m"),
     (lambda: compare(model(), 16, "iso-device"), "basis"),
     (lambda: best_k(model(), "sd", 4, k_max=0), "k_max"),
-    (lambda: BatchModel(VER, DRA, GeometricAcceptance(0.5), psd_overhead=-1), "psd_overhead"),
-    (lambda: BatchModel(VER, DRA, GeometricAcceptance(0.5), target_devices=0), "target_devices"),
+    (lambda: BatchModel(VER, DRA, GeometricRate(0.5), psd_overhead=-1), "psd_overhead"),
+    (lambda: BatchModel(VER, DRA, GeometricRate(0.5), target_devices=0), "target_devices"),
     (lambda: AffineVerifyTime(-0.1), "c0"),
 ])
 def test_bad_input_names_parameter(call, name):

@@ -38,7 +38,7 @@ import numpy as np
 from psdlab.analysis.metrics import summarize
 from psdlab.analysis.trace import Trace
 from psdlab.sim.costs.fitted import FitFile
-from psdlab.validation.model_file import acceptance_spec, load_model, read_model
+from psdlab.validation.model_file import acceptance_spec, load_fit_file, read_model
 
 #: (metric key in the flattened summary, label, unit); errors are relative
 METRICS: tuple[tuple[str, str, str], ...] = (
@@ -124,7 +124,7 @@ def write_replay(trace: Trace, path: str | os.PathLike) -> str:
     return os.fspath(path)
 
 
-def sim_config(trace: Trace, model: str | FitFile, replay_path: str, *, seed: int = 0,
+def trace_sim_config(trace: Trace, model: str | FitFile, replay_path: str, *, seed: int = 0,
                params: Any = None, acceptance: dict[str, Any] | None = None,
                jitter: dict[str, Any] | None = None,
                overlap_share: tuple[float, float] | None = None):
@@ -150,17 +150,18 @@ def sim_config(trace: Trace, model: str | FitFile, replay_path: str, *, seed: in
                           cap_proposals=bool(params.draft_cap) and mode != "ar")
     devices = run.devices or {}
     target = SimModel(name=str((run.models or {}).get("target", "target")),
-                         device=str(devices.get("target", "sim:target")),
-                         cost=sc.cost_spec(model, "target", overhead=params.overhead(mode),
-                                            scale=t_scale,
-                                            prefill_scale=params.prefill_target,
-                                            prefill_overhead=params.prefill_overhead(mode)))
+                      device=str(devices.get("target", "sim:target")),
+                      cost=sc.calibrated_cost_spec(model, "target",
+                                                   overhead=params.overhead(mode),
+                                                   scale=t_scale,
+                                                   prefill_scale=params.prefill_target,
+                                                   prefill_overhead=params.prefill_overhead(mode)))
     drafter = None
     if mode != "ar":
         drafter = SimModel(name=str((run.models or {}).get("drafter", "drafter")),
-                              device=str(devices.get("drafter", "sim:drafter")),
-                              cost=sc.cost_spec(model, "drafter", scale=d_scale,
-                                                prefill_scale=params.prefill_drafter))
+                           device=str(devices.get("drafter", "sim:drafter")),
+                           cost=sc.calibrated_cost_spec(model, "drafter", scale=d_scale,
+                                                        prefill_scale=params.prefill_drafter))
     return SimConfig(server=server, target=target, drafter=drafter, acceptance=acc,
                      workload={"name": "replay", "path": replay_path},
                      requests=len(trace.requests), seed=seed,
@@ -168,7 +169,7 @@ def sim_config(trace: Trace, model: str | FitFile, replay_path: str, *, seed: in
                      trace=TraceConfig(path=None, level="step"))
 
 
-def predict(trace: Trace, model: str | FitFile, *, seeds: Sequence[int] = DEFAULT_SEEDS,
+def predict_trace(trace: Trace, model: str | FitFile, *, seeds: Sequence[int] = DEFAULT_SEEDS,
             params: Any = None, acceptance: dict[str, Any] | None = None,
             jitter: dict[str, Any] | None = None, workdir: str | None = None
             ) -> tuple[dict[str, float | None], Trace]:
@@ -178,7 +179,7 @@ def predict(trace: Trace, model: str | FitFile, *, seeds: Sequence[int] = DEFAUL
 
     if not seeds:
         raise ValueError("seeds: need at least one")
-    model = load_model(model)           # read once for every seed's cost models
+    model = load_fit_file(model)           # read once for every seed's cost models
     from psdlab.validation.replay_scales import overlap_share
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         replay = write_replay(trace, Path(tmp) / "workload.csv")
@@ -186,13 +187,13 @@ def predict(trace: Trace, model: str | FitFile, *, seeds: Sequence[int] = DEFAUL
         if trace.run.mode == "psd":
             # the contention applies to overlapped steps only: one pass to see which share
             # of the replay's decode time overlaps, then the seeds with that share
-            probe = simulate(sim_config(trace, model, replay, seed=seeds[0],
+            probe = simulate(trace_sim_config(trace, model, replay, seed=seeds[0],
                                         params=params, acceptance=acceptance, jitter=jitter))
             share = overlap_share(probe.trace)
         runs: list[dict[str, float | None]] = []
         first: Trace | None = None
         for seed in seeds:
-            cfg = sim_config(trace, model, replay, seed=seed, params=params,
+            cfg = trace_sim_config(trace, model, replay, seed=seed, params=params,
                              acceptance=acceptance, jitter=jitter, overlap_share=share)
             res = simulate(cfg)
             runs.append(flatten(res.metrics))
@@ -279,7 +280,7 @@ def predict_repeats(reps: Sequence[Trace], model: str | FitFile, **kw: Any
     for tr in reps:
         sig = workload_signature(tr)
         if sig not in cache:
-            cache[sig] = predict(tr, model, **kw)
+            cache[sig] = predict_trace(tr, model, **kw)
         preds.append(cache[sig][0])
         sims.append(cache[sig][1])
     med: dict[str, float | None] = {}

@@ -143,7 +143,7 @@ def read_model(path: str | os.PathLike | FitFile) -> dict[str, Any]:
     return load_fit(path, "model")
 
 
-def load_model(source: str | os.PathLike | FitFile) -> FitFile:
+def load_fit_file(source: str | os.PathLike | FitFile) -> FitFile:
     """The model file read once (a path) or as given (a `FitFile`): what the validation
     passes down to every replay, report and figure instead of the path."""
     return read_fit_file(source, "model")
@@ -160,7 +160,7 @@ def role_coefficients(model: dict[str, Any], role: str, *, prefill: bool = False
     return {t: float(doc["coef"].get(t, 0.0)) for t in TERMS}
 
 
-def cost_spec(path: str | os.PathLike, role: str) -> dict[str, Any]:
+def role_cost_spec(path: str | os.PathLike, role: str) -> dict[str, Any]:
     """The ``sim.costs.make_cost_model`` spec that loads this file for a role."""
     if role not in ROLES and role not in ROLE_OF_FIT.values():
         raise ValueError(f"role: must be one of {', '.join(ROLE_OF_FIT.values())}, got {role!r}")

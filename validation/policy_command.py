@@ -31,7 +31,7 @@ def policy_command(config: str, rates: str | None = None, max_n: int | None = No
     print (one JSON object with ``as_json``)."""
     from psdlab.analysis.atomic_write import write_text
     from psdlab.analysis.checks import check_int
-    from psdlab.sim.policy_search import format_report, policy_report, thresholds
+    from psdlab.sim.policy_search import format_policy_report, policy_report, thresholds
     from psdlab.sim.sim_config import load_config
     from psdlab.validation.results_file import git_info, machine_info
 
@@ -55,4 +55,4 @@ def policy_command(config: str, rates: str | None = None, max_n: int | None = No
     report["git"] = git_info()
     if output:
         write_text(output, json.dumps(report, indent=1, sort_keys=True))
-    return json.dumps(report, sort_keys=True) if as_json else format_report(report)
+    return json.dumps(report, sort_keys=True) if as_json else format_policy_report(report)

@@ -1,6 +1,6 @@
 """The decode-cost multipliers of one replay: overlap contention, mean level.
 
-``validation.compare.sim_config`` replays a measured run with the calibrated cost models times
+``validation.compare.trace_sim_config`` replays a measured run with the calibrated cost models times
 two multipliers, (target, drafter), for decode passes (a proposal cap at the output budget
 is simulated, not scaled: ``server.cap_proposals``):
 

@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from psdlab.validation.compare import Row
-from psdlab.validation.tables import md_table, write_csv
+from psdlab.validation.tables import md_table, write_table_csv
 
 ROW_COLUMNS = ("run", "metric", "label", "unit", "measured", "predicted", "error",
                "error_kind", "source")
@@ -204,17 +204,17 @@ def write_tables(out_dir: str, validation: Any, runs: Sequence[dict[str, Any]],
                  ) -> dict[str, str]:
     os.makedirs(out_dir, exist_ok=True)
     files = {
-        "comparison": write_csv(os.path.join(out_dir, "comparison.csv"), ROW_COLUMNS,
+        "comparison": write_table_csv(os.path.join(out_dir, "comparison.csv"), ROW_COLUMNS,
                                 [r.to_dict() for r in validation.rows]),
-        "summary": write_csv(os.path.join(out_dir, "summary.csv"),
+        "summary": write_table_csv(os.path.join(out_dir, "summary.csv"),
                              ("target", "metric", "source", "n", "mean_abs_error",
                               "max_abs_error", "worst_run", "bound", "kind", "within",
                               "noise_se", "error_over_noise", "noise_break_chance"),
                              validation.summary(summary_runs)),
-        "runs": write_csv(os.path.join(out_dir, "runs.csv"), RUN_COLUMNS, runs),
+        "runs": write_table_csv(os.path.join(out_dir, "runs.csv"), RUN_COLUMNS, runs),
     }
     if model is not None:
-        files["calibration"] = write_csv(
+        files["calibration"] = write_table_csv(
             os.path.join(out_dir, "calibration.csv"),
             ("fit", "term", "estimate_s", "ci95_low", "ci95_high", "identified", "n",
              "heldout_error"), calibration_rows(model))
@@ -264,7 +264,7 @@ def write_report(out_dir: str, validation: Any, named: Sequence[tuple[str, Any]]
     md += list(sections)
     spreads = spread_rows(validation)
     if spreads:
-        files["repeats"] = write_csv(os.path.join(out_dir, "repeats.csv"),
+        files["repeats"] = write_table_csv(os.path.join(out_dir, "repeats.csv"),
                                      ("config", "repeats", "load_1min", *SPREAD_KEYS), spreads)
         md += _spread_md(spreads)
     if noise_runs:
@@ -340,7 +340,7 @@ def _schedule_md(out_dir: str, validation: Any, files: dict[str, str]) -> list[s
     rows = agreement_rows(validation)
     if not rows:
         return []
-    files["schedule"] = write_csv(os.path.join(out_dir, "schedule.csv"),
+    files["schedule"] = write_table_csv(os.path.join(out_dir, "schedule.csv"),
                                   ("run", "steps_measured", "steps_replayed", "matched",
                                    "share", "first_difference"), rows)
     body = [[r["run"], str(r["steps_measured"]), str(r["steps_replayed"]),

@@ -18,7 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from psdlab.validation.tables import write_csv  # noqa: E402
+from psdlab.validation.tables import write_table_csv  # noqa: E402
 
 DPI = 110
 SCATTER = (("throughput_tok_s", "throughput (tok/s)", 0.05),
@@ -64,12 +64,12 @@ def predicted_vs_measured(out_dir: str, validation: Any, roles: Mapping[str, str
         ax.grid(True, alpha=0.3)
     fig.suptitle("simulator vs measured (red circles: held out; blue squares: calibration)",
                  fontsize=10)
-    write_csv(os.path.join(out_dir, "predicted_vs_measured.csv"),
+    write_table_csv(os.path.join(out_dir, "predicted_vs_measured.csv"),
               ("metric", "run", "role", "measured", "predicted"), rows)
     return _save(fig, out_dir, "predicted_vs_measured")
 
 
-def gains(out_dir: str, validation: Any) -> str | None:
+def gains_figure(out_dir: str, validation: Any) -> str | None:
     rows = []
     for g in validation.gains:
         vals = {r.metric + "|" + r.source: r for r in g.rows}
@@ -104,7 +104,7 @@ def gains(out_dir: str, validation: Any) -> str | None:
     ax.set_title("PSD over SD: measured, simulated, closed form", fontsize=10)
     ax.legend(fontsize=7)
     ax.grid(True, axis="y", alpha=0.3)
-    write_csv(os.path.join(out_dir, "gains.csv"), tuple(rows[0]), rows)
+    write_table_csv(os.path.join(out_dir, "gains.csv"), tuple(rows[0]), rows)
     return _save(fig, out_dir, "gains")
 
 
@@ -136,7 +136,7 @@ def throughput_vs_k(out_dir: str, validation: Any, m: int, offline: bool = True,
                  fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(True, alpha=0.3)
-    write_csv(os.path.join(out_dir, "throughput_vs_k.csv"),
+    write_table_csv(os.path.join(out_dir, "throughput_vs_k.csv"),
               ("run", "mode", "k", "measured", "predicted"), rows)
     return _save(fig, out_dir, "throughput_vs_k")
 
@@ -177,7 +177,7 @@ def phase_fit(out_dir: str, model: Mapping[str, Any], named: Sequence[tuple[str,
         ax.set_ylabel("calibrated prediction (s)")
         ax.legend(fontsize=7)
         ax.grid(True, alpha=0.3)
-    write_csv(os.path.join(out_dir, "phase_fit.csv"),
+    write_table_csv(os.path.join(out_dir, "phase_fit.csv"),
               ("run", "role", "fit", "measured_s", "predicted_s"), rows)
     return _save(fig, out_dir, "phase_fit")
 
@@ -185,7 +185,7 @@ def phase_fit(out_dir: str, model: Mapping[str, Any], named: Sequence[tuple[str,
 def all_figures(out_dir: str, validation: Any,
                 named: Sequence[tuple[str, Any]], roles: Mapping[str, str]) -> dict[str, str]:
     out = {"predicted_vs_measured": predicted_vs_measured(out_dir, validation, roles)}
-    g = gains(out_dir, validation)
+    g = gains_figure(out_dir, validation)
     if g:
         out["gains"] = g
     ms = sorted({c.trace.run.m for c in validation.comparisons})

@@ -5,7 +5,7 @@ import csv
 from typing import Any, Iterable, Mapping, Sequence
 
 
-def write_csv(path: str, columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
+def write_table_csv(path: str, columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
     with open(path, "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(columns)

@@ -25,7 +25,7 @@ import numpy as np
 from psdlab.analysis.metrics import summarize
 from psdlab.analysis.trace import Trace
 from psdlab.sim.costs.fitted import FitFile
-from psdlab.validation.model_file import acceptance_spec, load_model, read_model
+from psdlab.validation.model_file import acceptance_spec, load_fit_file, read_model
 from psdlab.validation.compare import (DEFAULT_SEEDS, Row, TraceComparison, compare_trace, flatten,
                                 merged)
 from psdlab.validation.gains import (GainResult, closed_form, gain_rows, pair_traces,
@@ -203,7 +203,7 @@ def validate(model: str | FitFile, traces: Sequence[tuple[str, Trace]], *,
     enters the chance that noise alone breaks a bound, ``validation.noise``)."""
     if not traces:
         raise ValueError("traces: need at least one trace")
-    model = load_model(model)           # read once; every replay below is handed the object
+    model = load_fit_file(model)           # read once; every replay below is handed the object
     params = model_params(model) if params is None else params
     comps: list[TraceComparison] = []
     notes: list[str] = []

@@ -12,7 +12,7 @@ numpy-free, stdlib only; imports nothing of psdlab outside ``psdlab.analysis``.
 """
 from .detect import FORMATS, detect_format, read_any, read_workload
 from .errors import FormatError, TruncatedInputWarning
-from .records import BenchSummary, RequestRecord, SpecCounters, Workload
+from .records import BenchSummary, WorkloadRequest, SpecCounters, FileWorkload
 
-__all__ = ["FORMATS", "BenchSummary", "FormatError", "RequestRecord", "SpecCounters",
-           "TruncatedInputWarning", "Workload", "detect_format", "read_any", "read_workload"]
+__all__ = ["FORMATS", "BenchSummary", "FormatError", "WorkloadRequest", "SpecCounters",
+           "TruncatedInputWarning", "FileWorkload", "detect_format", "read_any", "read_workload"]

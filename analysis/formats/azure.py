@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .build import make_workload
+from .build import build_file_workload
 from .fields import Field, to_int
 from .parsing import PathLike, csv_header_has, iter_csv
-from .records import Workload
+from .records import FileWorkload
 from .timestamps import TimeColumn
 
 NAME = "azure"
@@ -25,7 +25,7 @@ def sniff(head: str) -> bool:
     return csv_header_has(head, COLUMNS)
 
 
-def read(path: PathLike) -> Workload:
+def read(path: PathLike) -> FileWorkload:
     clock = TimeColumn(path, "TIMESTAMP", numeric_unit=None)
     rows: list[tuple[float, dict[str, Any]]] = []
     for line, row in iter_csv(path, COLUMNS):
@@ -34,4 +34,4 @@ def read(path: PathLike) -> Workload:
             "input_len": to_int(row["ContextTokens"], Field(path, line, "ContextTokens")),
             "output_len": to_int(row["GeneratedTokens"], Field(path, line, "GeneratedTokens")),
             "source": f"{NAME}:line {line}"}))
-    return make_workload(NAME, path, rows)
+    return build_file_workload(NAME, path, rows)

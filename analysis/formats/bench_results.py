@@ -1,7 +1,7 @@
 """What vLLM's and SGLang's serving-benchmark results share: the file shape (one JSON object,
 or one object a line when runs are appended), the typed extraction of a result into a
 :class:`~.records.BenchSummary`, and the per-request lists of a detailed result turned into
-a :class:`~.records.Workload`."""
+a :class:`~.records.FileWorkload`."""
 from __future__ import annotations
 
 import json
@@ -10,11 +10,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .build import even_arrivals, make_workload
+from .build import even_arrivals, build_file_workload
 from .errors import fail
 from .fields import Field, opt_float, opt_int, opt_list, opt_str, to_float, to_int
 from .parsing import PathLike, first_line, iter_jsonl, read_text
-from .records import BenchSummary, Workload
+from .records import BenchSummary, FileWorkload
 
 _STAT = re.compile(r"^(mean|median|std|p\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el|e2e_latency)_ms$")
 
@@ -129,7 +129,7 @@ def common_fields(obj: Mapping[str, Any], path: PathLike, line: int | None) -> d
         raw=dict(obj), **per_request(obj, path, line))
 
 
-def to_workload(s: BenchSummary, run_note: str) -> Workload:
+def to_workload(s: BenchSummary, run_note: str) -> FileWorkload:
     """The requests of a detailed result: lengths, measured TTFT / ITL / end-to-end latency
     and errors; arrivals from the client's send times when the file keeps them (minus its
     queueing time, when kept), else evenly spaced at the configured rate (and said so)."""
@@ -155,4 +155,4 @@ def to_workload(s: BenchSummary, run_note: str) -> Workload:
             "itl_s": s.itls_s[i] if ok and s.itls_s is not None else (),
             "e2el_s": s.e2els_s[i] if ok and s.e2els_s is not None else None,
             "error": err, "source": f"{s.format}:request {i}"}))
-    return make_workload(s.format, s.path, rows, notes)
+    return build_file_workload(s.format, s.path, rows, notes)

@@ -1,4 +1,4 @@
-"""Turning a reader's raw rows into a :class:`~.records.Workload`: refuse a negative arrival
+"""Turning a reader's raw rows into a :class:`~.records.FileWorkload`: refuse a negative arrival
 (one line naming the row), sort by arrival (stably; rows out of order are noted and warned
 about in one line) and count arrivals from the first request."""
 from __future__ import annotations
@@ -8,13 +8,13 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from .records import RequestRecord, Workload
+from .records import WorkloadRequest, FileWorkload
 
 
-def make_workload(fmt: str, path: str | os.PathLike[str],
+def build_file_workload(fmt: str, path: str | os.PathLike[str],
                   rows: Sequence[tuple[float, dict[str, Any]]],
-                  notes: Sequence[str] = ()) -> Workload:
-    """``rows`` are ``(arrival in seconds on any origin, RequestRecord fields but
+                  notes: Sequence[str] = ()) -> FileWorkload:
+    """``rows`` are ``(arrival in seconds on any origin, WorkloadRequest fields but
     arrival_s)`` in file order."""
     notes = list(notes)
     for t, fields in rows:
@@ -29,9 +29,9 @@ def make_workload(fmt: str, path: str | os.PathLike[str],
         warnings.warn(f"{os.fspath(path)}: {moved} of {len(rows)} requests were out of "
                       f"arrival order; sorted by arrival", stacklevel=2)
     base = rows[order[0]][0] if rows else 0.0
-    records = tuple(RequestRecord(arrival_s=max(0.0, rows[i][0] - base), **rows[i][1])
+    records = tuple(WorkloadRequest(arrival_s=max(0.0, rows[i][0] - base), **rows[i][1])
                     for i in order)
-    return Workload(records, fmt, os.fspath(path), tuple(notes))
+    return FileWorkload(records, fmt, os.fspath(path), tuple(notes))
 
 
 def even_arrivals(n: int, rate: float | None) -> tuple[list[float], str]:

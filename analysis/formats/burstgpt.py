@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .build import make_workload
+from .build import build_file_workload
 from .fields import Field, to_int
 from .parsing import PathLike, csv_header_has, iter_csv
-from .records import Workload
+from .records import FileWorkload
 from .timestamps import TimeColumn
 
 NAME = "burstgpt"
@@ -25,7 +25,7 @@ def sniff(head: str) -> bool:
     return csv_header_has(head, COLUMNS)
 
 
-def read(path: PathLike, *, model: str | None = None) -> Workload:
+def read(path: PathLike, *, model: str | None = None) -> FileWorkload:
     """The trace's requests; ``model`` keeps only rows whose ``Model`` is that name."""
     clock = TimeColumn(path, "Timestamp", numeric_unit="s")
     rows: list[tuple[float, dict[str, Any]]] = []
@@ -40,4 +40,4 @@ def read(path: PathLike, *, model: str | None = None) -> Workload:
             "session": row.get("Session ID") or None,
             "source": f"{NAME}:line {line}"}))
     notes = [f"only Model == {model!r}"] if model is not None else []
-    return make_workload(NAME, path, rows, notes)
+    return build_file_workload(NAME, path, rows, notes)

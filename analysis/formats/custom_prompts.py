@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .build import even_arrivals, make_workload
+from .build import even_arrivals, build_file_workload
 from .fields import Field, Tokenizer, count_tokens, get, to_int, to_text
 from .parsing import PathLike, iter_jsonl, json_keys_of_first_line
-from .records import Workload
+from .records import FileWorkload
 
 NAME = "custom_prompts"
 KIND = "workload"
@@ -24,7 +24,7 @@ def sniff(head: str) -> bool:
 
 
 def read(path: PathLike, *, tokenizer: Tokenizer | None = None, output_len: int = 0,
-         rate: float | None = None) -> Workload:
+         rate: float | None = None) -> FileWorkload:
     rows: list[dict[str, Any]] = []
     missing = 0
     for line, obj in iter_jsonl(path):
@@ -40,4 +40,4 @@ def read(path: PathLike, *, tokenizer: Tokenizer | None = None, output_len: int 
     notes = [note, "lengths: " + ("tokenizer" if tokenizer else "whitespace words")]
     if missing:
         notes.append(f"{missing} prompts without output_tokens: {output_len}")
-    return make_workload(NAME, path, list(zip(times, rows)), notes)
+    return build_file_workload(NAME, path, list(zip(times, rows)), notes)

@@ -26,7 +26,7 @@ from . import (
 from ..registry import Registry
 from .errors import FormatError, fail
 from .parsing import PathLike, head_text
-from .records import Workload
+from .records import FileWorkload
 
 #: name -> reader module, in the order detection tries them (most specific first)
 FORMATS: Registry[ModuleType] = Registry("format", error=FormatError)
@@ -54,18 +54,18 @@ def detect_format(path: PathLike) -> str:
 
 
 def read_any(path: PathLike, format: str | None = None, **options: Any) -> Any:
-    """Whatever the format's reader returns (Workload, BenchSummary or SpecCounters)."""
+    """Whatever the format's reader returns (FileWorkload, BenchSummary or SpecCounters)."""
     module = module_for(format) if format is not None else FORMATS[detect_format(path)]
     return module.read(path, **options)
 
 
-def read_workload(path: PathLike, format: str | None = None, **options: Any) -> Workload:
-    """The requests in ``path`` as a Workload, the format detected by content unless
+def read_workload(path: PathLike, format: str | None = None, **options: Any) -> FileWorkload:
+    """The requests in ``path`` as a FileWorkload, the format detected by content unless
     ``format`` names it.  ``options`` go to the reader (e.g. ``tokenizer=``, ``rate=``)."""
     module = module_for(format) if format is not None else FORMATS[detect_format(path)]
     if module.KIND not in WORKLOAD_KINDS:
         raise fail(path, f"is {module.NAME} ({module.KIND}), which holds no requests; "
                    f"read it with psdlab.analysis.formats.{module.NAME}.read")
     reader = module.read_workload if module.KIND == "bench" else module.read
-    out: Workload = reader(path, **options)
+    out: FileWorkload = reader(path, **options)
     return out

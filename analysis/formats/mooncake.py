@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .build import make_workload
+from .build import build_file_workload
 from .fields import Field, get, opt_list, to_int
 from .parsing import PathLike, iter_jsonl, json_keys_of_first_line
-from .records import Workload
+from .records import FileWorkload
 from .timestamps import TimeColumn
 
 NAME = "mooncake"
@@ -24,7 +24,7 @@ def sniff(head: str) -> bool:
     return {"timestamp", "input_length", "output_length"} <= json_keys_of_first_line(head)
 
 
-def read(path: PathLike) -> Workload:
+def read(path: PathLike) -> FileWorkload:
     clock = TimeColumn(path, "timestamp", numeric_unit="ms")
     rows: list[tuple[float, dict[str, Any]]] = []
     for line, obj in iter_jsonl(path):
@@ -37,4 +37,4 @@ def read(path: PathLike) -> Workload:
                                  Field(path, line, "output_length")),
             "hash_ids": tuple(to_int(h, Field(path, line, "hash_ids")) for h in hashes),
             "source": f"{NAME}:line {line}"}))
-    return make_workload(NAME, path, rows)
+    return build_file_workload(NAME, path, rows)

@@ -1,9 +1,9 @@
 """Neutral records the foreign-format readers produce, whatever file they came from.
 
-- :class:`RequestRecord`: one request of a workload: arrival (seconds after the first
+- :class:`WorkloadRequest`: one request of a workload: arrival (seconds after the first
   request), prompt and output lengths, the prompt text when the file has it, and, for files
   written by a benchmark client, what was measured (TTFT, inter-token latencies, end-to-end).
-- :class:`Workload`: the requests of one file, sorted by arrival, with the operations a
+- :class:`FileWorkload`: the requests of one file, sorted by arrival, with the operations a
   what-if study needs (rate scaling, a time window, the first n requests).
 - :class:`BenchSummary`: a vLLM / SGLang serving-benchmark result: run settings, totals,
   latency statistics, per-request lists and speculative-decoding figures when present.
@@ -22,7 +22,7 @@ STAT_METRICS = ("ttft", "tpot", "itl", "e2el")
 
 
 @dataclass(frozen=True)
-class RequestRecord:
+class WorkloadRequest:
     arrival_s: float                  # seconds after the workload's first request (>= 0)
     input_len: int                    # prompt tokens (>= 0)
     output_len: int                   # output tokens (>= 0; 0 where the file has none)
@@ -44,8 +44,8 @@ class RequestRecord:
 
 
 @dataclass(frozen=True)
-class Workload:
-    records: tuple[RequestRecord, ...]
+class FileWorkload:
+    records: tuple[WorkloadRequest, ...]
     format: str                       # the reader's name, e.g. "azure"
     path: str                         # the file it was read from
     notes: tuple[str, ...] = ()       # what the reader assumed (e.g. arrivals from the rate)
@@ -76,17 +76,17 @@ class Workload:
         span = self.duration_s
         return (len(self.records) - 1) / span if span > 0 else math.inf
 
-    def _with(self, records: tuple[RequestRecord, ...], note: str) -> Workload:
-        return Workload(records, self.format, self.path, self.notes + (note,))
+    def _with(self, records: tuple[WorkloadRequest, ...], note: str) -> FileWorkload:
+        return FileWorkload(records, self.format, self.path, self.notes + (note,))
 
-    def scaled(self, rate_scale: float) -> Workload:
+    def scaled(self, rate_scale: float) -> FileWorkload:
         """The same requests arriving ``rate_scale`` times as fast (arrivals divided by it)."""
         if not (rate_scale > 0 and math.isfinite(rate_scale)):
             raise ValueError(f"rate_scale must be finite and > 0, got {rate_scale}")
         recs = tuple(replace(r, arrival_s=r.arrival_s / rate_scale) for r in self.records)
         return self._with(recs, f"rate scaled by {rate_scale:g}")
 
-    def window(self, start_s: float, end_s: float) -> Workload:
+    def window(self, start_s: float, end_s: float) -> FileWorkload:
         """The requests arriving in ``[start_s, end_s)``, re-based so the first arrives at 0."""
         if not end_s >= start_s:
             raise ValueError(f"window end {end_s} is before its start {start_s}")
@@ -95,7 +95,7 @@ class Workload:
         recs = tuple(replace(r, arrival_s=max(0.0, r.arrival_s - base)) for r in kept)
         return self._with(recs, f"window [{start_s:g}, {end_s:g}) s")
 
-    def head(self, n: int) -> Workload:
+    def head(self, n: int) -> FileWorkload:
         """The first ``n`` requests by arrival."""
         if n < 0:
             raise ValueError(f"head(n) needs n >= 0, got {n}")

@@ -18,7 +18,7 @@ from typing import Any
 from . import bench_results as br
 from .fields import opt_float
 from .parsing import PathLike, json_keys_of_first_line
-from .records import BenchSummary, Workload
+from .records import BenchSummary, FileWorkload
 
 NAME = "sglang_bench"
 KIND = "bench"
@@ -51,7 +51,7 @@ def read(path: PathLike, *, index: int = -1) -> BenchSummary:
     return _summary(obj, path, line)
 
 
-def read_workload(path: PathLike, *, index: int = -1) -> Workload:
+def read_workload(path: PathLike, *, index: int = -1) -> FileWorkload:
     """The requests of an ``--output-details`` run; arrivals evenly spaced at its request
     rate (SGLang keeps no send times), as the notes say."""
     results = br.load_results(path)

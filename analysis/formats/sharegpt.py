@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .build import even_arrivals, make_workload
+from .build import even_arrivals, build_file_workload
 from .errors import fail
 from .fields import Field, Tokenizer, count_tokens, to_text
 from .parsing import PathLike, load_json_document
-from .records import Workload
+from .records import FileWorkload
 
 NAME = "sharegpt"
 KIND = "workload"
@@ -30,7 +30,7 @@ def sniff(head: str) -> bool:
     return text.startswith("[") and '"conversations"' in text[:8192]
 
 
-def where(k: int) -> str:
+def _conv_field(k: int) -> str:
     return f"[{k}].conversations"
 
 
@@ -40,15 +40,16 @@ def _turns(item: Any, k: int, path: PathLike) -> list[dict[str, Any]]:
     turns = item.get("conversations")
     if not isinstance(turns, list):
         found = "missing" if turns is None else f"expected a list, found {type(turns).__name__}"
-        raise fail(path, found, field=where(k))
+        raise fail(path, found, field=_conv_field(k))
     for j, turn in enumerate(turns):
         if not isinstance(turn, dict) or "from" not in turn or "value" not in turn:
-            raise fail(path, "expected {\"from\": ..., \"value\": ...}", field=f"{where(k)}[{j}]")
+            raise fail(path, "expected {\"from\": ..., \"value\": ...}",
+                       field=f"{_conv_field(k)}[{j}]")
     return turns
 
 
 def read(path: PathLike, *, tokenizer: Tokenizer | None = None,
-         rate: float | None = None) -> Workload:
+         rate: float | None = None) -> FileWorkload:
     data = load_json_document(path)
     if not isinstance(data, list):
         raise fail(path, f"expected a JSON list of conversations, found {type(data).__name__}")
@@ -64,9 +65,9 @@ def read(path: PathLike, *, tokenizer: Tokenizer | None = None,
         if ask is None or reply is None:
             skipped += 1
             continue
-        prompt = to_text(turns[ask]["value"], Field(path, None, f"{where(k)}[{ask}].value"))
+        prompt = to_text(turns[ask]["value"], Field(path, None, f"{_conv_field(k)}[{ask}].value"))
         answer = to_text(turns[reply]["value"],
-                         Field(path, None, f"{where(k)}[{reply}].value"))
+                         Field(path, None, f"{_conv_field(k)}[{reply}].value"))
         rows.append({"input_len": count_tokens(prompt, tokenizer),
                      "output_len": count_tokens(answer, tokenizer), "text": prompt,
                      "session": str(item.get("id")) if item.get("id") is not None else None,
@@ -77,4 +78,4 @@ def read(path: PathLike, *, tokenizer: Tokenizer | None = None,
     notes = [note, "lengths: " + ("tokenizer" if tokenizer else "whitespace words")]
     if skipped:
         notes.append(f"{skipped} conversations without a human turn and a reply skipped")
-    return make_workload(NAME, path, list(zip(times, rows)), notes)
+    return build_file_workload(NAME, path, list(zip(times, rows)), notes)

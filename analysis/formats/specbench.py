@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .build import even_arrivals, make_workload
+from .build import even_arrivals, build_file_workload
 from .errors import fail
 from .fields import Field, Tokenizer, count_tokens, get, to_int, to_text
 from .parsing import PathLike, iter_jsonl, json_keys_of_first_line
-from .records import Workload
+from .records import FileWorkload
 
 NAME = "specbench"
 KIND = "workload"
@@ -26,7 +26,7 @@ def sniff(head: str) -> bool:
 
 
 def read(path: PathLike, *, tokenizer: Tokenizer | None = None, output_len: int = 0,
-         rate: float | None = None, category: str | None = None) -> Workload:
+         rate: float | None = None, category: str | None = None) -> FileWorkload:
     """The questions; ``category`` keeps only that category (e.g. "translation")."""
     rows: list[dict[str, Any]] = []
     for line, obj in iter_jsonl(path):
@@ -46,4 +46,4 @@ def read(path: PathLike, *, tokenizer: Tokenizer | None = None, output_len: int 
     times, note = even_arrivals(len(rows), rate)
     notes = [note, f"output lengths not in the file: {output_len}",
              "lengths: " + ("tokenizer" if tokenizer else "whitespace words")]
-    return make_workload(NAME, path, list(zip(times, rows)), notes)
+    return build_file_workload(NAME, path, list(zip(times, rows)), notes)

@@ -19,7 +19,7 @@ from typing import Any
 from . import bench_results as br
 from .fields import Field, opt_float, opt_int, opt_list, opt_str, to_float
 from .parsing import PathLike, json_keys_of_first_line
-from .records import BenchSummary, Workload
+from .records import BenchSummary, FileWorkload
 
 NAME = "vllm_bench"
 KIND = "bench"
@@ -65,7 +65,7 @@ def read(path: PathLike, *, index: int = -1) -> BenchSummary:
     return _summary(obj, path, line)
 
 
-def read_workload(path: PathLike, *, index: int = -1) -> Workload:
+def read_workload(path: PathLike, *, index: int = -1) -> FileWorkload:
     """The requests of a ``--save-detailed`` result (see ``bench_results.to_workload``)."""
     results = br.load_results(path)
     line, obj = br.pick(results, index, path)

@@ -9,7 +9,7 @@
 * `jitter`: E[max(t, V)] under random step times and the PSD gain it costs.
 """
 from psdlab.analysis.theory.batch import (BASES, AffineDraftTime, AffineVerifyTime, BatchModel,
-                                   Comparison, GeometricAcceptance, ModeResult, ar, best_k,
+                                   Comparison, GeometricRate, ModeResult, ar, best_k,
                                    compare, compare_all, psd, sd)
 from psdlab.analysis.theory.exponential import (exact_ratio, exact_saving, exponential_optimum,
                                          peak_alpha_v, psd_draft_time_exponential,
@@ -27,7 +27,7 @@ from psdlab.analysis.theory.paper import (THEOREM1_RATIO, THEOREM1_SAVING, Peak,
 
 __all__ = [
     "BASES", "AffineDraftTime", "AffineVerifyTime", "BatchModel", "Comparison",
-    "GeometricAcceptance", "ModeResult", "ar", "best_k", "compare", "compare_all", "psd", "sd",
+    "GeometricRate", "ModeResult", "ar", "best_k", "compare", "compare_all", "psd", "sd",
     "exact_ratio", "exact_saving", "exponential_optimum", "peak_alpha_v",
     "psd_draft_time_exponential", "sd_draft_time_exponential", "sd_opt_draft",
     "t_psd_exponential", "t_sd_exponential",

@@ -32,7 +32,7 @@ import numpy as np
 from psdlab.analysis.checks import check_choice, check_int, check_nonnegative, check_range
 from psdlab.analysis.modes import SPEC_MODES, check_mode
 
-__all__ = ["AffineVerifyTime", "AffineDraftTime", "GeometricAcceptance", "BatchModel",
+__all__ = ["AffineVerifyTime", "AffineDraftTime", "GeometricRate", "BatchModel",
            "ModeResult", "Comparison", "BASES", "ar", "sd", "psd", "best_k", "compare",
            "compare_all"]
 
@@ -70,7 +70,7 @@ class AffineDraftTime:
 
 
 @dataclass(frozen=True)
-class GeometricAcceptance:
+class GeometricRate:
     """i.i.d. per-token acceptance a: E(k) = (1 - a^(k+1)) / (1 - a) emitted tokens per step."""
     a: float
 
@@ -86,7 +86,7 @@ class BatchModel:
     """Step times, acceptance, PSD overhead per step (s) and target device count."""
     verify_time: StepTime
     draft_time: StepTime
-    acceptance: GeometricAcceptance
+    acceptance: GeometricRate
     psd_overhead: float = 0.0
     target_devices: int = 1
 

@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from psdlab.analysis.checks import check_int
-    from psdlab.validation.adaptive.bench_adaptive import (BenchPlan, format_report,
+    from psdlab.validation.adaptive.bench_adaptive import (BenchPlan, format_adaptive_bench_report,
                                                            run_adaptive_bench)
     plan = BenchPlan(depth=check_int("--depth", args.depth, 1, 64),
                      k=check_int("--k", args.k, 1, 16), m=check_int("--m", args.m, 2, 64),
@@ -38,5 +38,5 @@ def run(args: argparse.Namespace) -> int:
                      max_new_tokens=check_int("--max-new-tokens", args.max_new_tokens, 2, 512),
                      repeat=not args.no_repeat)
     result = run_adaptive_bench(args, plan)
-    print(json.dumps(result, sort_keys=True) if args.json else format_report(result))
+    print(json.dumps(result, sort_keys=True) if args.json else format_adaptive_bench_report(result))
     return 0

@@ -25,9 +25,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from psdlab.sim.speed_bench import run_bench, speed_text
+    from psdlab.sim.speed_bench import run_speed_bench, speed_text
 
-    out = run_bench(args.requests, args.load, args.seed, args.path,
+    out = run_speed_bench(args.requests, args.load, args.seed, args.path,
                     progress=sys.stderr.isatty() and not args.json)
     print(json.dumps(out, sort_keys=True) if args.json else speed_text(out))
     return 0

@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from psdlab.analysis.checks import check_nonnegative, check_positive
+from psdlab.analysis.checks import check_fields, check_nonnegative, check_positive
 from psdlab.analysis.chunking import Chunking, chunking_from
 
-from .base import CostModel, check_fields, register_cost_model
+from .base import CostModel, register_cost_model
 
 AFFINE_TERMS = ("base", "per_seq", "per_token", "per_context")
 

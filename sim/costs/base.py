@@ -120,16 +120,3 @@ def make_cost_model(spec: Mapping[str, Any], where: str = "cost") -> CostModel:
     if not isinstance(spec, Mapping):
         raise ValueError(f"{where}: expected a table/dict with a 'name', got {spec!r}")
     return COST_MODELS.get(spec.get("name"), f"{where}.name")(spec, where)
-
-
-def check_fields(spec: Mapping[str, Any], where: str, required: tuple[str, ...] = (),
-                 optional: tuple[str, ...] = ()) -> None:
-    """Reject unknown fields and report missing required ones (``name`` is always allowed)."""
-    allowed = set(required) | set(optional) | {"name"}
-    for key in spec:
-        if key not in allowed:
-            raise ValueError(f"{where}.{key}: unknown field for {spec.get('name')!r}; allowed: "
-                             f"{', '.join(sorted(allowed - {'name'}))}")
-    for key in required:
-        if key not in spec:
-            raise ValueError(f"{where}.{key}: missing (required by {spec.get('name')!r})")

@@ -41,9 +41,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from psdlab.analysis.checks import check_nonnegative, check_range
+from psdlab.analysis.checks import check_fields, check_nonnegative, check_range
 from psdlab.analysis.chunking import Chunking, chunkings_from
-from psdlab.sim.costs.base import CostModel, check_fields, register_cost_model
+from psdlab.sim.costs.base import CostModel, register_cost_model
 from psdlab.sim.costs.fitted import FitFile, cost_from_role, read_fit_file
 
 NAME = "calibrated"
@@ -192,7 +192,7 @@ def _make(spec: Mapping[str, Any], where: str) -> CostModel:
                            bool(spec.get("table", True)), spec.get("prefill_overhead", 0.0))
 
 
-def cost_spec(path: str | FitFile, role: str, overhead: float = 0.0, scale: float = 1.0,
+def calibrated_cost_spec(path: str | FitFile, role: str, overhead: float = 0.0, scale: float = 1.0,
               prefill_scale: float = 1.0, prefill_overhead: float = 0.0) -> dict[str, Any]:
     """The ``sim.costs.make_cost_model`` spec of this model (``path``: a path or a `FitFile`)."""
     return {"name": NAME, "path": path if isinstance(path, FitFile) else str(path), "role": role,

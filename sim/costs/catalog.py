@@ -13,7 +13,7 @@ import os
 from dataclasses import MISSING, dataclass, fields
 from typing import Any, Mapping
 
-from psdlab.analysis.checks import check_int, check_positive
+from psdlab.analysis.checks import check_fields, check_int, check_positive
 
 from psdlab.analysis.toml_reader import tomllib as _toml
 
@@ -155,15 +155,10 @@ def _read_toml(path: str) -> dict[str, Any]:
 
 
 def _build(cls, name: str, raw: Mapping[str, Any], where: str):
-    allowed = {f.name for f in fields(cls)} - {"name"}
-    for key in raw:
-        if key not in allowed:
-            raise ValueError(f"{where}.{key}: unknown field; allowed: {', '.join(sorted(allowed))}")
-    required = [f.name for f in fields(cls) if f.name != "name"
-                and f.default is MISSING and f.default_factory is MISSING]
-    for key in required:
-        if key not in raw:
-            raise ValueError(f"{where}.{key}: missing")
+    required = tuple(f.name for f in fields(cls) if f.name != "name"
+                     and f.default is MISSING and f.default_factory is MISSING)
+    optional = tuple(f.name for f in fields(cls) if f.name != "name" and f.name not in required)
+    check_fields(raw, where, required, optional, named=False)
     return cls(name=name, **dict(raw))
 
 

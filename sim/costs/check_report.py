@@ -89,7 +89,7 @@ def check_report() -> dict[str, Any]:
             "worst_fitted_error": max((abs(r["error"]) for r in fitted), default=None)}
 
 
-def format_report(report: dict[str, Any]) -> str:
+def format_cost_check_report(report: dict[str, Any]) -> str:
     lines = [f"{'point':<28}{'preset':<15}{'fit':>4}{'published':>11}{'predicted':>11}"
              f"{'error':>8}{'ideal':>10}{'ideal err':>10}"]
     for r in report["points"]:
@@ -133,7 +133,7 @@ def _commit() -> str:
     return commit + (" (sim/costs modified)" if dirty.stdout.strip() else "")
 
 
-def write_report(report: dict[str, Any], path: str) -> str:
+def write_cost_check_report(report: dict[str, Any], path: str) -> str:
     """The report as markdown with how and where it was made."""
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     head = [
@@ -144,7 +144,7 @@ def write_report(report: dict[str, Any], path: str) -> str:
         "Each point is priced with the preset of the engine that was measured "
         "(sim/costs/public_measurements.toml gives its source); `fit` says whether that preset "
         "was fitted on it (sim/costs/engines.toml, `fitted_on`); `ideal` is the ideal "
-        "roofline.", "", "```", format_report(report), "```", ""]
+        "roofline.", "", "```", format_cost_check_report(report), "```", ""]
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w", encoding="utf-8") as fh:
         fh.write("\n".join(head))
@@ -167,7 +167,7 @@ def check_command(out: str | None = None, as_json: bool = False) -> str:
 
     report = check_report()
     if out:
-        write_report(report, out)
+        write_cost_check_report(report, out)
     if as_json:
         return json.dumps(report, sort_keys=True)
-    return format_report(report) + (f"\nwritten: {out}" if out else "")
+    return format_cost_check_report(report) + (f"\nwritten: {out}" if out else "")

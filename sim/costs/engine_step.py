@@ -44,7 +44,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from psdlab.analysis.checks import check_nonnegative, check_range
+from psdlab.analysis.checks import check_fields, check_nonnegative, check_range
 
 from .catalog import _read_toml
 from .step_jitter import Jitter, make_jitter
@@ -122,9 +122,7 @@ class PhaseJitter:
 
 def _step_from(name: str, raw: Mapping[str, Any], where: str) -> EngineStep:
     allowed = {f.name for f in fields(EngineStep)} - {"name"}
-    for key in raw:
-        if key not in allowed:
-            raise ValueError(f"{where}.{key}: unknown field; allowed: {', '.join(sorted(allowed))}")
+    check_fields(raw, where, optional=tuple(allowed), named=False)
     vals: dict[str, Any] = {}
     for key in _SECONDS:
         vals[key] = check_nonnegative(f"{where}.{key}", raw.get(key, 0.0))

@@ -46,10 +46,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from psdlab.analysis.checks import check_nonnegative
+from psdlab.analysis.checks import check_fields, check_nonnegative
 
 from .affine import AFFINE_TERMS, AffineCost
-from .base import CostModel, check_fields, register_cost_model
+from .base import CostModel, register_cost_model
 
 FIT_FORMAT = "psdlab.cost-fit"
 FIT_VERSION = 1

@@ -35,9 +35,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from psdlab.analysis.checks import check_choice, check_int, check_nonnegative, check_range
+from psdlab.analysis.checks import (check_choice, check_fields, check_int, check_nonnegative,
+                                    check_range)
 
-from .base import CostModel, check_fields, prepare_inputs, register_cost_model, vmax
+from .base import CostModel, prepare_inputs, register_cost_model, vmax
 from .catalog import _read_toml
 from .roofline import ACT_BYTES, RooflineCost, _make_roofline
 
@@ -81,12 +82,8 @@ _NUMERIC = ("memory_eff", "compute_eff", "compute_half_tokens", "blend", "networ
 
 def _preset_from(name: str, raw: Mapping[str, Any], where: str) -> EnginePreset:
     allowed = {f.name for f in fields(EnginePreset)} - {"name"}
-    for key in raw:
-        if key not in allowed:
-            raise ValueError(f"{where}.{key}: unknown field; allowed: {', '.join(sorted(allowed))}")
-    for key in ("execution",) + _NUMERIC:
-        if key not in raw:
-            raise ValueError(f"{where}.{key}: missing")
+    required = ("execution",) + _NUMERIC
+    check_fields(raw, where, required, tuple(allowed - set(required)), named=False)
     vals: dict[str, Any] = {"execution": check_choice(f"{where}.execution", raw["execution"],
                                                       EXECUTIONS)}
     for key in ("memory_eff", "compute_eff", "network_eff"):

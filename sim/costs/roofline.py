@@ -46,9 +46,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from psdlab.analysis.checks import check_choice, check_int, check_nonnegative, check_range
+from psdlab.analysis.checks import (check_choice, check_fields, check_int, check_nonnegative,
+                                    check_range)
 
-from .base import CostModel, check_fields, prepare_inputs, register_cost_model, vmax
+from .base import CostModel, prepare_inputs, register_cost_model, vmax
 from .catalog import DTYPES, HardwareSpec, ModelShape, get_hardware, get_model
 
 ACT_BYTES = 2.0

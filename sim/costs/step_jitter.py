@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from psdlab.analysis.checks import check_choice, check_range
+from psdlab.analysis.checks import check_choice, check_fields, check_range
 
 NORMAL_FLOOR = 0.01
 MAX_CV = {"normal": 0.5, "gamma": 3.0}
@@ -65,9 +65,7 @@ def make_jitter(spec: Mapping[str, Any] | None, where: str = "jitter") -> Jitter
         return NO_JITTER
     if not isinstance(spec, Mapping):
         raise ValueError(f"{where}: expected a table with 'dist' and 'cv', got {spec!r}")
-    for key in spec:
-        if key not in ("dist", "cv"):
-            raise ValueError(f"{where}.{key}: unknown field; allowed: dist, cv")
+    check_fields(spec, where, optional=("dist", "cv"), named=False)
     if "dist" not in spec:
         raise ValueError(f"{where}.dist: missing (normal or gamma)")
     dist = check_choice(f"{where}.dist", spec["dist"], tuple(MAX_CV))

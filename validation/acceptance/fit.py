@@ -213,7 +213,7 @@ def _expected_accepted(alpha: float, k: np.ndarray) -> np.ndarray:
     return alpha * (1 - alpha ** k) / (1 - alpha)
 
 
-def geometric_alpha(k: np.ndarray, accepted: np.ndarray) -> float:
+def fit_geometric_alpha(k: np.ndarray, accepted: np.ndarray) -> float:
     """The alpha whose expected accepted count over drafts of lengths k matches the total."""
     k = np.asarray(k, dtype=float)
     target = float(np.sum(accepted))
@@ -244,12 +244,12 @@ def _fit_from_totals(traces: Sequence[Trace], seed: int) -> AcceptanceFit:
         raise ValueError("traces: no verified draft tokens to fit an acceptance model to "
                          "(all runs autoregressive?)")
     per_seq_k = np.repeat(ks, seqs)
-    alpha = geometric_alpha(per_seq_k, np.array([acc.sum()]))
+    alpha = fit_geometric_alpha(per_seq_k, np.array([acc.sum()]))
     rng = np.random.default_rng(seed)
     boot = []
     for _ in range(_BOOTSTRAP):
         idx = rng.integers(0, len(ks), len(ks))
-        boot.append(geometric_alpha(np.repeat(ks[idx], seqs[idx]), np.array([acc[idx].sum()])))
+        boot.append(fit_geometric_alpha(np.repeat(ks[idx], seqs[idx]), np.array([acc[idx].sum()])))
     lo, hi = map(float, np.percentile(boot, (2.5, 97.5)))
     ci = (lo, hi)
     kmax = int(ks.max())

@@ -302,6 +302,6 @@ def _atomic(path: Path, write) -> None:
             os.unlink(tmp)
 
 
-def format_report(result: dict[str, Any]) -> str:
+def format_adaptive_bench_report(result: dict[str, Any]) -> str:
     from psdlab.validation.adaptive.adaptive_report import format_text
     return format_text(result)

@@ -49,7 +49,7 @@ from psdlab.validation.demo.noise_budget import budget as noise_budget
 from psdlab.validation.demo.prompt_sides import POOL_EVERY, POOL_SPLITS, pool_splits_text
 from psdlab.validation.demo.demo_report import write_demo_report
 from psdlab.validation.demo.report_sections import transfer_sections
-from psdlab.validation.model_file import load_model
+from psdlab.validation.model_file import load_fit_file
 from psdlab.validation.report import spread_rows
 from psdlab.validation.results_file import (build_results, concurrency_rows,
                                             headline_comparisons, headline_lines)
@@ -149,7 +149,7 @@ def calibrate_runs(measured: Sequence[Measured], out_dir: str,
     calibrate_to_file(path, [loaded[m.path] for m in cal],
                       [os.path.basename(m.path) for m in cal], holdout=0.2, seed=0,
                       context_probe=probe, pool=pool)
-    return load_model(path)
+    return load_fit_file(path)
 
 
 def headline(validation: Any, held_out: set[str]) -> list[str]:
