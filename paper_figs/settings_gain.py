@@ -124,8 +124,10 @@ def _without(term: str) -> dict[str, Any]:
     return {"base": ENGINE_STEP, **TERMS[term]}
 
 
-def run(quick: bool = False, seed: int = 0, tick: Callable[[int], None] | None = None,
-        setups: tuple[Setup, ...] = SETUPS, ks: tuple[int, ...] = simruns.KS) -> dict[str, Any]:
+def run_settings_gain(quick: bool = False, seed: int = 0,
+                      tick: Callable[[int], None] | None = None,
+                      setups: tuple[Setup, ...] = SETUPS,
+                      ks: tuple[int, ...] = simruns.KS) -> dict[str, Any]:
     """Every setting: the k sweep with the engine step, then the decomposition at best k."""
     tick = tick or (lambda _n: None)
     settings = []

@@ -16,7 +16,7 @@ def systems_command(what: str, *, out: str | None = None, quick: bool = False, s
         if points:
             raise ValueError("--points: only with 'check'")
         from psdlab.paper_figs import settings_gain as sg
-        res = sg.run(quick=quick, seed=seed)
+        res = sg.run_settings_gain(quick=quick, seed=seed)
         text = sg.settings_gain_markdown(res)
         if out:
             wrote = [f"wrote {path}" for path in sg.write_settings_gain(res, out)]

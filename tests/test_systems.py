@@ -90,7 +90,7 @@ def test_package_points_file_loads():
 
 def test_settings_gain_engine_step_lowers_the_system_ratio():
     from psdlab.paper_figs import settings_gain as sg
-    res = sg.run(quick=True, setups=sg.SETUPS[:1], ks=(2, 3))
+    res = sg.run_settings_gain(quick=True, setups=sg.SETUPS[:1], ks=(2, 3))
     s = res["settings"][0]
     per_step, none, full = (d["ratio"] for d in s["decomposition"][:3])
     assert full < none                         # the engine's host work costs PSD its gain
