@@ -73,8 +73,8 @@ def served_runs(target: str, texts: list[str], args: argparse.Namespace,
                                       request_rate=float("inf"), num_prompts=n,
                                       output_len=length, seed=0)
                     c0, t0 = _cpu(procs), time.perf_counter()
-                    got = sc.run_bench(run, server, tokenizer=target, dataset=dataset,
-                                       out_dir=out, client_core=None, timeout_s=1800)
+                    got = sc.run_serve_bench(run, server, tokenizer=target, dataset=dataset,
+                                             out_dir=out, client_core=None, timeout_s=1800)
                     wall, c1 = time.perf_counter() - t0, _cpu(procs)
                     res = json.loads(Path(got["result"]).read_text())
                     rows.append({"way": "served", "requests": n, "output_len": length,

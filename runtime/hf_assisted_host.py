@@ -166,7 +166,7 @@ def step_parts(s: dict[str, float]) -> dict[str, float]:
             "draft_passes": s.get("fwd_draft_n", 0.0), "target_passes": s.get("fwd_target_n", 0.0)}
 
 
-def decode_steps(steps: list[dict[str, float]], k: int) -> list[dict[str, float]]:
+def assisted_decode_steps(steps: list[dict[str, float]], k: int) -> list[dict[str, float]]:
     """The steady steps of one generate call: the first (prefill) dropped, and in assisted
     generation only steps that drafted exactly k tokens with one target pass."""
     out = [step_parts(s) for s in steps[1:]]
@@ -188,4 +188,4 @@ def generate_steps(target: Any, assistant: Any | None, prompt: Any, k: int,
     with instrument(target, assistant) as clock, torch.inference_mode():
         target.generate(prompt, **kw)
         clock.drop_open()                      # the last step holds generate's finalisation
-    return decode_steps(clock.steps, k if assistant is not None else 0)
+    return assisted_decode_steps(clock.steps, k if assistant is not None else 0)

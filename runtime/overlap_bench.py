@@ -189,7 +189,7 @@ def figures(summaries: dict[str, dict], outputs: dict[str, list], base: EngineCo
     return out
 
 
-def format_report(fig: dict[str, Any]) -> str:
+def format_overlap_report(fig: dict[str, Any]) -> str:
     def f(x: Any, spec: str = ".3f") -> str:
         return "n/a" if x is None else format(x, spec)
     lines = [

@@ -167,7 +167,8 @@ def bench_runtime_command(args: Any) -> str:
     from psdlab.runtime import run_setup as session
     from psdlab.runtime.controller import EngineConfig
     from psdlab.runtime.devices import default_backend
-    from psdlab.runtime.overlap_bench import bench_runtime, cycle_requests, format_report
+    from psdlab.runtime.overlap_bench import (bench_runtime, cycle_requests,
+                                              format_overlap_report)
     from psdlab.runtime.runner import ModelSpec
     check_int("num_prompts", args.num_prompts, minimum=1)
     check_int("rounds", args.rounds, minimum=1)
@@ -188,4 +189,4 @@ def bench_runtime_command(args: Any) -> str:
     fig = bench_runtime(ModelSpec(models.target), ModelSpec(models.drafter), requests, base,
                         args.trace_dir, tokenizer, quiet=args.json, rounds=args.rounds,
                         steps_fraction=args.steps_fraction)
-    return json.dumps(fig) if args.json else format_report(fig)
+    return json.dumps(fig) if args.json else format_overlap_report(fig)

@@ -86,7 +86,7 @@ def test_every_configuration_is_repeated(tmp_path, monkeypatch):
     interleaved within a repeat, one server at a time."""
     from psdlab.runtime.vllm_ext import serve_check as sc
     monkeypatch.setattr(sc, "VllmServer", _FakeServer)
-    monkeypatch.setattr(sc, "run_bench", lambda run, server, **kw: {
+    monkeypatch.setattr(sc, "run_serve_bench", lambda run, server, **kw: {
         "result": f"bench/{run.name}.json", "metrics_before": "b", "metrics_after": "a",
         "load_before": "[1.0, 1.0, 1.0]"})
     s = vr.CheckSettings(target="t", draft="d", repeats=2, target_core=-1, client_core=-1)
@@ -259,5 +259,5 @@ def test_the_command_module_only_parses_and_prints():
     calls = {n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
              for n in ast.walk(tree) if isinstance(n, ast.Call)}
     assert not calls & {"write_text", "mkdir", "open", "evaluate", "fit_from_bench",
-                        "measure", "Popen", "run_bench"}
+                        "measure", "Popen", "run_serve_bench"}
     assert len(source.splitlines()) < 130

@@ -217,8 +217,9 @@ class ServeRun:
         return cmd
 
 
-def run_bench(run: ServeRun, server: VllmServer, *, tokenizer: str, dataset: str,
-              out_dir: str | Path, client_core: int | None, timeout_s: float) -> dict[str, str]:
+def run_serve_bench(run: ServeRun, server: VllmServer, *, tokenizer: str, dataset: str,
+                    out_dir: str | Path, client_core: int | None,
+                    timeout_s: float) -> dict[str, str]:
     """Snapshot /metrics, run vLLM's client, snapshot again; the paths written."""
     out = Path(out_dir)
     (out / "bench").mkdir(parents=True, exist_ok=True)

@@ -124,9 +124,9 @@ def measure(s: CheckSettings, p: dict[str, Any], out: Path, say: Say,
                                       num_prompts=s.num_prompts, output_len=s.output_len,
                                       seed=s.seed)
                     t0 = time.monotonic()
-                    got = sc.run_bench(run, server, tokenizer=target, dataset=dataset,
-                                       out_dir=out, client_core=client,
-                                       timeout_s=s.bench_timeout)
+                    got = sc.run_serve_bench(run, server, tokenizer=target, dataset=dataset,
+                                             out_dir=out, client_core=client,
+                                             timeout_s=s.bench_timeout)
                     load = json.loads(got["load_before"])
                     say(f"  {run.name}: {time.monotonic() - t0:.0f} s (load before "
                         f"{load[0]:.2f})" if load else f"  {run.name}")
