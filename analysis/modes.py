@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Literal, cast, get_args
 
-__all__ = ["Mode", "SERVER_MODES", "TRACE_MODES", "STEP_MODES", "SPEC_MODES", "check_mode"]
+__all__ = ["Mode", "SERVER_MODES", "TRACE_MODES", "STEP_MODES", "SPEC_MODES", "VLLM_MODES",
+           "check_mode"]
 
 Mode = Literal["ar", "sd", "sd-sep", "psd", "adaptive"]
 
@@ -24,6 +25,9 @@ TRACE_MODES: tuple[Mode, ...] = ("ar", "sd", "sd-sep", "psd")
 STEP_MODES: tuple[Mode, ...] = ("ar", "sd", "psd")
 #: the modes with a drafter in a theory comparison
 SPEC_MODES: tuple[Mode, ...] = ("sd", "psd")
+#: what psdlab runs inside vLLM (``psdlab run --engine vllm``, ``runtime.vllm_ext``): ``sd`` is
+#: vLLM's own draft-model SD; ``sd-sep`` and ``adaptive`` have no vLLM counterpart
+VLLM_MODES: tuple[Mode, ...] = ("ar", "sd", "psd")
 
 
 def check_mode(name: str, value: Any, allowed: tuple[Mode, ...] = SERVER_MODES) -> Mode:

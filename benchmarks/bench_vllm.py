@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from psdlab.analysis.modes import Mode
 from psdlab.runtime.model_pair import cache_root
 
 CACHE = cache_root() / "vllm-bench"
@@ -173,7 +174,8 @@ def _median(xs: list[float]) -> float:
     return statistics.median(xs)
 
 
-RUNS = {  # name: (vLLM mode, target cores); the drafter of PSD is on core 0 throughout
+# name: (vLLM mode, target cores); the drafter of PSD is on core 0 throughout
+RUNS: dict[str, tuple[Mode, str]] = {
     "ar": ("ar", "1"), "sd": ("sd", "1"), "psd": ("psd", "1"),
     "ar_2c": ("ar", "0-1"), "sd_2c": ("sd", "0-1"),
 }

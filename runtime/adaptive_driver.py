@@ -22,6 +22,7 @@ from typing import Any
 from psdlab.analysis.adaptive_costs import MeasuredCosts
 from psdlab.analysis.adaptive_policy import (AcceptanceTracker, AdaptivePolicy, LiveState,
                                              PolicyConfig)
+from psdlab.analysis.modes import STEP_MODES, Mode, check_mode
 
 
 class AdaptiveDriver:
@@ -30,7 +31,7 @@ class AdaptiveDriver:
         self.policy = AdaptivePolicy(pcfg)
         self.tracker = AcceptanceTracker.for_config(pcfg)
         self.costs = MeasuredCosts(cfg.adaptive_prior)
-        self.mode: tuple[str, int] | None = None
+        self.mode: tuple[Mode, int] | None = None
         self.seen_steps = 0
         self.counts = {"steps_ar": 0, "steps_sd": 0, "steps_psd": 0, "switches": 0,
                        "catch_up_tokens": 0, "drafts_dropped": 0, "probe_steps": 0}
@@ -50,12 +51,13 @@ class AdaptiveDriver:
             loop._serial_step(list(loop.active.values()), draft=False)
             return
         missing = self.costs.missing()
+        choice: tuple[Mode, int]
         if missing:
             self.counts["probe_steps"] += 1
             choice = ("ar", 0) if "ar" in missing else ("sd", max(self.policy.cfg.k_choices))
         else:
             d = self.policy.decide(self._state(loop), self.costs)
-            choice = (d.mode, d.k)
+            choice = (check_mode("adaptive step", d.mode, STEP_MODES), d.k)
         self._enter(loop, choice)
         mode, k = choice
         lag = self._lag(loop) if mode != "ar" else 0
@@ -84,7 +86,7 @@ class AdaptiveDriver:
         return sum(max(0, len(s.tokens) - s.valid_len("drafter") - 2)
                    for s in loop.active.values())
 
-    def _enter(self, loop: Any, choice: tuple[str, int]) -> None:
+    def _enter(self, loop: Any, choice: tuple[Mode, int]) -> None:
         if choice == self.mode:
             return
         if self.mode is not None:

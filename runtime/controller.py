@@ -24,7 +24,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Hashable, Sequence
 
 from psdlab.analysis.checks import check_choice, check_int, check_range
-from psdlab.analysis.trace import MODES, RunInfo
+from psdlab.analysis.modes import SERVER_MODES, Mode, check_mode
+from psdlab.analysis.trace import RunInfo
 from psdlab.runtime.devices import COMPILE_MODES
 from psdlab.runtime.drafter_build import preferred_dtype, runnable_dtype
 from psdlab.runtime.step_loop import _Loop
@@ -38,7 +39,7 @@ from psdlab.runtime.workers import WorkerSpec, start_workers
 
 @dataclass(frozen=True)
 class EngineConfig:
-    mode: str = "psd"
+    mode: Mode = "psd"
     k: int = 4
     batch: int = 4                      # m: sequences verified per step
     max_num_seqs: int | None = None     # default m (ar/sd/sd-sep), 2m (psd)
@@ -72,7 +73,7 @@ class EngineConfig:
                                         # two workers share a core)
 
     def __post_init__(self) -> None:
-        check_choice("mode", self.mode, MODES + ("adaptive",))
+        check_mode("mode", self.mode, SERVER_MODES)
         check_int("k", self.k, minimum=1, maximum=64)
         check_int("batch", self.batch, minimum=1)
         if self.max_num_seqs is not None:

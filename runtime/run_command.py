@@ -11,6 +11,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from psdlab.analysis.modes import STEP_MODES
+
 
 @dataclass
 class RunPrintout:
@@ -135,7 +137,7 @@ def _report(args: Any, result) -> list[str]:
             lines.append(f"  {key:26s} {value:.4g}" if isinstance(value, float) else
                          f"  {key:26s} {value}")
     if adaptive is not None:
-        steps = ", ".join(f"{m} {adaptive[f'steps_{m}']}" for m in ("ar", "sd", "psd"))
+        steps = ", ".join(f"{m} {adaptive[f'steps_{m}']}" for m in STEP_MODES)
         lines.append(f"  {'adaptive steps':26s} {steps}; switches {adaptive['switches']}")
     for o in errors:
         lines.append(f"  request {o.id}: error: {o.error}")

@@ -10,20 +10,19 @@ import argparse
 import json
 import sys
 
-MODES = {"ar": "ar", "sd": "sd", "psd": "psd"}
+from psdlab.analysis.modes import VLLM_MODES, check_mode
 
 
 def config_from_args(args: argparse.Namespace, target: str, draft: str | None):
     from psdlab.runtime.vllm_ext.vllm_runner import VllmRunConfig
-    if args.mode not in MODES:
-        raise ValueError(f"mode: --engine vllm supports {', '.join(MODES)}, got {args.mode!r}")
+    mode = check_mode("mode", args.mode, VLLM_MODES)
     if args.arrivals != "offline":
         raise ValueError(f"arrivals: --engine vllm supports offline only, got {args.arrivals!r}")
     if args.controlled_alpha is not None:
         raise ValueError("controlled_alpha: not available with --engine vllm")
     cpu = args.device == "cpu"
     return VllmRunConfig(
-        mode=MODES[args.mode], target=target, draft=draft, k=args.k, batch=args.batch,
+        mode=mode, target=target, draft=draft, k=args.k, batch=args.batch,
         max_num_seqs=args.max_num_seqs, max_new_tokens=args.max_new_tokens,
         ignore_eos=args.ignore_eos, temperature=args.temperature, top_p=args.top_p,
         seed=args.seed, max_model_len=args.max_len, trace=args.trace, device=args.device,

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from psdlab.analysis.modes import Mode
+
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 PROMPTS = DATA_DIR / "vllm_bench_prompts.json"
 SERVED_NAME = "psdlab-target"
@@ -67,7 +69,7 @@ class ServerSpec:
             raise ValueError(f"k: a draft model needs k >= 1 and AR needs k = 0, got k={self.k}")
 
     @property
-    def mode(self) -> str:
+    def mode(self) -> Mode:
         return "sd" if self.draft else "ar"
 
     def args(self, port: int) -> list[str]:

@@ -11,15 +11,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from psdlab.analysis.checks import check_choice, check_int
+from psdlab.analysis.modes import VLLM_MODES, Mode, check_mode
 from psdlab.analysis.trace import RunInfo
 
 KEY = "psdlab"
-MODES = ("ar", "sd", "psd")
 
 
 @dataclass(frozen=True)
 class PsdSettings:
-    mode: str = "psd"
+    mode: Mode = "psd"
     k: int = 4
     trace: str | None = None
     draft_model: str | None = None
@@ -34,7 +34,7 @@ class PsdSettings:
     models: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        check_choice("mode", self.mode, MODES)
+        check_mode("mode", self.mode, VLLM_MODES)
         check_int("k", self.k, minimum=1, maximum=16)
         check_choice("drafter_backend", self.drafter_backend, ("process", "thread", "inline"))
         if self.mode == "psd" and not self.draft_model:

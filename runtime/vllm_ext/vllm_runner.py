@@ -23,14 +23,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from psdlab.analysis.checks import check_choice, check_int, check_positive
-
-MODES = ("ar", "sd", "psd")
+from psdlab.analysis.checks import check_int, check_positive
+from psdlab.analysis.modes import VLLM_MODES, Mode, check_mode
 
 
 @dataclass(frozen=True)
 class VllmRunConfig:
-    mode: str
+    mode: Mode
     target: str
     draft: str | None = None
     k: int = 4
@@ -52,7 +51,7 @@ class VllmRunConfig:
     workload: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        check_choice("mode", self.mode, MODES)
+        check_mode("mode", self.mode, VLLM_MODES)
         check_int("k", self.k, minimum=1, maximum=16)
         check_int("batch", self.batch, minimum=1)
         check_int("max_new_tokens", self.max_new_tokens, minimum=1)
