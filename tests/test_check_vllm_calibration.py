@@ -176,9 +176,11 @@ def test_two_rates_of_one_server_separate_the_per_sequence_cost(two_rates):
 
 @needs_committed
 def test_held_out_rows_carry_their_repeat_noise(tmp_path):
+    from psdlab.validation.vllm_check.runs_bundle import read_runs_bundle, unpack_runs
     doc = json.loads((COMMITTED / "check_vllm.json").read_text())
+    unpack_runs(read_runs_bundle(COMMITTED / "runs.json"), tmp_path, doc["runs"])
     runs = [vc.RunRecord(**{**r, "load_before": None, **{
-        k: str(COMMITTED / r[k]) for k in ("result", "metrics_before", "metrics_after")}})
+        k: str(tmp_path / r[k]) for k in ("result", "metrics_before", "metrics_after")}})
         for r in doc["runs"]]
     # held-out configurations run once, but sd-k2@1 twice with the same files: spread exactly 0
     runs = [r for r in runs if r.repeat == 1 or r.config.startswith("sd-k4")]

@@ -1,7 +1,7 @@
 """`psdlab check-vllm` without vLLM: its argument errors, a server that exits at once or never
 answers (one line naming the port and the log file, exit 2, the server process gone), the
 ``vllm serve`` / ``vllm bench serve`` command lines, and the figures read back from a committed
-real run (bench JSON against its /metrics snapshots)."""
+real run (bench JSON against its /metrics snapshots, both from its ``runs.json``)."""
 from __future__ import annotations
 
 import json
@@ -127,12 +127,14 @@ def test_noise_and_config_names():
 
 @pytest.mark.skipif(not (COMMITTED / "check_vllm.json").is_file(),
                     reason="no committed check-vllm run")
-def test_committed_run_reads_back():
+def test_committed_run_reads_back(tmp_path):
+    from psdlab.validation.vllm_check.runs_bundle import read_runs_bundle, unpack_runs
     doc = json.loads((COMMITTED / "check_vllm.json").read_text())
+    unpack_runs(read_runs_bundle(COMMITTED / "runs.json"), tmp_path, doc["runs"])
     runs = [vc.RunRecord(**{**r, "load_before": tuple(r["load_before"] or ())})
             for r in doc["runs"]]
     for rec in runs:
-        rec = vc.RunRecord(**{**rec.to_dict(), **{k: str(COMMITTED / getattr(rec, k)) for k in
+        rec = vc.RunRecord(**{**rec.to_dict(), **{k: str(tmp_path / getattr(rec, k)) for k in
                                                   ("result", "metrics_before", "metrics_after")}})
         got = vc.measured(rec)
         bench = json.loads(Path(rec.result).read_text())

@@ -8,7 +8,8 @@ runs of every configuration), snapshots ``/metrics`` around every run; then fits
 calibration (by default every rate of the SD server with the largest k) and predicts the other
 servers (`validation.vllm_check.harness`, `validation.vllm_check.judgement`).
 Writes ``DIR/check_vllm.json``, ``DIR/check_vllm.md``, the bench results (``DIR/bench``),
-the snapshots (``DIR/metrics``) and the server and client logs (``DIR/logs``).
+the snapshots (``DIR/metrics``), both again in one file (``DIR/runs.json``, what ``--reuse``
+reads) and the server and client logs (``DIR/logs``).
 """
 from __future__ import annotations
 
@@ -57,7 +58,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "python -m psdlab.runtime.vllm_ext.vllm_cli)")
     p.add_argument("--reuse", action="store_true",
                    help="start no server: judge the runs DIR/check_vllm.json already records "
-                        "again (e.g. with another --calibration); writes "
+                        "again (e.g. with another --calibration), their files from "
+                        "DIR/runs.json (else DIR/bench and DIR/metrics); writes "
                         "DIR/check_vllm-<calibration>.json and .md")
     p.add_argument("--drafter-ratio", default="configs", metavar="R|configs|none",
                    help="structural prior for the fit: a drafter forward pass costs R target "

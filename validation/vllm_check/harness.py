@@ -5,8 +5,10 @@ server configuration -- AR, and vLLM's draft-model speculative decoding with psd
 committed drafter at each k -- drives each with vLLM's own ``vllm bench serve`` at each rate
 (``repeats`` runs of every configuration, so every configuration's run-to-run noise is
 measured), snapshots ``/metrics`` around every run, then judges (`validation.vllm_check.judgement`).
-`rejudge` fits again on runs a measured run recorded, with no server.  `write_check_report` writes
-the document as JSON (paths relative to its folder) and markdown.  The command
+`rejudge` fits again on runs a measured run recorded, with no server: their files from the folder's
+``runs.json`` (`validation.vllm_check.runs_bundle`, which the measured run writes beside its
+``bench/`` and ``metrics/``), or from those two folders when it has none.  `write_check_report`
+writes the document as JSON (paths relative to its folder) and markdown.  The command
 (`psdlab.commands.check_vllm`) only parses arguments and prints: `settings_from_options` makes
 the `CheckSettings`, `check_vllm_command` does the rest.
 """
@@ -242,26 +244,28 @@ KEPT = ("machine", "git", "date", "vllm_version", "shared_cores_note", "settings
 
 
 def rejudge(s: CheckSettings, out: Path, command: str) -> tuple[dict[str, Any], str]:
-    """``--reuse``: fit on the calibration among the runs recorded in ``out/check_vllm.json``,
-    predict the rest; the document (the measured run's machine, commit and date kept, the
+    """``--reuse``: fit on the calibration among the runs recorded in ``out/check_vllm.json``
+    (their files from ``out/runs.json``, else ``out/bench`` and ``out/metrics``), predict the
+    rest; the document (the measured run's machine, commit and date kept, the
     re-judging's in ``rejudged``) and its stem ``check_vllm-<calibration>`` (the measured
     run's own file stays as it is)."""
     from psdlab.validation.results_file import git_info
     from psdlab.validation.vllm_check.judgement import RunRecord, check_calibration, evaluate
+    from psdlab.validation.vllm_check.runs_bundle import FILE_KEYS, reused_files, swap_prefix
     path = out / "check_vllm.json"
     if not path.is_file():
         raise ValueError(f"--reuse: no {path} (run psdlab check-vllm -o {out} first)")
     old = json.loads(path.read_text())
-    records = [RunRecord(**{**r, "load_before": tuple(r["load_before"] or ()) or None,
-                            **{k: str(out / r[k]) for k in
-                               ("result", "metrics_before", "metrics_after")}})
-               for r in old["runs"]]
-    order = list(dict.fromkeys(r.config for r in records))
+    order = list(dict.fromkeys(r["config"] for r in old["runs"]))
     calibration = check_calibration(s.calibration, sorted(order))
-    doc = evaluate(records, calibration, seed=s.seed, bootstrap=s.bootstrap,
-                   drafter_to_target_ratio=drafter_ratio(
-                       s.drafter_ratio, old.get("servers") or [],
-                       old.get("served_drafter_to_target_ratio")))
+    ratio = drafter_ratio(s.drafter_ratio, old.get("servers") or [],
+                          old.get("served_drafter_to_target_ratio"))
+    with reused_files(out, old["runs"]) as base:
+        records = [RunRecord(**{**r, "load_before": tuple(r["load_before"] or ()) or None,
+                                **{k: str(base / r[k]) for k in FILE_KEYS}})
+                   for r in old["runs"]]
+        doc = swap_prefix(evaluate(records, calibration, seed=s.seed, bootstrap=s.bootstrap,
+                                   drafter_to_target_ratio=ratio), base, out)
     doc = {**_chosen(s), **doc}
     doc = {"command": command, "paths": "relative to this file's directory",
            "reused_from": path.name,
@@ -306,7 +310,8 @@ def settings_from_options(rates: str, ks: str, **options: Any) -> CheckSettings:
 def check_vllm_command(s: CheckSettings, out: str, argv: list[str], *, reuse: bool = False,
                        as_json: bool = False) -> str:
     """`psdlab check-vllm`: measure and judge (or, with ``reuse``, judge again the results
-    already in ``out``), write the report; the text to print.  ``argv``: the command's
+    already in ``out``), write the report (and, measuring, ``out/runs.json``); the text to
+    print.  ``argv``: the command's
     arguments, recorded in the report; progress lines are printed unless ``as_json``."""
     from psdlab.validation.vllm_check.judgement import check_markdown
 
@@ -320,6 +325,9 @@ def check_vllm_command(s: CheckSettings, out: str, argv: list[str], *, reuse: bo
                                       (lambda t: print(t, flush=True)),
                                       progress=not as_json)
     paths = write_check_report(folder, doc, stem)
+    if not reuse:                      # every run's files in one, keyed as the report's runs[]
+        from psdlab.validation.vllm_check.runs_bundle import write_runs_bundle
+        write_runs_bundle(folder, json.loads(paths[0].read_text())["runs"])
     if as_json:
         return json.dumps({k: doc[k] for k in ("calibration", "rows", "summary", "held_out")})
     return check_markdown(doc) + f"\nwrote {paths[0]} and {paths[1]}"
