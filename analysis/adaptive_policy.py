@@ -32,7 +32,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
 
-from psdlab.analysis.checks import check_choice, check_int, check_nonnegative, check_range
+from psdlab.analysis.checks import (check_choice, check_fields, check_int, check_nonnegative,
+                                    check_range)
 from psdlab.analysis.modes import STEP_MODES
 
 __all__ = ["MODES", "OBJECTIVES", "PolicyConfig", "LiveState", "StepCosts", "AffineCosts",
@@ -138,10 +139,8 @@ class PolicyConfig:
 def policy_config(raw: Mapping[str, Any] | None) -> PolicyConfig:
     """A PolicyConfig from a config table; unknown keys are one-line errors."""
     raw = dict(raw or {})
-    names = list(PolicyConfig.__dataclass_fields__)
-    for key in raw:
-        if key not in names:
-            raise ValueError(f"adaptive.{key}: unknown key (allowed: {', '.join(names)})")
+    check_fields(raw, "adaptive", optional=tuple(PolicyConfig.__dataclass_fields__),
+                 named=False)
     for key in ("modes", "k_choices"):
         if key in raw and not isinstance(raw[key], (list, tuple)):
             raise ValueError(f"adaptive.{key}: expected a list, got {raw[key]!r}")

@@ -70,17 +70,19 @@ def check_choice(name: str, value: Any, choices) -> Any:
 def check_fields(table: Mapping[str, Any], where: str, required: Sequence[str] = (),
                  optional: Sequence[str] = (), *, named: bool = True) -> None:
     """A config table's fields, the one rule every table is checked by: an unknown field or a
-    missing required one is a one-line error ``WHERE.FIELD: ...`` that lists the allowed fields.
+    missing required one is a one-line error ``WHERE.FIELD: ...`` that lists the allowed fields
+    (``where = ""``: a top-level table, ``FIELD: ...``).
     ``named``: a registry-chosen table (cost, acceptance, workload, length models), whose
     ``name`` is always allowed and named in the message."""
     allowed = tuple(required) + tuple(optional)
     name = table.get("name") if named else None
     owner = f" for {name!r}" if named else ""
+    prefix = f"{where}." if where else ""
     for key in table:
         if key not in allowed and not (named and key == "name"):
-            raise ValueError(f"{where}.{key}: unknown field{owner}; allowed: "
+            raise ValueError(f"{prefix}{key}: unknown field{owner}; allowed: "
                              f"{', '.join(sorted(allowed))}")
     for key in required:
         if key not in table:
-            raise ValueError(f"{where}.{key}: missing" + (f" (required by {name!r})" if named
+            raise ValueError(f"{prefix}{key}: missing" + (f" (required by {name!r})" if named
                                                           else ""))

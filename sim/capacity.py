@@ -28,7 +28,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from psdlab.analysis.checks import check_int, check_positive
+from psdlab.analysis.checks import check_fields, check_int, check_positive
 from psdlab.analysis.modes import Mode, check_mode
 from psdlab.sim.plan_rows import ConfigResult, PlanCombo, PlanRow
 from psdlab.sim.sim_config import MODES, SimModel, SimConfig, drafter_placement
@@ -77,19 +77,15 @@ def parse_plan(raw: Mapping[str, Any] | None, cfg: SimConfig) -> PlanSpec:
     """The ``[plan]`` table of a config (unknown keys rejected, one-line errors)."""
     if raw is None:
         raise ValueError("plan: missing table [plan] (modes, k, m, slo, ...)")
-    for key in raw:
-        if key not in _PLAN_KEYS:
-            raise ValueError(f"plan.{key}: unknown key (allowed: {', '.join(_PLAN_KEYS)})")
+    check_fields(raw, "plan", optional=_PLAN_KEYS, named=False)
     modes = tuple(check_mode(f"plan.modes[{i}]", mode, MODES)
                   for i, mode in enumerate(raw.get("modes", [cfg.server.mode])))
     drafters = []
     for i, d in enumerate(raw.get("drafters", [])):
         if not isinstance(d, dict) or not isinstance(d.get("cost"), dict):
             raise ValueError(f"plan.drafters[{i}]: expected {{name = ..., cost = {{...}}}}")
-        for key in d:
-            if key not in ("name", "cost", "acceptance"):
-                raise ValueError(f"plan.drafters[{i}].{key}: unknown key (allowed: name, cost, "
-                                 f"acceptance)")
+        check_fields(d, f"plan.drafters[{i}]", optional=("name", "cost", "acceptance"),
+                     named=False)
         acc = d.get("acceptance")
         if acc is not None and not isinstance(acc, dict):
             raise ValueError(f"plan.drafters[{i}].acceptance: expected a table, got {acc!r}")
@@ -124,24 +120,10 @@ def combos(spec: PlanSpec) -> list[PlanCombo]:
     return out
 
 
-def _tp(cost: Mapping[str, Any]) -> int:
-    return int(cost.get("tp", 1)) if isinstance(cost, Mapping) else 1
-
-
-def cost_label(cost: Any) -> str:
-    """How a row names its cost model: "gpu:vllm-eager" (engine preset), "roofline", ..."""
-    if not isinstance(cost, Mapping):
-        return str(cost)
-    engine = cost.get("engine")
-    name = str(cost.get("name", "?"))
-    return f"{name}:{engine}" if isinstance(engine, str) else (
-        f"{name}:inline" if engine is not None else name)
-
-
 def devices_per_replica(cfg: SimConfig, mode: str, drafter: SimModel | None) -> int:
-    n = _tp(cfg.target.cost)
+    n = cfg.target.cost_spec.tp
     if drafter_placement(mode) == "own" and drafter is not None:
-        n += _tp(drafter.cost)
+        n += drafter.cost_spec.tp
     return n
 
 
@@ -160,7 +142,7 @@ def _workloads(cfg: SimConfig, spec: PlanSpec) -> tuple[dict[str, Any], Any, int
     config's lengths, or, for a ``file`` workload (``psdlab plan --workload``), the file's own
     requests (its first ``plan.requests``, or all when it has fewer) with their arrivals
     scaled to that mean rate; and the number of requests a trial serves."""
-    if cfg.workload.get("name") != "file":
+    if not cfg.workload_spec.is_file:
         lengths = _lengths(cfg)
         return ({"name": "offline", **lengths},
                 lambda rate: {"name": "poisson", "rate": rate, **lengths}, spec.requests)
@@ -170,7 +152,7 @@ def _workloads(cfg: SimConfig, spec: PlanSpec) -> tuple[dict[str, Any], Any, int
     # ones unless the workload sets max_model_len (sim.model_specs.WorkloadSpec.resolved)
     arrival = requests_from_file(cfg.workload_spec.resolved).arrival[:spec.requests]
     file_rate = mean_rate(arrival)
-    scale = float(cfg.workload.get("rate_scale", 1.0))
+    scale = cfg.workload_spec.rate_scale
 
     def at_rate(rate: float) -> dict[str, Any]:
         # all at once (file_rate inf): the arrivals, re-based to 0, are the same at any scale
@@ -243,8 +225,8 @@ def evaluate_combo(cfg: SimConfig, spec: PlanSpec, combo: PlanCombo) -> ConfigRe
         capacity_req_s=capacity, max_rate_req_s=lo,
         tok_s=best["throughput_tok_s"] if best else 0.0,
         devices_per_replica=devices_per_replica(cfg, combo.mode, drafter),
-        cost_model=cost_label(cfg.target.cost) + (
-            f" + {cost_label(drafter.cost)}" if drafter else ""),
+        cost_model=cfg.target.cost_spec.label + (
+            f" + {drafter.cost_spec.label}" if drafter else ""),
         slo=tuple(slo_values(best or {}, spec).items()))
 
 

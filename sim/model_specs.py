@@ -42,12 +42,16 @@ class TableSpec(Mapping[str, Any]):
             return raw
         if not isinstance(raw, Mapping):
             raise ValueError(f"{where}: expected {cls.expected}, got {raw!r}")
-        spec = cls._unchecked(dict(raw), where)
+        spec = cls.unchecked(dict(raw), where)
         spec.model()
         return spec
 
     @classmethod
-    def _unchecked(cls: type[_S], raw: Mapping[str, Any], where: str) -> _S:
+    def unchecked(cls: type[_S], raw: Mapping[str, Any], where: str) -> _S:
+        """The typed view of ``raw`` without validating it (a spec of this kind as it is); its
+        model is built, and so checked, on first use."""
+        if isinstance(raw, cls):
+            return raw
         return cls(raw=raw, where=where, name=str(raw.get("name", "")))
 
     def model(self) -> Any:
@@ -60,7 +64,7 @@ class TableSpec(Mapping[str, Any]):
         raise NotImplementedError
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self)._unchecked, (dict(self.raw), self.where))
+        return (type(self).unchecked, (dict(self.raw), self.where))
 
     def __getitem__(self, key: str) -> Any:
         return self.raw[key]
@@ -89,7 +93,39 @@ class CostSpec(TableSpec):
 
     @property
     def tp(self) -> int:
+        """Devices of one replica's tensor-parallel group (1 when the table sets none)."""
         return int(self.raw.get("tp", 1))
+
+    @property
+    def engine(self) -> str | Mapping[str, Any] | None:
+        """The engine preset a gpu table names (``vllm-eager``, ...), an inline preset table,
+        or None."""
+        return self.raw.get("engine")
+
+    @property
+    def label(self) -> str:
+        """How a plan row names the cost model: ``gpu:vllm-eager`` (a named engine preset),
+        ``gpu:inline`` (an inline preset), else the model's name."""
+        engine = self.engine
+        if isinstance(engine, str):
+            return f"{self.name}:{engine}"
+        return f"{self.name}:inline" if engine is not None else self.name
+
+    @property
+    def max_model_len(self) -> int | None:
+        """The context length of the catalog model a gpu / roofline table names
+        (``sim/costs/models.toml``); None for an inline model, another cost model or an entry
+        without one."""
+        name = self.catalog_model
+        if self.name not in ("gpu", "roofline") or name is None:
+            return None
+        from psdlab.sim.costs.catalog import model_catalog
+        key = name.lower()
+        for entry_name, entry in model_catalog().items():
+            if key in (entry_name, entry.hf_id.lower()):
+                value = getattr(entry, "max_model_len", None)
+                return int(value) if value else None
+        return None
 
     def _make(self) -> Any:
         from psdlab.sim.costs.base import COST_MODELS
@@ -131,6 +167,16 @@ class WorkloadSpec(TableSpec):
         """The table the workload is built from: ``raw``, plus the default ``max_model_len``
         for a trace file that sets none."""
         return with_max_model_len(self.raw, self.default_max_model_len)
+
+    @property
+    def is_file(self) -> bool:
+        """A trace file's requests (``name = "file"``)."""
+        return self.name == "file"
+
+    @property
+    def rate_scale(self) -> float:
+        """A trace file's arrival-rate multiplier (1 when the table sets none)."""
+        return float(self.raw.get("rate_scale", 1.0))
 
     @property
     def rate(self) -> float | None:

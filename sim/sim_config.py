@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, cast, overload
 
 from psdlab.analysis.adaptive_policy import PolicyConfig, policy_config
-from psdlab.analysis.checks import check_choice, check_int
+from psdlab.analysis.checks import check_choice, check_fields, check_int
 from psdlab.analysis.modes import SERVER_MODES
 from psdlab.analysis.toml_reader import tomllib
 from psdlab.sim.model_specs import AcceptanceSpec, CostSpec, WorkloadSpec
@@ -121,28 +121,18 @@ class SimModel:
     device: str
     cost: Mapping[str, Any]
 
+    @property
+    def cost_spec(self) -> CostSpec:
+        """The cost table's typed view: the parsed spec of a config's model (parsed when the
+        config is made), an unchecked view of a loose model's table."""
+        return CostSpec.unchecked(self.cost, "cost")
+
 
 def _with_cost(model: SimModel, where: str) -> SimModel:
     """``model`` with its cost table parsed (``CostSpec``); itself when it is already."""
     if isinstance(model.cost, CostSpec):
         return model
     return dataclasses.replace(model, cost=CostSpec.from_mapping(model.cost, where))
-
-
-def catalog_max_model_len(cost: Mapping[str, Any]) -> int | None:
-    """The context length (``max_model_len``) of the catalog model a gpu / roofline cost table
-    names (``sim/costs/models.toml``); None for an inline model, another cost model or an
-    entry without one."""
-    name = cost.get("model")
-    if cost.get("name") not in ("gpu", "roofline") or not isinstance(name, str):
-        return None
-    from psdlab.sim.costs.catalog import model_catalog
-    key = name.lower()
-    for entry_name, entry in model_catalog().items():
-        if key in (entry_name, entry.hf_id.lower()):
-            value = getattr(entry, "max_model_len", None)
-            return int(value) if value else None
-    return None
 
 
 @dataclass(frozen=True)
@@ -189,7 +179,7 @@ class SimConfig:
         mode = "ar", which needs neither); a table parsed already is kept as it is."""
         target = _with_cost(self.target, "target.cost")
         object.__setattr__(self, "workload", WorkloadSpec.with_default(
-            self.workload, "workload", catalog_max_model_len(target.cost)))
+            self.workload, "workload", target.cost_spec.max_model_len))
         object.__setattr__(self, "target", target)
         if self.server.mode != "ar":
             assert self.drafter is not None          # checked in __post_init__
@@ -227,13 +217,6 @@ _TOP_KEYS = ("seed", "requests", "server", "target", "drafter", "acceptance", "w
 _MODEL_KEYS = ("name", "device", "cost")
 
 
-def _reject_unknown(table: Mapping[str, Any], allowed, where: str) -> None:
-    for key in table:
-        if key not in allowed:
-            prefix = f"{where}." if where else ""
-            raise ValueError(f"{prefix}{key}: unknown key (allowed: {', '.join(allowed)})")
-
-
 @overload
 def _table(raw: Mapping[str, Any], name: str, *, required: Literal[True]) -> dict[str, Any]: ...
 @overload
@@ -268,7 +251,7 @@ def _model(raw: dict[str, Any] | None, where: str, default_device: str) -> SimMo
 def _model(raw: dict[str, Any] | None, where: str, default_device: str) -> SimModel | None:
     if raw is None:
         return None
-    _reject_unknown(raw, _MODEL_KEYS, where)
+    check_fields(raw, where, optional=_MODEL_KEYS, named=False)
     cost = raw.get("cost")
     if not isinstance(cost, dict):
         raise ValueError(f"{where}.cost: expected a table like {{name = \"affine\", ...}}, "
@@ -284,13 +267,13 @@ def _model(raw: dict[str, Any] | None, where: str, default_device: str) -> SimMo
 def _server(raw: dict[str, Any] | None) -> ServerConfig:
     raw = raw or {}
     names = [f.name for f in dataclasses.fields(ServerConfig)]
-    _reject_unknown(raw, names, "server")
+    check_fields(raw, "server", optional=names, named=False)
     return ServerConfig(**raw)
 
 
 def config_from_dict(raw: Mapping[str, Any], base_dir: str = ".") -> SimConfig:
     """Build a SimConfig from a parsed TOML document (``base_dir`` resolves relative paths)."""
-    _reject_unknown(raw, _TOP_KEYS, "")
+    check_fields(raw, "", optional=_TOP_KEYS, named=False)
     # input files named in model specs are relative to the config file; outputs (trace.path,
     # plan.csv) to the current directory
     raw = {key: (_resolve_paths(value, base_dir) if key not in ("trace", "plan") else value)
@@ -302,7 +285,7 @@ def config_from_dict(raw: Mapping[str, Any], base_dir: str = ".") -> SimConfig:
     acceptance = _table(raw, "acceptance", required=server.mode != "ar") or {"name": "none"}
     workload = _table(raw, "workload", required=True)
     trace_raw = _table(raw, "trace", required=False) or {}
-    _reject_unknown(trace_raw, ("path", "level"), "trace")
+    check_fields(trace_raw, "trace", optional=("path", "level"), named=False)
     return SimConfig(server=server, target=target, drafter=drafter, acceptance=acceptance,
                      workload=workload, requests=raw.get("requests", 100),
                      seed=raw.get("seed", 0), jitter=_table(raw, "jitter", required=False),

@@ -66,8 +66,7 @@ def apply_overrides(cfg, opts: SimulateOptions):
         changes["workload"] = spec
         if "requests" not in changes:       # those the target's catalog length keeps, too
             from psdlab.sim.model_specs import with_max_model_len
-            from psdlab.sim.sim_config import catalog_max_model_len
-            counted = with_max_model_len(spec, catalog_max_model_len(cfg.target.cost))
+            counted = with_max_model_len(spec, cfg.target.cost_spec.max_model_len)
             changes["requests"] = len(requests_from_file(counted, "--workload"))
     if changes.get("server_mode") not in (None, "ar") and cfg.drafter is None:
         raise ValueError("drafter: missing (required for --mode " + changes["server_mode"] + ")")

@@ -145,7 +145,7 @@ def test_tracker_prior_and_decay():
     ({"margin": -0.1}, "adaptive.margin: must be in [0, 10]"),
     ({"objective": "speed"}, "adaptive.objective: must be one of throughput, per-device"),
     ({"decay": 0.0}, "adaptive.decay: must be in (0, 1]"),
-    ({"speed": 1}, "adaptive.speed: unknown key"),
+    ({"speed": 1}, "adaptive.speed: unknown field"),
     ({"modes": "ar"}, "adaptive.modes: expected a list"),
 ])
 def test_bad_settings_are_one_line_errors(raw, msg):

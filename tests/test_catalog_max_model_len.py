@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from psdlab.cli import main
-from psdlab.sim.sim_config import catalog_max_model_len, config_from_dict
+from psdlab.sim.model_specs import CostSpec
+from psdlab.sim.sim_config import config_from_dict
 
 _CONFIG = """seed = 0
 [server]
@@ -63,7 +64,7 @@ def test_an_explicit_max_model_len_overrides_the_catalog(tmp_path, capsys):
 
 
 def test_a_model_without_a_catalog_length_refuses_nothing(tmp_path, capsys):
-    cfg, trace = _files(tmp_path, "qwen3-32b", tp=2)
+    cfg, trace = _files(tmp_path, "llama-2-7b")
     assert _run(tmp_path, cfg, trace) == 0
     assert "max_model_len" not in capsys.readouterr().err
     assert _requests(tmp_path) == 3
@@ -72,11 +73,12 @@ def test_a_model_without_a_catalog_length_refuses_nothing(tmp_path, capsys):
 @pytest.mark.parametrize("cost, length", [
     ({"name": "gpu", "model": "vicuna-13b"}, 2048),
     ({"name": "roofline", "model": "Qwen/Qwen3-8B"}, 40960),      # by Hugging Face id
-    ({"name": "gpu", "model": "qwen3-32b"}, None),                # no cited length
+    ({"name": "gpu", "model": "qwen3-32b"}, 40960),               # NeMo's Qwen3Config
+    ({"name": "gpu", "model": "llama-2-7b"}, None),               # no cited length
     ({"name": "affine", "model": "vicuna-13b"}, None),            # not a catalog cost model
     ({"name": "gpu", "model": {"layers": 2}}, None)])             # inline model
 def test_catalog_max_model_len(cost, length):
-    assert catalog_max_model_len(cost) == length
+    assert CostSpec.unchecked(cost, "cost").max_model_len == length
 
 
 def test_the_specs_are_parsed_once_and_read_as_the_tables_written():

@@ -35,12 +35,12 @@ def _with(path, value):
     ("server.mode", "fast", "server.mode: must be one of"),
     ("server.policy", "greedy", "server.policy: must be one of"),
     ("server.kv_blocks", -1, "server.kv_blocks: must be >= 0"),
-    ("server.bogus", 1, "server.bogus: unknown key"),
+    ("server.bogus", 1, "server.bogus: unknown field"),
     ("requests", 0, "requests: must be in"),
     ("seed", -3, "seed: must be >= 0"),
-    ("colour", "red", "colour: unknown key"),
+    ("colour", "red", "colour: unknown field"),
     ("target.cost", "fast", "target.cost: expected a table"),
-    ("target.flavour", 1, "target.flavour: unknown key"),
+    ("target.flavour", 1, "target.flavour: unknown field"),
     ("trace.level", "all", "trace.level: must be one of"),
 ])
 def test_bad_config_names_the_field(path, value, needle):

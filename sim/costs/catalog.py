@@ -90,7 +90,7 @@ class ModelShape:
     params_b: float | None = None       # advertised size (billions), for cross-checks only
     active_params_b: float | None = None
     #: context length (config.json max_position_embeddings): the simulator's default refusal
-    #: limit for a trace file's requests (sim.sim_config.catalog_max_model_len); None: unknown
+    #: limit for a trace file's requests (sim.model_specs.CostSpec.max_model_len); None: unknown
     max_model_len: int | None = None
     hf_id: str = ""
     source: str = ""
