@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping, Protocol
 
 from psdlab.analysis.checks import (check_choice, check_fields, check_int, check_nonnegative,
                                     check_range)
-from psdlab.analysis.modes import STEP_MODES
+from psdlab.analysis.modes import STEP_MODES, Mode, check_mode
 
 __all__ = ["MODES", "OBJECTIVES", "PolicyConfig", "LiveState", "StepCosts", "AffineCosts",
            "Candidate", "Decision", "AdaptivePolicy", "AcceptanceTracker", "emitted",
@@ -89,12 +89,12 @@ def emitted(rates: tuple[float, ...], k: int) -> float:
     return total
 
 
-def _objective_devices(mode: str) -> int:
+def _objective_devices(mode: Mode) -> int:
     return 1 if mode == "ar" else 2
 
 
 #: score per candidate: tokens per second, or per device (the drafter's device counts)
-OBJECTIVES: dict[str, Callable[[str, float], float]] = {
+OBJECTIVES: dict[str, Callable[[Mode, float], float]] = {
     "throughput": lambda mode, rate: rate,
     "per-device": lambda mode, rate: rate / _objective_devices(mode),
 }
@@ -103,7 +103,7 @@ OBJECTIVES: dict[str, Callable[[str, float], float]] = {
 @dataclass(frozen=True)
 class PolicyConfig:
     """The policy's settings (``policy_config(dict)`` reads them from a config table)."""
-    modes: tuple[str, ...] = MODES
+    modes: tuple[Mode, ...] = MODES
     k_choices: tuple[int, ...] = (1, 2, 3, 4)
     objective: str = "throughput"
     margin: float = 0.05           # a challenger must beat the current choice by this much ...
@@ -118,9 +118,8 @@ class PolicyConfig:
         modes = tuple(self.modes)
         if not modes:
             raise ValueError("adaptive.modes: must name at least one of ar, sd, psd")
-        for i, m in enumerate(modes):
-            check_choice(f"adaptive.modes[{i}]", m, MODES)
-        object.__setattr__(self, "modes", modes)
+        object.__setattr__(self, "modes", tuple(check_mode(f"adaptive.modes[{i}]", m, MODES)
+                                                for i, m in enumerate(modes)))
         ks = tuple(check_int(f"adaptive.k_choices[{i}]", k, 1, 64)
                    for i, k in enumerate(self.k_choices))
         if not ks and modes != ("ar",):
@@ -172,7 +171,7 @@ class LiveState:
 
 @dataclass(frozen=True)
 class Candidate:
-    mode: str
+    mode: Mode
     k: int
     tokens_per_step: float
     step_time: float
@@ -185,7 +184,7 @@ class Candidate:
 
 
 def predict_candidates(cfg: PolicyConfig, state: LiveState, costs: StepCosts,
-            current: tuple[str, int] | None = None) -> list[Candidate]:
+            current: tuple[Mode, int] | None = None) -> list[Candidate]:
     """Every allowed candidate's predicted step, with the cost of switching to it from
     ``current`` (None: no cost), in the order of ``cfg.modes`` then k."""
     n = max(state.batch, 1)
@@ -214,7 +213,7 @@ def predict_candidates(cfg: PolicyConfig, state: LiveState, costs: StepCosts,
 
 
 def _switch_cost(cfg: PolicyConfig, state: LiveState, costs: StepCosts,
-                 current: tuple[str, int] | None, mode: str, k: int, n: int, h: int) -> float:
+                 current: tuple[Mode, int] | None, mode: Mode, k: int, n: int, h: int) -> float:
     if current is None or current == (mode, k):
         return 0.0
     cost = 0.0
@@ -226,7 +225,7 @@ def _switch_cost(cfg: PolicyConfig, state: LiveState, costs: StepCosts,
 
 
 def rank(cfg: PolicyConfig, state: LiveState, costs: StepCosts,
-         current: tuple[str, int] | None = None) -> Candidate:
+         current: tuple[Mode, int] | None = None) -> Candidate:
     """The best candidate, without hysteresis (ties: the earlier one in
     ``predict_candidates``'s order, so AR before SD before PSD and the smaller k first)."""
     cands = predict_candidates(cfg, state, costs, current)
@@ -239,7 +238,7 @@ def rank(cfg: PolicyConfig, state: LiveState, costs: StepCosts,
 
 @dataclass(frozen=True)
 class Decision:
-    mode: str
+    mode: Mode
     k: int
     switched: bool
     predicted: dict[str, float]        # candidate label -> score
@@ -254,9 +253,9 @@ class Decision:
 class AdaptivePolicy:
     """`decide` once per step boundary; keeps the current choice and the hysteresis streak."""
     cfg: PolicyConfig = field(default_factory=PolicyConfig)
-    current: tuple[str, int] | None = None
+    current: tuple[Mode, int] | None = None
     streak: int = 0
-    challenger: tuple[str, int] | None = None
+    challenger: tuple[Mode, int] | None = None
     stats: dict[str, Any] = field(default_factory=lambda: {
         "decisions": 0, "switches": 0, "transitions": {}, "switch_cost_s": {}})
 
@@ -284,7 +283,7 @@ class AdaptivePolicy:
             return self._switch(target, predicted)
         return Decision(*self.current, False, predicted, challenger=best.label)
 
-    def _switch(self, target: tuple[str, int], predicted: dict[str, float]) -> Decision:
+    def _switch(self, target: tuple[Mode, int], predicted: dict[str, float]) -> Decision:
         old = self.current
         self.current, self.streak, self.challenger = target, 0, None
         self.stats["switches"] += 1
@@ -299,7 +298,7 @@ class AdaptivePolicy:
         costs[kind] = costs.get(kind, 0.0) + float(seconds)
 
 
-def _label(choice: tuple[str, int] | None) -> str:
+def _label(choice: tuple[Mode, int] | None) -> str:
     if choice is None:
         return "none"
     return "ar" if choice[0] == "ar" else f"{choice[0]}{choice[1]}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .modes import TRACE_MODES
+from .modes import TRACE_MODES, Mode
 
 SCHEMA_VERSION = 1
 #: schema versions this reader understands (older ones are upgraded on read)
@@ -20,7 +20,7 @@ class TraceFormatError(ValueError):
 
 @dataclass(frozen=True)
 class RunInfo:
-    mode: str
+    mode: Mode
     k: int
     m: int
     source: str

@@ -22,7 +22,7 @@ from typing import Any
 from psdlab.analysis.adaptive_costs import MeasuredCosts
 from psdlab.analysis.adaptive_policy import (AcceptanceTracker, AdaptivePolicy, LiveState,
                                              PolicyConfig)
-from psdlab.analysis.modes import STEP_MODES, Mode, check_mode
+from psdlab.analysis.modes import Mode
 
 
 class AdaptiveDriver:
@@ -57,7 +57,7 @@ class AdaptiveDriver:
             choice = ("ar", 0) if "ar" in missing else ("sd", max(self.policy.cfg.k_choices))
         else:
             d = self.policy.decide(self._state(loop), self.costs)
-            choice = (check_mode("adaptive step", d.mode, STEP_MODES), d.k)
+            choice = (d.mode, d.k)
         self._enter(loop, choice)
         mode, k = choice
         lag = self._lag(loop) if mode != "ar" else 0

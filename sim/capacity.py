@@ -120,7 +120,7 @@ def combos(spec: PlanSpec) -> list[PlanCombo]:
     return out
 
 
-def devices_per_replica(cfg: SimConfig, mode: str, drafter: SimModel | None) -> int:
+def devices_per_replica(cfg: SimConfig, mode: Mode, drafter: SimModel | None) -> int:
     n = cfg.target.cost_spec.tp
     if drafter_placement(mode) == "own" and drafter is not None:
         n += drafter.cost_spec.tp

@@ -40,7 +40,7 @@ from typing import Any, Literal, Mapping, cast, overload
 
 from psdlab.analysis.adaptive_policy import PolicyConfig, policy_config
 from psdlab.analysis.checks import check_choice, check_fields, check_int
-from psdlab.analysis.modes import SERVER_MODES
+from psdlab.analysis.modes import SERVER_MODES, Mode, check_mode
 from psdlab.analysis.toml_reader import tomllib
 from psdlab.sim.model_specs import AcceptanceSpec, CostSpec, WorkloadSpec
 
@@ -55,7 +55,7 @@ FIRST_TOKEN = ("prefill", "step")
 OWN_DRAFTER_DEVICE = "sim:drafter"
 
 
-def drafter_placement(mode: str) -> str:
+def drafter_placement(mode: Mode) -> str:
     """Where a mode runs its drafter: "none" (ar), "shared" (co-located sd: the target's
     devices) or "own" (sd-sep, psd, adaptive: a device of its own)."""
     if mode == "ar":
@@ -63,7 +63,7 @@ def drafter_placement(mode: str) -> str:
     return "shared" if mode == "sd" else "own"
 
 
-def drafter_device(mode: str, target_device: str, drafter_dev: str | None) -> str:
+def drafter_device(mode: Mode, target_device: str, drafter_dev: str | None) -> str:
     """The drafter's device in a run: the target's for co-located SD; else the drafter's own
     (``OWN_DRAFTER_DEVICE`` when it has none or names the target's)."""
     if drafter_placement(mode) == "shared":
@@ -75,7 +75,7 @@ def drafter_device(mode: str, target_device: str, drafter_dev: str | None) -> st
 
 @dataclass(frozen=True)
 class ServerConfig:
-    mode: str = "psd"
+    mode: Mode = "psd"
     k: int = 4                     # draft tokens per step (ignored for ar)
     k_choices: tuple[int, ...] = ()  # optional: each request draws its k uniformly from these
     m: int = 16                    # max_num_seqs; per batch for psd
@@ -93,7 +93,7 @@ class ServerConfig:
     first_token: str = "prefill"
 
     def __post_init__(self) -> None:
-        check_choice("server.mode", self.mode, MODES)
+        check_mode("server.mode", self.mode, MODES)
         check_int("server.k", self.k, 1 if self.mode != "ar" else 0, 64)
         if not isinstance(self.k_choices, (list, tuple)):
             raise ValueError(f"server.k_choices: expected a list of integers, got "

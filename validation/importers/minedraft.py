@@ -44,6 +44,7 @@ import os
 import re
 from typing import Any, Iterator
 
+from psdlab.analysis.modes import Mode
 from psdlab.analysis.trace import (Phase, RequestRecord, RunInfo, StepRecord, Trace,
                             TraceFormatError, Verified)
 from psdlab.validation.acceptance.fit import STEP_TOTALS
@@ -225,7 +226,7 @@ def _run_info(cfg: dict[str, Any] | None, records: list[_Rec], meta: dict, line:
                                   if r.obj.get("type") == "Step"), default=0)
     parallel = cfg["parallel"] if cfg else (
         "True" if any(r.obj.get("is_parallelised") for r in records) else "False")
-    mode = "ar" if k == 0 else ("psd" if parallel in ("True", "pearl") else "sd")
+    mode: Mode = "ar" if k == 0 else ("psd" if parallel in ("True", "pearl") else "sd")
     m = cfg["max_num_seqs"] if cfg else max(
         (len(r.ids("batched_requests")) for r in records), default=0)
     extra = {"verified_rows": STEP_TOTALS, "line": line, "warmup": warmup, "metadata": meta,

@@ -28,6 +28,7 @@ import numpy as np
 from psdlab.analysis.formats.detect import detect_format, module_for
 from psdlab.analysis.formats.errors import fail
 from psdlab.analysis.formats.records import BenchSummary
+from psdlab.analysis.modes import check_mode
 from psdlab.sim.sim_config import SimModel, ServerConfig, SimConfig
 from psdlab.sim.simulation import simulate
 
@@ -177,8 +178,8 @@ def server_for(mode: str, k: int | None, base: ServerConfig | None,
         "policy": base.policy, "kv_blocks": base.kv_blocks, "block_size": base.block_size,
         "cap_proposals": base.cap_proposals}
     # a serving engine returns a step's outputs when the whole step is done (vLLM, SGLang)
-    return ServerConfig(mode=mode, k=(k or 1) if mode != "ar" else 0, m=m, first_token="step",
-                        **kw)
+    return ServerConfig(mode=check_mode("mode", mode), k=(k or 1) if mode != "ar" else 0, m=m,
+                        first_token="step", **kw)
 
 
 def replay_config(workload: Mapping[str, Any], n: int, server: ServerConfig,
