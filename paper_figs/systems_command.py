@@ -16,10 +16,10 @@ def systems_command(what: str, *, out: str | None = None, quick: bool = False, s
         if points:
             raise ValueError("--points: only with 'check'")
         from psdlab.paper_figs import settings_gain as sg
-        res = sg.run_settings_gain(quick=quick, seed=seed)
-        text = sg.settings_gain_markdown(res)
+        gain = sg.run_settings_gain(quick=quick, seed=seed)
+        text, doc = sg.settings_gain_markdown(gain), gain.to_dict()
         if out:
-            wrote = [f"wrote {path}" for path in sg.write_settings_gain(res, out)]
+            wrote = [f"wrote {path}" for path in sg.write_settings_gain(gain, out)]
     else:
         if quick:
             raise ValueError("--quick: only with 'gain'")
@@ -27,7 +27,7 @@ def systems_command(what: str, *, out: str | None = None, quick: bool = False, s
         command = sc.COMMAND if not points else (
             f"psdlab systems check --points {points}" + (f" -o {out}" if out else ""))
         res = sc.check(sc.load_points(points), seed=seed, command=command)
-        text = sc.system_check_markdown(res)
+        text, doc = sc.system_check_markdown(res), res.to_dict()
         if out:
             wrote = [f"wrote {path}" for path in sc.write_system_check(res, out)]
-    return (json.dumps(res, sort_keys=True) if as_json else text), wrote
+    return (json.dumps(doc, sort_keys=True) if as_json else text), wrote

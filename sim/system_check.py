@@ -23,19 +23,29 @@ and lengths; a fit point's own acceptance is then fitted, not predicted) or, for
 held-out points only, ASSUMED (``ASSUMED_ALPHA``); the table says which.
 ``sd_speedup_over_ar`` with ``basis = "latency"`` is mean end-to-end latency without SD over
 with SD at the same request rate; otherwise output throughput with over without.
+``check`` returns a ``SystemCheckResult`` (sim.system_check_results); its ``to_dict()`` is the
+JSON document ``-o`` writes.
 """
 from __future__ import annotations
 
-import datetime
 import os
-import platform
-import statistics
-import subprocess
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from psdlab.analysis.checks import (check_choice, check_fields, check_int, check_nonnegative,
-                                    check_positive)
+from psdlab.analysis.checks import (
+    check_choice,
+    check_fields,
+    check_int,
+    check_nonnegative,
+    check_positive,
+)
+from psdlab.sim.system_check_results import (
+    SystemCheckResult,
+    SystemCheckSummary,
+    SystemPointResult,
+    stamp,
+    write_pair,
+)
 
 POINTS_TOML = os.path.join(os.path.dirname(os.path.abspath(__file__)), "costs",
                            "public_systems.toml")
@@ -130,7 +140,7 @@ def point_sim_config(p: Point, mode: str, engine_step: Any, seed: int = 0,
     batch = r.get("batch")
     requests = int(r.get("requests", batch if batch else 200))
 
-    def cost(model: str, tp: int, dtype: str) -> dict[str, Any]:
+    def cost(model: str, tp: int, dtype: str) -> dict[str, str | int]:
         return {"name": "gpu", "model": model, "hardware": r["hardware"], "tp": tp,
                 "dtype": dtype, "engine": r["gpu_preset"]}
     lengths = {"prompt": {"name": "fixed", "value": int(r["input_len"])},
@@ -246,41 +256,27 @@ def acceptance_plan(points: list[Point], seed: int = 0) -> dict[str, tuple[float
     return out
 
 
-def check(points: list[Point], seed: int = 0, command: str = COMMAND) -> dict[str, Any]:
+def check(points: list[Point], seed: int = 0, command: str = COMMAND) -> SystemCheckResult:
     """Every point predicted vs published; fitted ones must be within FIT_TOLERANCE."""
     plan = acceptance_plan(points, seed)
     rows = []
     for p in points:
         alpha, how = plan.get(p.id, (None, "published" if p.mode == "sd" else ""))
-        pred = predict_point(p, seed, alpha)
-        err = pred / p.published - 1.0
-        rows.append({"id": p.id, "role": p.role, "quantity": p.quantity,
-                     "engine_step": p.raw["engine_step"]
-                     + (f" served ({p.raw['api_server']})" if "api_server" in p.raw else ""),
-                     "gpu_preset": p.raw["gpu_preset"],
-                     "published": p.published, "predicted": pred, "error": err,
-                     "within_10pct": abs(err) <= FIT_TOLERANCE, "acceptance": how,
-                     "alpha": alpha, "source": p.raw["source"],
-                     "figure": p.raw.get("figure", ""), "setup": _setup(p)})
-    fit = [r for r in rows if r["role"] == "fit"]
-    held = [r for r in rows if r["role"] == "held_out"]
-    summary = {"fitted": len(fit), "fitted_within_10pct": sum(r["within_10pct"] for r in fit),
-               "held_out": len(held),
-               "held_out_mean_abs_error": (sum(abs(r["error"]) for r in held) / len(held)
-                                           if held else None),
-               "held_out_median_abs_error": (statistics.median(abs(r["error"]) for r in held)
-                                             if held else None),
-               "held_out_within_15pct": sum(abs(r["error"]) <= 0.15 for r in held),
-               **_judged([r for r in rows if r["role"] == "judge"])}
-    return {"command": command, "seed": seed, "points": rows, "summary": summary, **stamp()}
+        rows.append(_point_result(p, seed, alpha, how))
+    return SystemCheckResult(command=command, seed=seed, points=tuple(rows),
+                             summary=SystemCheckSummary.of(tuple(rows)), stamp=stamp())
 
 
-def _judged(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    if not rows:
-        return {}
-    return {"judge": len(rows),
-            "judge_median_abs_error": statistics.median(abs(r["error"]) for r in rows),
-            "judge_within_15pct": sum(abs(r["error"]) <= 0.15 for r in rows)}
+def _point_result(p: Point, seed: int, alpha: float | None, how: str) -> SystemPointResult:
+    pred = predict_point(p, seed, alpha)
+    err = pred / p.published - 1.0
+    return SystemPointResult(
+        id=p.id, role=p.role, quantity=p.quantity,
+        engine_step=p.raw["engine_step"]
+        + (f" served ({p.raw['api_server']})" if "api_server" in p.raw else ""),
+        gpu_preset=p.raw["gpu_preset"], published=p.published, predicted=pred, error=err,
+        within_10pct=abs(err) <= FIT_TOLERANCE, acceptance=how, alpha=alpha,
+        source=p.raw["source"], figure=p.raw.get("figure", ""), setup=_setup(p))
 
 
 def _setup(p: Point) -> str:
@@ -291,50 +287,27 @@ def _setup(p: Point) -> str:
             f"{r['input_len']}/{r['output_len']}")
 
 
-def system_check_markdown(res: dict[str, Any]) -> str:
-    s = res["summary"]
+def system_check_markdown(res: SystemCheckResult) -> str:
+    s, st, j = res.summary, res.stamp, res.summary.judged
     lines = ["# System-level public points through the simulator", "",
-             f"Written by `{res['command']}` on {res['date_utc']}, {res['machine']}, commit "
-             f"{res['commit']}; seed {res['seed']}.  Fitted: {s['fitted_within_10pct']} of "
-             f"{s['fitted']} within 10%; held out: {s['held_out']}"
-             + (f", median |error| {s['held_out_median_abs_error']:.1%}, mean "
-                f"{s['held_out_mean_abs_error']:.1%}, {s['held_out_within_15pct']} within 15%"
-                if s["held_out_mean_abs_error"] is not None else "")
-             + (f"; judged: {s['judge']}, median |error| {s['judge_median_abs_error']:.1%}, "
-                f"{s['judge_within_15pct']} within 15%" if s.get("judge") else "") + ".", "",
+             f"Written by `{res.command}` on {st.date_utc}, {st.machine}, commit "
+             f"{st.commit}; seed {res.seed}.  Fitted: {s.fitted_within_10pct} of "
+             f"{s.fitted} within 10%; held out: {s.held_out}"
+             + (f", median |error| {s.held_out_median_abs_error:.1%}, mean "
+                f"{s.held_out_mean_abs_error:.1%}, {s.held_out_within_15pct} within 15%"
+                if s.held_out_mean_abs_error is not None
+                and s.held_out_median_abs_error is not None else "")
+             + (f"; judged: {j.judge}, median |error| {j.judge_median_abs_error:.1%}, "
+                f"{j.judge_within_15pct} within 15%" if j else "") + ".", "",
              "| id | role | quantity | engine step | published | predicted | error | setup "
              "| acceptance |", "|---|---|---|---|---|---|---|---|---|"]
-    for r in res["points"]:
-        lines.append(f"| {r['id']} | {r['role']} | {r['quantity']} | {r['engine_step']} | "
-                     f"{r['published']:.4g} | {r['predicted']:.4g} | {r['error']:+.1%} | "
-                     f"{r['setup']} | {r['acceptance']} |")
+    for r in res.points:
+        lines.append(f"| {r.id} | {r.role} | {r.quantity} | {r.engine_step} | "
+                     f"{r.published:.4g} | {r.predicted:.4g} | {r.error:+.1%} | "
+                     f"{r.setup} | {r.acceptance} |")
     return "\n".join(lines) + "\n"
 
 
-def write_system_check(res: dict[str, Any], path: str) -> tuple[str, str]:
-    return write_pair(res, path, system_check_markdown(res))
-
-
-def write_pair(res: dict[str, Any], path: str, md: str) -> tuple[str, str]:
-    """JSON at ``path`` and the markdown ``md`` beside it (.md), nothing half-written."""
-    from psdlab.analysis.atomic_write import write_json_and_markdown
-    return write_json_and_markdown(res, path, md)
-
-
-def stamp() -> dict[str, Any]:
-    """Machine, UTC date and git commit (+ dirty) of the working tree."""
-    here = os.path.dirname(os.path.abspath(__file__))
-
-    def git(*args: str) -> str:
-        try:
-            out = subprocess.run(["git", "-C", here, *args], capture_output=True, text=True,
-                                 timeout=10, check=False)
-        except (OSError, subprocess.SubprocessError):
-            return ""
-        return out.stdout.strip()
-    commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    return {"machine": f"{platform.node() or 'unknown'} ({platform.platform()})",
-            "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime(
-                "%Y-%m-%d %H:%M UTC"),
-            "commit": commit + (" dirty" if git("status", "--porcelain") else ""),
-            "note": "pure simulation: the numbers do not depend on the machine"}
+def write_system_check(res: SystemCheckResult, path: str) -> tuple[str, str]:
+    """JSON at ``path`` and the markdown beside it (.md), nothing half-written."""
+    return write_pair(res.to_dict(), path, system_check_markdown(res))

@@ -64,10 +64,11 @@ def test_sd_point_without_acceptance_fits_alpha_on_its_series_fit_point(tmp_path
                    {"id": "s8", "mode": "sd", "drafter": "llama-3.1-8b", "k": 3, "batch": 8,
                     "quantity": "sd_speedup_over_ar", "published": 1.5, "role": "held_out"})
     res = sc.check(sc.load_points(path))
-    s1, s8 = res["points"]
-    assert s1["acceptance"] == s8["acceptance"] == "alpha fitted on s1"
-    assert s1["predicted"] == pytest.approx(1.3, rel=0.05)   # one short request: coarse
-    assert 0.05 < s1["alpha"] < 0.98
+    s1, s8 = res.points
+    assert s1.acceptance == s8.acceptance == "alpha fitted on s1"
+    assert s1.predicted == pytest.approx(1.3, rel=0.05)   # one short request: coarse
+    assert s1.alpha is not None and 0.05 < s1.alpha < 0.98
+    assert res.to_dict()["points"][0] == s1.to_dict()       # the JSON row is the typed row
 
 
 @pytest.mark.parametrize("extra, needle", [
@@ -91,10 +92,13 @@ def test_package_points_file_loads():
 def test_settings_gain_engine_step_lowers_the_system_ratio():
     from psdlab.paper_figs import settings_gain as sg
     res = sg.run_settings_gain(quick=True, setups=sg.SETUPS[:1], ks=(2, 3))
-    s = res["settings"][0]
-    per_step, none, full = (d["ratio"] for d in s["decomposition"][:3])
+    s = res.settings[0]
+    per_step, none, full = (d.ratio for d in s.decomposition[:3])
     assert full < none                         # the engine's host work costs PSD its gain
     assert none < per_step                     # start-up, prefill and the tail cost more
-    assert s["best_k"] in (2, 3) and res["engine_step"] == "vllm-v0"
-    assert len(s["decomposition"]) == 3 + len(sg.TERMS)
+    assert s.best_k in (2, 3) and res.engine_step == "vllm-v0"
+    assert len(s.decomposition) == 3 + len(sg.TERMS)
+    # the JSON document: a term's row has its effect on the gain, the first three have none
+    parts = res.to_dict()["settings"][0]["decomposition"]
+    assert "effect_on_gain" not in parts[2] and "effect_on_gain" in parts[3]
     assert "setting 1" in sg.settings_gain_markdown(res)
