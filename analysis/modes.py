@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Literal, cast, get_args
 
 __all__ = ["Mode", "SERVER_MODES", "TRACE_MODES", "STEP_MODES", "SPEC_MODES", "VLLM_MODES",
-           "check_mode"]
+           "DRAFTING_MODES", "check_mode"]
 
 Mode = Literal["ar", "sd", "sd-sep", "psd", "adaptive"]
 
@@ -25,6 +25,8 @@ TRACE_MODES: tuple[Mode, ...] = ("ar", "sd", "sd-sep", "psd")
 STEP_MODES: tuple[Mode, ...] = ("ar", "sd", "psd")
 #: the modes with a drafter in a theory comparison
 SPEC_MODES: tuple[Mode, ...] = ("sd", "psd")
+#: the fixed modes whose traces have drafting phases (the figures' and reports' SD/PSD runs)
+DRAFTING_MODES: tuple[Mode, ...] = ("sd", "sd-sep", "psd")
 #: what psdlab runs inside vLLM (``psdlab run --engine vllm``, ``runtime.vllm_ext``): ``sd`` is
 #: vLLM's own draft-model SD; ``sd-sep`` and ``adaptive`` have no vLLM counterpart
 VLLM_MODES: tuple[Mode, ...] = ("ar", "sd", "psd")

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from psdlab.analysis.modes import DRAFTING_MODES
 from psdlab.paper_figs import simruns
 from psdlab.paper_figs.common import (COLORS, MARKERS, NO_TRACES, FigOptions, FigureOutput, Tick,
                                label_of, load_figure_traces, new_figure, note_panel, save_png,
@@ -61,7 +62,7 @@ def measured_rows(opts: FigOptions, notes: list[str]) -> list[dict[str, Any]]:
     notes.extend(bad)
     groups: dict[tuple[str, str, int, int], dict[str, list[np.ndarray]]] = {}
     for _, tr in loaded:
-        if tr.run.mode not in ("sd", "sd-sep", "psd"):
+        if tr.run.mode not in DRAFTING_MODES:
             continue
         times = step_phase_times(tr)
         if times["draft"].size == 0:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from psdlab.analysis.modes import DRAFTING_MODES
 from psdlab.paper_figs import simruns
 from psdlab.paper_figs.common import (COLORS, MARKERS, NO_TRACES, FigOptions, FigureOutput, Tick,
                                load_figure_traces, new_figure, note_panel, save_png, write_csv)
@@ -73,7 +74,7 @@ def local_rows(opts: FigOptions, tick: Tick, notes: list[str]) -> list[dict[str,
 
     loaded, bad = load_figure_traces(opts.traces)
     notes.extend(bad)
-    traces = [t for _, t in loaded if t.run.mode in ("sd", "sd-sep", "psd")]
+    traces = [t for _, t in loaded if t.run.mode in DRAFTING_MODES]
     if not traces:
         notes.append("local pair: no SD/PSD traces among the given files, panel skipped")
         return []
@@ -133,7 +134,7 @@ def _plot_local(ax: Any, rows: list[dict[str, Any]]) -> None:
         if pts:
             ax.plot(*zip(*pts), "-", color=COLORS[mode], marker=MARKERS[mode],
                     label=f"{mode.upper()} simulated (affine costs fitted to traces)")
-    for mode in ("sd", "sd-sep", "psd"):
+    for mode in DRAFTING_MODES:
         pts = [(r["k"], r["decode_throughput_tok_s"]) for r in rows
                if r["mode"] == mode and r["source"] == "measured" and r["decode_throughput_tok_s"]]
         if pts:

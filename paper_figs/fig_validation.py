@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from psdlab.analysis.modes import DRAFTING_MODES
 from psdlab.paper_figs import simruns
 from psdlab.paper_figs.common import (FigOptions, FigureOutput, Tick, load_figure_traces,
                                       new_figure, save_png, write_csv)
@@ -102,7 +103,7 @@ def heldout_pairs(traces: list[tuple[str, Any]], seed: int, notes: list[str]) ->
     """Leave-one-trace-out: calibrate on the others, simulate this one, compare metrics."""
     from psdlab.analysis.metrics import summarize
 
-    usable = [(p, t) for p, t in traces if t.run.mode in ("sd", "sd-sep", "psd") and t.steps
+    usable = [(p, t) for p, t in traces if t.run.mode in DRAFTING_MODES and t.steps
               and t.requests]
     if len(usable) < 2:
         notes.append("validation: need --validation FILE or at least two SD/PSD traces, "

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from psdlab.analysis.modes import DRAFTING_MODES
 from psdlab.analysis.checks import check_int
 
 from psdlab.paper_figs.common import label_of
@@ -125,7 +126,7 @@ def calibrate_from(traces: Sequence[Any]) -> Calibrated:
     from psdlab.validation.phase_model import forward_coefficients
     from psdlab.validation.calibrate import calibrate
 
-    spec = [t for t in traces if t.run.mode in ("sd", "sd-sep", "psd") and t.steps]
+    spec = [t for t in traces if t.run.mode in DRAFTING_MODES and t.steps]
     if not spec:
         raise ValueError("traces: need SD or PSD traces with steps to calibrate the local pair")
     cal = calibrate(spec)

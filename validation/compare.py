@@ -35,6 +35,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from psdlab.analysis.modes import TRACE_MODES
 from psdlab.analysis.metrics import summarize
 from psdlab.analysis.trace import Trace
 from psdlab.sim.costs.fitted import FitFile
@@ -138,7 +139,7 @@ def trace_sim_config(trace: Trace, model: str | FitFile, replay_path: str, *, se
 
     run = trace.run
     mode = run.mode
-    if mode not in ("ar", "sd", "sd-sep", "psd"):
+    if mode not in TRACE_MODES:
         raise ValueError(f"trace: mode {mode!r} cannot be replayed")
     params = params or ReplayParams()
     acc: dict[str, Any] = {"name": "none"}

@@ -18,6 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from psdlab.analysis.modes import DRAFTING_MODES
 from psdlab.validation.tables import write_table_csv  # noqa: E402
 
 DPI = 110
@@ -116,7 +117,7 @@ def throughput_vs_k(out_dir: str, validation: Any, m: int, offline: bool = True,
             continue
         run = c.trace.run
         is_off = all(r.arrival == 0 for r in c.trace.requests)
-        if run.mode in ("sd", "sd-sep", "psd") and run.m == m and is_off == offline:
+        if run.mode in DRAFTING_MODES and run.m == m and is_off == offline:
             rows.append({"run": c.name, "mode": "psd" if run.mode == "psd" else "sd",
                          "k": run.k, "measured": c.measured.get("throughput_tok_s"),
                          "predicted": c.predicted.get("throughput_tok_s")})
