@@ -87,7 +87,8 @@ def plan_command(opts: PlanOptions) -> str:
     write_plan_outputs(writers)
     if opts.as_json:
         return json.dumps({"rows": [r.to_csv_row() for r in rows], "csv": csv_path,
-                           "png": png_path, "adaptive_policy": policy,
+                           "png": png_path,
+                           "adaptive_policy": None if policy is None else policy.to_dict(),
                            "vllm_k_table": opts.vllm_k_table,
                            "sections": [{"name": s.name, "title": s.title, "data": s.data}
                                         for s in sections]}, sort_keys=True)

@@ -12,12 +12,20 @@ servers use) and by request rate (simulated), with the fixed configurations besi
   ratio, the adaptive policy's share of steps per choice; and the
   switch points: the rates between which the winner (or the adaptive policy's main choice)
   changes.
-- ``policy_report(cfg)``: both, as one dict; ``format_policy_report`` prints it (``psdlab plan``).
+- ``policy_report(cfg)``: both, as one ``PolicyReport``; ``format_policy_report`` prints it
+  (``psdlab policy``, ``psdlab plan``).
+
+The results are frozen dataclasses (``PolicyThresholds``, ``LoadSweep``, ``PolicyReport``); each
+one's ``to_dict()`` is its JSON document.  ``thresholds(cfg)`` and ``rate_sweep(...)`` give
+those documents of ``policy_thresholds(cfg)`` and ``load_sweep(...)`` (the adaptive benchmark,
+``validation.adaptive.bench_adaptive``, stores them in its results.json).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -55,7 +63,38 @@ def _mean_lengths(cfg, n: int = 400) -> tuple[float, float]:
     return float(np.mean(reqs.prompt_len)), float(np.mean(reqs.output_len))
 
 
-def thresholds(cfg) -> dict[str, Any]:
+@dataclass(frozen=True)
+class BatchChoice:
+    """The policy's choice at ``n`` running sequences, and each candidate's predicted tok/s."""
+    n: int
+    choice: str
+    tok_s: tuple[tuple[str, float], ...]        # (candidate label, predicted tokens/s)
+
+
+@dataclass(frozen=True)
+class ChoiceRange:
+    """Running-batch sizes n_from..n_to over which the policy makes one choice."""
+    choice: str
+    n_from: int
+    n_to: int
+
+
+@dataclass(frozen=True)
+class PolicyThresholds:
+    """The policy's choice per running-batch size n = 1..server.m, and its ranges."""
+    context_tokens: float
+    acceptance: tuple[float, ...]               # per draft position
+    per_n: tuple[BatchChoice, ...]
+    ranges: tuple[ChoiceRange, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"context_tokens": self.context_tokens, "acceptance": list(self.acceptance),
+                "per_n": [{"n": r.n, "choice": r.choice, "tok_s": dict(r.tok_s)}
+                          for r in self.per_n],
+                "ranges": [dataclasses.asdict(r) for r in self.ranges]}
+
+
+def policy_thresholds(cfg) -> PolicyThresholds:
     """The policy's choice per running-batch size n = 1..server.m, and its ranges."""
     from psdlab.sim.adaptive_costs import ModelCosts
     pcfg = cfg.policy or PolicyConfig()          # read by SimConfig; defaults without one
@@ -68,15 +107,20 @@ def thresholds(cfg) -> dict[str, Any]:
         state = LiveState(running=n, waiting=0, slots=cfg.server.m, acceptance=rates)
         best = rank(pcfg, state, costs)
         scores = {c.label: c.score for c in predict_candidates(pcfg, state, costs)}
-        per_n.append({"n": n, "choice": best.label, "tok_s": scores})
-    ranges: list[dict[str, Any]] = []
+        per_n.append(BatchChoice(n=n, choice=best.label, tok_s=tuple(scores.items())))
+    ranges: list[ChoiceRange] = []
     for row in per_n:
-        if ranges and ranges[-1]["choice"] == row["choice"]:
-            ranges[-1]["n_to"] = row["n"]
+        if ranges and ranges[-1].choice == row.choice:
+            ranges[-1] = dataclasses.replace(ranges[-1], n_to=row.n)
         else:
-            ranges.append({"choice": row["choice"], "n_from": row["n"], "n_to": row["n"]})
-    return {"context_tokens": prompt + output / 2, "acceptance": list(rates), "per_n": per_n,
-            "ranges": ranges}
+            ranges.append(ChoiceRange(choice=row.choice, n_from=row.n, n_to=row.n))
+    return PolicyThresholds(context_tokens=prompt + output / 2, acceptance=tuple(rates),
+                            per_n=tuple(per_n), ranges=tuple(ranges))
+
+
+def thresholds(cfg) -> dict[str, Any]:
+    """``policy_thresholds(cfg)`` as its JSON document."""
+    return policy_thresholds(cfg).to_dict()
 
 
 def _variant(cfg, workload: Mapping[str, Any], adaptive: Mapping[str, Any]):
@@ -84,15 +128,67 @@ def _variant(cfg, workload: Mapping[str, Any], adaptive: Mapping[str, Any]):
                        trace_path=None, server_mode="adaptive", server_k_choices=())
 
 
-def _summ(res) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ConfigThroughput:
+    """One configuration's simulated run at one load (None: the run had no such metric)."""
+    name: str
+    tok_s: float | None
+    tpot_p50: float | None
+    tpot_p99: float | None
+
+
+def _summ(name: str, res) -> ConfigThroughput:
     m = res.metrics
     tpot = m.get("tpot") or {}
-    return {"tok_s": m.get("throughput_tok_s"), "tpot_p50": tpot.get("p50"),
-            "tpot_p99": tpot.get("p99")}
+    return ConfigThroughput(name=name, tok_s=m.get("throughput_tok_s"), tpot_p50=tpot.get("p50"),
+                            tpot_p99=tpot.get("p99"))
 
 
-def rate_sweep(cfg, rates: Sequence[float], fixed: Iterable[tuple[str, str, int]] = DEFAULT_FIXED,
-               offline: bool = True) -> dict[str, Any]:
+@dataclass(frozen=True)
+class LoadRow:
+    """One load: every fixed configuration and the adaptive server (last), the adaptive
+    policy's switches and steps per mode, the fixed winner and adaptive / winner."""
+    load: str                                   # "offline" or the Poisson rate ("0.5")
+    configs: tuple[ConfigThroughput, ...]
+    adaptive_switches: int
+    adaptive_timeline_choices: tuple[str, ...]
+    adaptive_steps: tuple[tuple[str, int], ...]   # (mode, steps)
+    winner_fixed: str
+    adaptive_vs_best: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"load": self.load,
+                "configs": {c.name: {"tok_s": c.tok_s, "tpot_p50": c.tpot_p50,
+                                     "tpot_p99": c.tpot_p99} for c in self.configs},
+                "adaptive_switches": self.adaptive_switches,
+                "adaptive_timeline_choices": list(self.adaptive_timeline_choices),
+                "adaptive_steps": dict(self.adaptive_steps), "winner_fixed": self.winner_fixed,
+                "adaptive_vs_best": self.adaptive_vs_best}
+
+
+@dataclass(frozen=True)
+class WinnerSwitch:
+    """The fixed winner changes between two consecutive Poisson rates."""
+    from_choice: str
+    to_choice: str
+    between_req_s: tuple[float, float]
+
+
+@dataclass(frozen=True)
+class LoadSweep:
+    """Adaptive vs fixed at each load, and where the fixed winner switches."""
+    rows: tuple[LoadRow, ...]
+    switch_points: tuple[WinnerSwitch, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rows": [r.to_dict() for r in self.rows],
+                "switch_points": [{"from": sp.from_choice, "to": sp.to_choice,
+                                   "between_req_s": list(sp.between_req_s)}
+                                  for sp in self.switch_points]}
+
+
+def load_sweep(cfg, rates: Sequence[float], fixed: Iterable[tuple[str, str, int]] = DEFAULT_FIXED,
+               offline: bool = True) -> LoadSweep:
     """Adaptive vs fixed configurations at each load (Poisson rates in req/s, and offline)."""
     from psdlab.sim.simulation import simulate
     base = dict(cfg.adaptive or {})
@@ -105,24 +201,28 @@ def rate_sweep(cfg, rates: Sequence[float], fixed: Iterable[tuple[str, str, int]
         loads.append((f"{r:g}", {**dict(cfg.workload), "name": "poisson", "rate": float(r)}))
     rows = []
     for label, wl in loads:
-        row: dict[str, Any] = {"load": label, "configs": {}}
+        runs = {}
         for name, mode, k in fixed:
             pol = {**base, "modes": [mode], "k_choices": [k] if k else base.get(
                 "k_choices", [1])}
-            row["configs"][name] = _summ(simulate(_variant(cfg, wl, pol)))
+            runs[name] = _summ(name, simulate(_variant(cfg, wl, pol)))
         res = simulate(_variant(cfg, wl, base))
-        row["configs"]["adaptive"] = _summ(res)
+        runs["adaptive"] = _summ("adaptive", res)
         summary = res.trace.run.extra["adaptive"]
-        steps = summary["steps"]
-        row["adaptive_switches"] = summary["switches"]
-        row["adaptive_timeline_choices"] = sorted({lab for _, lab in summary["timeline"]})
-        row["adaptive_steps"] = steps
-        best = winner(row["configs"], [f[0] for f in fixed])
-        row["winner_fixed"] = best
-        ad = row["configs"]["adaptive"]["tok_s"] or 0.0
-        row["adaptive_vs_best"] = ad / (row["configs"][best]["tok_s"] or math.inf)
-        rows.append(row)
-    return {"rows": rows, "switch_points": switch_points(rows)}
+        best = _fixed_winner(runs, [f[0] for f in fixed])
+        rows.append(LoadRow(
+            load=label, configs=tuple(runs.values()), adaptive_switches=summary["switches"],
+            adaptive_timeline_choices=tuple(sorted({lab for _, lab in summary["timeline"]})),
+            adaptive_steps=tuple(summary["steps"].items()), winner_fixed=best,
+            adaptive_vs_best=(runs["adaptive"].tok_s or 0.0) / (runs[best].tok_s or math.inf)))
+    return LoadSweep(rows=tuple(rows),
+                     switch_points=switch_points([(r.load, r.winner_fixed) for r in rows]))
+
+
+def rate_sweep(cfg, rates: Sequence[float], fixed: Iterable[tuple[str, str, int]] = DEFAULT_FIXED,
+               offline: bool = True) -> dict[str, Any]:
+    """``load_sweep(...)`` as its JSON document."""
+    return load_sweep(cfg, rates, fixed, offline).to_dict()
 
 
 #: throughputs within this fraction of the best count as a tie (below saturation every
@@ -132,60 +232,83 @@ TIE = 0.01
 
 def winner(configs: Mapping[str, Mapping[str, Any]], names: Sequence[str]) -> str:
     """The fixed configuration with the highest throughput; among those within ``TIE`` of it,
-    the one with the lowest median TPOT."""
-    top = max(configs[n]["tok_s"] or 0.0 for n in names)
-    tied = [n for n in names if (configs[n]["tok_s"] or 0.0) >= (1 - TIE) * top]
-    return min(tied, key=lambda n: (configs[n]["tpot_p50"] is None,
-                                    configs[n]["tpot_p50"] or 0.0))
+    the one with the lowest median TPOT (``configs``: name -> {"tok_s", "tpot_p50", ...})."""
+    return _pick(names, lambda n: configs[n]["tok_s"], lambda n: configs[n]["tpot_p50"])
 
 
-def switch_points(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Consecutive Poisson loads whose fixed winner differs: the switch lies between them."""
+def _fixed_winner(runs: Mapping[str, ConfigThroughput], names: Sequence[str]) -> str:
+    return _pick(names, lambda n: runs[n].tok_s, lambda n: runs[n].tpot_p50)
+
+
+def _pick(names: Sequence[str], tok_s: Callable[[str], float | None],
+          tpot_p50: Callable[[str], float | None]) -> str:
+    """``winner``'s rule over any record of the runs."""
+    top = max(tok_s(n) or 0.0 for n in names)
+    tied = [n for n in names if (tok_s(n) or 0.0) >= (1 - TIE) * top]
+    return min(tied, key=lambda n: (tpot_p50(n) is None, tpot_p50(n) or 0.0))
+
+
+def switch_points(winners: Sequence[tuple[str, str]]) -> tuple[WinnerSwitch, ...]:
+    """Consecutive Poisson loads whose fixed winner differs: the switch lies between them
+    (``winners``: (load, fixed winner) in load order; "offline" is skipped)."""
     out = []
-    timed = [r for r in rows if r["load"] != "offline"]
-    for a, b in zip(timed, timed[1:]):
-        if a["winner_fixed"] != b["winner_fixed"]:
-            out.append({"from": a["winner_fixed"], "to": b["winner_fixed"],
-                        "between_req_s": [float(a["load"]), float(b["load"])]})
-    return out
+    timed = [(load, best) for load, best in winners if load != "offline"]
+    for (load_a, a), (load_b, b) in zip(timed, timed[1:]):
+        if a != b:
+            out.append(WinnerSwitch(from_choice=a, to_choice=b,
+                                   between_req_s=(float(load_a), float(load_b))))
+    return tuple(out)
 
 
-def policy_report(cfg, rates: Sequence[float] | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class PolicyReport:
+    """The policy's thresholds by batch size and, when rates were given, the simulated
+    loads."""
+    thresholds: PolicyThresholds
+    loads: LoadSweep | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"thresholds": self.thresholds.to_dict()}
+        if self.loads is not None:
+            out["loads"] = self.loads.to_dict()
+        return out
+
+
+def policy_report(cfg, rates: Sequence[float] | None = None) -> PolicyReport:
     """The policy's thresholds by batch size and, with ``rates``, the simulated loads."""
     if cfg.adaptive is None:
         cfg = cfg.replace(adaptive={})
-    out: dict[str, Any] = {"thresholds": thresholds(cfg)}
-    if rates:
-        out["loads"] = rate_sweep(cfg, rates)
-    return out
+    return PolicyReport(thresholds=policy_thresholds(cfg),
+                        loads=load_sweep(cfg, rates) if rates else None)
 
 
-def plan_thresholds(cfg) -> dict[str, Any] | None:
+def plan_thresholds(cfg) -> PolicyReport | None:
     """For ``psdlab plan``: the policy's thresholds by batch size up to the largest m the plan
     tries (default settings unless the config has an [adaptive] table); None without a
     drafter."""
     if cfg.drafter is None:
         return None
-    return {"thresholds": thresholds(cfg.replace(adaptive=dict(cfg.adaptive or {}),
-                                                 server_mode="adaptive",
-                                                 server_k_choices=()))}
+    return PolicyReport(thresholds=policy_thresholds(
+        cfg.replace(adaptive=dict(cfg.adaptive or {}), server_mode="adaptive",
+                    server_k_choices=())))
 
 
-def format_policy_report(report: Mapping[str, Any]) -> str:
-    th = report["thresholds"]
+def format_policy_report(report: PolicyReport) -> str:
+    th = report.thresholds
     lines = ["adaptive policy (analysis.adaptive_policy), its choice by running sequences n "
-             f"(context {th['context_tokens']:.0f} tokens, acceptance "
-             f"{', '.join(f'{a:.2f}' for a in th['acceptance'])}):"]
-    for r in th["ranges"]:
-        lines.append(f"  n {r['n_from']:>4d}..{r['n_to']:<4d} -> {r['choice']}")
-    loads = report.get("loads")
+             f"(context {th.context_tokens:.0f} tokens, acceptance "
+             f"{', '.join(f'{a:.2f}' for a in th.acceptance)}):"]
+    for r in th.ranges:
+        lines.append(f"  n {r.n_from:>4d}..{r.n_to:<4d} -> {r.choice}")
+    loads = report.loads
     if loads:
         lines.append("simulated loads (tok/s; adaptive vs best fixed):")
-        for row in loads["rows"]:
-            cfgs = "  ".join(f"{k} {v['tok_s']:.1f}" for k, v in row["configs"].items())
-            lines.append(f"  {row['load']:>8s}: {cfgs}  winner {row['winner_fixed']}  "
-                         f"adaptive/best {row['adaptive_vs_best']:.3f}")
-        for sp in loads["switch_points"]:
-            lo, hi = sp["between_req_s"]
-            lines.append(f"  switch {sp['from']} -> {sp['to']} between {lo:g} and {hi:g} req/s")
+        for row in loads.rows:
+            cfgs = "  ".join(f"{c.name} {c.tok_s:.1f}" for c in row.configs)
+            lines.append(f"  {row.load:>8s}: {cfgs}  winner {row.winner_fixed}  "
+                         f"adaptive/best {row.adaptive_vs_best:.3f}")
+        for sp in loads.switch_points:
+            lo, hi = sp.between_req_s
+            lines.append(f"  switch {sp.from_choice} -> {sp.to_choice} between {lo:g} and "
+                         f"{hi:g} req/s")
     return "\n".join(lines)

@@ -7,7 +7,8 @@ import pytest
 
 from psdlab.cli import main
 from psdlab.sim.acceptance_registry import make_acceptance
-from psdlab.sim.policy_search import (position_rates, rate_sweep, switch_points, thresholds,
+from psdlab.sim.policy_search import (WinnerSwitch, load_sweep, policy_thresholds,
+                                       position_rates, rate_sweep, switch_points, thresholds,
                                        winner)
 from psdlab.sim.sim_config import config_from_dict
 
@@ -29,28 +30,37 @@ def test_position_rates_of_known_models():
 
 
 def test_thresholds_cover_every_batch_size_and_match_the_rule():
-    th = thresholds(config_from_dict(RAW))
-    ranges = th["ranges"]
-    assert ranges[0]["n_from"] == 1 and ranges[-1]["n_to"] == 8
+    th = policy_thresholds(config_from_dict(RAW))
+    ranges = th.ranges
+    assert ranges[0].n_from == 1 and ranges[-1].n_to == 8
     for a, b in zip(ranges, ranges[1:]):
-        assert b["n_from"] == a["n_to"] + 1 and a["choice"] != b["choice"]
-    for row in th["per_n"]:
-        assert row["choice"] == max(row["tok_s"], key=row["tok_s"].get)
+        assert b.n_from == a.n_to + 1 and a.choice != b.choice
+    for row in th.per_n:
+        scores = dict(row.tok_s)
+        assert row.choice == max(scores, key=scores.__getitem__)
     # these costs: speculation at one sequence, less of it (smaller k or AR) at eight
-    first, last = th["per_n"][0]["choice"], th["per_n"][-1]["choice"]
+    first, last = th.per_n[0].choice, th.per_n[-1].choice
     assert first != "ar"
     assert last == "ar" or int(last[-1]) <= int(first[-1])
+    # the JSON form (validation.adaptive.bench_adaptive stores it)
+    doc = thresholds(config_from_dict(RAW))
+    assert doc == th.to_dict() and doc["ranges"][0] == {"choice": ranges[0].choice,
+                                                        "n_from": 1, "n_to": ranges[0].n_to}
 
 
 def test_rate_sweep_rows_and_winners():
     fixed = (("ar", "ar", 0), ("sd2", "sd", 2))
-    out = rate_sweep(config_from_dict(RAW), [0.5, 50.0], fixed)
-    assert [r["load"] for r in out["rows"]] == ["offline", "0.5", "50"]
-    for r in out["rows"]:
-        assert set(r["configs"]) == {"ar", "sd2", "adaptive"}
-        assert r["winner_fixed"] == winner(r["configs"], ["ar", "sd2"])
-        assert r["adaptive_vs_best"] == pytest.approx(
-            r["configs"]["adaptive"]["tok_s"] / r["configs"][r["winner_fixed"]]["tok_s"])
+    out = load_sweep(config_from_dict(RAW), [0.5, 50.0], fixed)
+    assert [r.load for r in out.rows] == ["offline", "0.5", "50"]
+    doc = out.to_dict()
+    assert doc == rate_sweep(config_from_dict(RAW), [0.5, 50.0], fixed)   # its JSON form
+    for r, d in zip(out.rows, doc["rows"]):
+        assert [c.name for c in r.configs] == ["ar", "sd2", "adaptive"]
+        assert r.winner_fixed == winner(d["configs"], ["ar", "sd2"])
+        tok_s = {c.name: c.tok_s for c in r.configs}
+        ad, best = tok_s["adaptive"], tok_s[r.winner_fixed]
+        assert ad is not None and best is not None
+        assert r.adaptive_vs_best == pytest.approx(ad / best)
 
 
 def test_winner_breaks_throughput_ties_by_latency():
@@ -62,9 +72,8 @@ def test_winner_breaks_throughput_ties_by_latency():
 
 
 def test_switch_points_between_consecutive_rates():
-    rows = [{"load": "offline", "winner_fixed": "ar"}, {"load": "1", "winner_fixed": "sd2"},
-            {"load": "2", "winner_fixed": "sd2"}, {"load": "4", "winner_fixed": "ar"}]
-    assert switch_points(rows) == [{"from": "sd2", "to": "ar", "between_req_s": [2.0, 4.0]}]
+    winners = [("offline", "ar"), ("1", "sd2"), ("2", "sd2"), ("4", "ar")]
+    assert switch_points(winners) == (WinnerSwitch("sd2", "ar", (2.0, 4.0)),)
 
 
 def test_policy_command_writes_the_report(tmp_path, capsys):
@@ -123,4 +132,4 @@ def test_thresholds_on_a_trace_file_use_its_requests(tmp_path):
     prompt = sum(max(1, r.input_len) for r in records) / len(records)
     output = sum(max(1, r.output_len) for r in records) / len(records)
     # the policy prices steps at the mean context: a prompt plus half its output
-    assert out["thresholds"]["context_tokens"] == pytest.approx(prompt + output / 2)
+    assert out.thresholds.context_tokens == pytest.approx(prompt + output / 2)

@@ -4,6 +4,7 @@ configuration (``sim.policy_search``), stamped with the machine, date and commit
 JSON when asked, and the text it prints.  The command module only parses and prints."""
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -31,7 +32,7 @@ def policy_command(config: str, rates: str | None = None, max_n: int | None = No
     print (one JSON object with ``as_json``)."""
     from psdlab.analysis.atomic_write import write_text
     from psdlab.analysis.checks import check_int
-    from psdlab.sim.policy_search import format_policy_report, policy_report, thresholds
+    from psdlab.sim.policy_search import format_policy_report, policy_report, policy_thresholds
     from psdlab.sim.sim_config import load_config
     from psdlab.validation.results_file import git_info, machine_info
 
@@ -47,12 +48,11 @@ def policy_command(config: str, rates: str | None = None, max_n: int | None = No
     report = policy_report(cfg, rate_list)
     if max_n is not None:
         big = cfg.replace(server_m=check_int("--max-n", max_n, 1, 4096))
-        report["thresholds"] = thresholds(big)
-    report["config"] = config
-    report["requests"] = cfg.requests
-    report["machine"] = machine_info(load0)
-    report["date_utc"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    report["git"] = git_info()
+        report = dataclasses.replace(report, thresholds=policy_thresholds(big))
+    doc = {**report.to_dict(), "config": config, "requests": cfg.requests,
+           "machine": machine_info(load0),
+           "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+           "git": git_info()}
     if output:
-        write_text(output, json.dumps(report, indent=1, sort_keys=True))
-    return json.dumps(report, sort_keys=True) if as_json else format_policy_report(report)
+        write_text(output, json.dumps(doc, indent=1, sort_keys=True))
+    return json.dumps(doc, sort_keys=True) if as_json else format_policy_report(report)
