@@ -30,16 +30,16 @@ def cost(model="qwen3-0.6b", hardware="l40", engine="vllm-eager", tp=1, **kw):
 # ---------------------------------------------------------------------------- public points
 
 def test_every_fitted_point_within_10_percent_and_every_point_listed():
-    rows = {r["id"]: r for r in check_rows()}
+    rows = {r.id: r for r in check_rows()}
     assert set(rows) == {p.id for p in public_points()}
-    fitted = [r for r in rows.values() if r["fitted"]]
-    assert {r["preset"] for r in fitted} == set(PRESETS)          # every preset is fitted
+    fitted = [r for r in rows.values() if r.fitted]
+    assert {r.preset for r in fitted} == set(PRESETS)             # every preset is fitted
     for r in fitted:
-        assert abs(r["error"]) <= 0.10, r
+        assert abs(r.error) <= 0.10, r
     for r in rows.values():
-        assert np.isfinite(r["error"]) and r["predicted_ms"] > 0
-        assert r["ideal_ms"] <= r["predicted_ms"]                   # the roofline bounds below
-    assert any(not r["fitted"] for r in rows.values())              # held-out points exist
+        assert np.isfinite(r.error) and r.predicted_ms > 0
+        assert r.ideal_ms <= r.predicted_ms                         # the roofline bounds below
+    assert any(not r.fitted for r in rows.values())                 # held-out points exist
 
 
 def test_fitted_on_names_points_of_the_same_preset_with_sources():
@@ -54,14 +54,14 @@ def test_fitted_on_names_points_of_the_same_preset_with_sources():
 
 def test_minedraft_gain_within_10_percent_and_ideal_roofline_misses_it():
     rows = minedraft_gains()
-    assert {(r["drafter"], r["k"]) for r in rows} == {(d, k) for d in ("qwen3-0.6b", "qwen3-1.7b")
-                                                      for k in (3, 4)}
+    assert {(r.drafter, r.k) for r in rows} == {(d, k) for d in ("qwen3-0.6b", "qwen3-1.7b")
+                                                for k in (3, 4)}
     for r in rows:
-        assert abs(r["error"]) <= 0.10, r
+        assert abs(r.error) <= 0.10, r
     # the ideal roofline predicts a small gain for the 0.6B drafter (drafting << verification)
-    ideal = {(r["drafter"], r["k"]): r for r in minedraft_gains("ideal")}
+    ideal = {(r.drafter, r.k): r for r in minedraft_gains("ideal")}
     r = ideal[("qwen3-0.6b", 3)]
-    assert r["predicted_gain"] < 0.75 * r["published_gain"]
+    assert r.predicted_gain < 0.75 * r.published_gain
 
 
 def test_refit_reproduces_the_shipped_numbers():
@@ -227,6 +227,9 @@ def test_cost_check_json_and_results_file(capsys, tmp_path):
     report = json.loads(capsys.readouterr().out)
     assert len(report["points"]) == len(public_points())
     assert report["worst_fitted_error"] <= 0.10
+    # a settings row: one entry per engine preset beside the paper's step
+    assert list(report["settings"][0]) == ["drafter", "ideal", "k", "paper", "setting",
+                                           "vllm-eager"]     # (sorted: --json sorts keys)
     text = path.read_text()
     assert all(p.id in text for p in public_points()) and "commit" in text
     assert main(["cost", "--check"]) == 0

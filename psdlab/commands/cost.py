@@ -54,5 +54,5 @@ def run(args: argparse.Namespace) -> int:
     out = one_pass(model=args.model, hardware=args.hardware, tp=args.tp, dtype=args.dtype,
                    engine=args.engine, link=args.link, seqs=args.seqs, tokens=args.tokens,
                    context=args.context)
-    print(json.dumps(out, sort_keys=True) if args.json else one_pass_text(out))
+    print(json.dumps(out.to_dict(), sort_keys=True) if args.json else one_pass_text(out))
     return 0

@@ -2,8 +2,9 @@
 priced with the engine preset that matches the measured engine, with the error and whether
 that preset was fitted on the point; plus the MineDraft per-step PSD/SD gains.
 
-``check_rows()`` and ``minedraft_gains()`` return plain dicts (JSON-able) for
-``psdlab cost --check``, the tests and the figures.
+``check_rows()`` and ``minedraft_gains()`` return frozen rows (``CostCheckRow``,
+``MinedraftGain``) for ``psdlab cost --check`` (sim.costs.check_report) and the tests;
+``dataclasses.asdict`` of a row is its JSON object.
 """
 from __future__ import annotations
 
@@ -81,19 +82,37 @@ def fitted_presets(point_id: str) -> list[str]:
     return sorted(name for name, pr in engine_presets().items() if point_id in pr.fitted_on)
 
 
-def check_rows() -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class CostCheckRow:
+    """One public point: published vs predicted with its engine's preset and with the ideal
+    roofline, and whether that preset was fitted on it."""
+    id: str
+    figure: str
+    source: str
+    engine_used: str
+    preset: str
+    fitted: bool
+    quantity: str
+    published_ms: float
+    predicted_ms: float
+    error: float
+    ideal_ms: float
+    ideal_error: float
+
+
+def check_rows() -> tuple[CostCheckRow, ...]:
     """One row per public point: predicted (own preset and ideal roofline) vs published."""
     rows = []
     for p in public_points():
         pred = predict_seconds(p) * 1e3
         ideal = predict_seconds(p, "ideal") * 1e3
-        rows.append({"id": p.id, "figure": p.figure, "source": p.source,
-                     "engine_used": p.engine_used, "preset": p.preset,
-                     "fitted": p.preset in fitted_presets(p.id), "quantity": p.quantity,
-                     "published_ms": p.published_ms, "predicted_ms": pred,
-                     "error": pred / p.published_ms - 1.0, "ideal_ms": ideal,
-                     "ideal_error": ideal / p.published_ms - 1.0})
-    return rows
+        rows.append(CostCheckRow(id=p.id, figure=p.figure, source=p.source,
+                                 engine_used=p.engine_used, preset=p.preset,
+                                 fitted=p.preset in fitted_presets(p.id), quantity=p.quantity,
+                                 published_ms=p.published_ms, predicted_ms=pred,
+                                 error=pred / p.published_ms - 1.0, ideal_ms=ideal,
+                                 ideal_error=ideal / p.published_ms - 1.0))
+    return tuple(rows)
 
 
 # ---------------------------------------------------------------------------- MineDraft gain
@@ -122,7 +141,23 @@ def per_step_gain(t: float, v: float) -> float:
     return (t + v) / max(t, v)
 
 
-def minedraft_gains(engine: str = "vllm-eager") -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class MinedraftGain:
+    """The per-step PSD/SD gain of one MineDraft drafter at one k: published-derived vs
+    predicted (``derived``: measured at this k, or scaled from the measured k)."""
+    drafter: str
+    k: int
+    published_draft_ms: float
+    published_verify_ms: float
+    published_gain: float
+    predicted_draft_ms: float
+    predicted_verify_ms: float
+    predicted_gain: float
+    error: float
+    derived: str
+
+
+def minedraft_gains(engine: str = "vllm-eager") -> tuple[MinedraftGain, ...]:
     """Predicted vs published-derived per-step gain at k = 3 and 4 for both drafters.
 
     Published-derived: drafting = the drafter's measured per-pass time x k (its Fig. 25 point
@@ -134,10 +169,9 @@ def minedraft_gains(engine: str = "vllm-eager") -> list[dict[str, Any]]:
             t_pub, v_pub = per_pass * k, point_by_id(MINEDRAFT_VERIFY[k]).published_ms
             t, v = minedraft_step(drafter, k, engine)
             g_pub, g = per_step_gain(t_pub, v_pub), per_step_gain(t, v)
-            rows.append({"drafter": drafter, "k": k, "published_draft_ms": t_pub,
-                         "published_verify_ms": v_pub, "published_gain": g_pub,
-                         "predicted_draft_ms": t * 1e3, "predicted_verify_ms": v * 1e3,
-                         "predicted_gain": g, "error": g / g_pub - 1.0,
-                         "derived": "measured" if k == k_meas else "scaled from k = "
-                                                                  f"{k_meas}"})
-    return rows
+            rows.append(MinedraftGain(
+                drafter=drafter, k=k, published_draft_ms=t_pub, published_verify_ms=v_pub,
+                published_gain=g_pub, predicted_draft_ms=t * 1e3, predicted_verify_ms=v * 1e3,
+                predicted_gain=g, error=g / g_pub - 1.0,
+                derived="measured" if k == k_meas else f"scaled from k = {k_meas}"))
+    return tuple(rows)
