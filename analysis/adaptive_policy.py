@@ -36,11 +36,10 @@ from psdlab.analysis.checks import (check_choice, check_fields, check_int, check
                                     check_range)
 from psdlab.analysis.modes import STEP_MODES, Mode, check_mode
 
-__all__ = ["MODES", "OBJECTIVES", "PolicyConfig", "LiveState", "StepCosts", "AffineCosts",
+__all__ = ["OBJECTIVES", "PolicyConfig", "LiveState", "StepCosts", "AffineCosts",
            "Candidate", "Decision", "AdaptivePolicy", "AcceptanceTracker", "emitted",
            "predict_candidates", "rank", "policy_config"]
 
-MODES = STEP_MODES
 
 
 class StepCosts(Protocol):
@@ -103,7 +102,7 @@ OBJECTIVES: dict[str, Callable[[Mode, float], float]] = {
 @dataclass(frozen=True)
 class PolicyConfig:
     """The policy's settings (``policy_config(dict)`` reads them from a config table)."""
-    modes: tuple[Mode, ...] = MODES
+    modes: tuple[Mode, ...] = STEP_MODES
     k_choices: tuple[int, ...] = (1, 2, 3, 4)
     objective: str = "throughput"
     margin: float = 0.05           # a challenger must beat the current choice by this much ...
@@ -118,7 +117,7 @@ class PolicyConfig:
         modes = tuple(self.modes)
         if not modes:
             raise ValueError("adaptive.modes: must name at least one of ar, sd, psd")
-        object.__setattr__(self, "modes", tuple(check_mode(f"adaptive.modes[{i}]", m, MODES)
+        object.__setattr__(self, "modes", tuple(check_mode(f"adaptive.modes[{i}]", m, STEP_MODES)
                                                 for i, m in enumerate(modes)))
         ks = tuple(check_int(f"adaptive.k_choices[{i}]", k, 1, 64)
                    for i, k in enumerate(self.k_choices))

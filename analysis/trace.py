@@ -25,11 +25,11 @@ from dataclasses import asdict
 from typing import IO, Any
 
 from .trace_read import TruncatedTraceWarning, iter_records, parse_record, read_trace
-from .trace_records import (MODES, PHASE_KINDS, READABLE_VERSIONS, SCHEMA_VERSION, Phase,
+from .trace_records import (PHASE_KINDS, READABLE_VERSIONS, SCHEMA_VERSION, Phase,
                             RequestRecord, RunInfo, StepRecord, Trace, TraceFormatError,
                             Verified)
 
-__all__ = ["MODES", "PHASE_KINDS", "READABLE_VERSIONS", "SCHEMA_VERSION", "Phase",
+__all__ = ["PHASE_KINDS", "READABLE_VERSIONS", "SCHEMA_VERSION", "Phase",
            "RequestRecord", "RunInfo", "StepRecord", "Trace", "TraceFormatError", "Verified",
            "TraceWriter", "TruncatedTraceWarning", "dumps", "iter_records", "parse_record",
            "read_trace", "record_to_dict", "write_trace"]

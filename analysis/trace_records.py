@@ -5,12 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .modes import TRACE_MODES, Mode
+from .modes import Mode
 
 SCHEMA_VERSION = 1
 #: schema versions this reader understands (older ones are upgraded on read)
 READABLE_VERSIONS = (1,)
-MODES = TRACE_MODES
 PHASE_KINDS = ("draft", "verify", "prefill")
 
 

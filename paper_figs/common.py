@@ -18,14 +18,14 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from psdlab.analysis.figure_style import FIGURE_DPI  # noqa: E402
+
 Tick = Callable[[int], None]
 
 #: one colour per mode / batch, used by every figure
 COLORS = {"sd": "#d62728", "sd-iso": "#ff9896", "sd-sep": "#9467bd", "psd": "#1f77b4",
           "ar": "#7f7f7f", "batch0": "#1f77b4", "batch1": "#ff7f0e",
           "draft": "#2ca02c", "verify": "#8c564b"}
-MARKERS = {"sd": "s", "sd-sep": "D", "psd": "o", "ar": "^"}
-DPI = 110
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def new_figure(ncols: int = 1, nrows: int = 1, *, width: float = 6.4,
 def save_png(fig: Any, outdir: str, name: str) -> str:
     path = os.path.join(outdir, f"{name}.png")
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
+    fig.savefig(path, dpi=FIGURE_DPI)
     plt.close(fig)
     return path
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from psdlab.analysis.figure_style import MODE_MARKERS
 from psdlab.paper_figs import simruns
-from psdlab.paper_figs.common import COLORS, MARKERS, FigOptions, FigureOutput, Tick, new_figure, \
+from psdlab.paper_figs.common import COLORS, FigOptions, FigureOutput, Tick, new_figure, \
     save_png, write_csv
 
 NAME = "batch_ablation"
@@ -78,7 +79,7 @@ def _plot(rows: list[dict[str, Any]], gain: list[dict[str, Any]], outdir: str) -
         pts = sorted((r["m"], r["decode_throughput_tok_s"], r["k"]) for r in rows
                      if r["mode"] == mode and r["best_k"])
         ms, tp, ks = zip(*pts)
-        ax.plot(ms, tp, "-", color=COLORS[mode], marker=MARKERS[mode], label=label)
+        ax.plot(ms, tp, "-", color=COLORS[mode], marker=MODE_MARKERS[mode], label=label)
         for m, t, k in pts:
             ax.annotate(f"k={k}", (m, t), textcoords="offset points", xytext=(4, -11),
                         fontsize=7, color=COLORS[mode])

@@ -12,9 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from psdlab.analysis.figure_style import MODE_MARKERS
 from psdlab.analysis.modes import DRAFTING_MODES
 from psdlab.paper_figs import simruns
-from psdlab.paper_figs.common import (COLORS, MARKERS, NO_TRACES, FigOptions, FigureOutput, Tick,
+from psdlab.paper_figs.common import (COLORS, NO_TRACES, FigOptions, FigureOutput, Tick,
                                label_of, load_figure_traces, new_figure, note_panel, save_png,
                                write_csv)
 
@@ -115,7 +116,7 @@ def _plot_measured(ax: Any, rows: list[dict[str, Any]]) -> None:
                          if (r["label"], r["mode"], r["m"], r["phase"]) == (label, mode, m, phase))
             k, mean, lo, hi = (np.array(v, dtype=float) for v in zip(*pts))
             ax.errorbar(k + shift, 1e3 * mean, yerr=[1e3 * (mean - lo), 1e3 * (hi - mean)], ls=ls,
-                        color=COLORS[phase], marker=MARKERS.get(mode, "o"), capsize=3,
+                        color=COLORS[phase], marker=MODE_MARKERS.get(mode, "o"), capsize=3,
                         alpha=0.9, label=f"{phase}, {mode.upper()} m={m}")
     ax.set_xlabel("k (draft tokens per sequence per step)")
     ax.set_ylabel("time per step (ms): mean, bars 10-90%")

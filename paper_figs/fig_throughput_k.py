@@ -15,9 +15,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from psdlab.analysis.figure_style import MODE_MARKERS
 from psdlab.analysis.modes import DRAFTING_MODES
 from psdlab.paper_figs import simruns
-from psdlab.paper_figs.common import (COLORS, MARKERS, NO_TRACES, FigOptions, FigureOutput, Tick,
+from psdlab.paper_figs.common import (COLORS, NO_TRACES, FigOptions, FigureOutput, Tick,
                                load_figure_traces, new_figure, note_panel, save_png, write_csv)
 
 NAME = "throughput_k"
@@ -118,7 +119,7 @@ def _plot_panel(ax: Any, rows: list[dict[str, Any]], title: str) -> None:
                      if r["mode"] == mode and r["comparison"] == comp and r["source"] == "sim"
                      and r["decode_throughput_tok_s"])
         if pts:
-            ax.plot(*zip(*pts), ls, color=COLORS[color], marker=MARKERS[mode], label=label)
+            ax.plot(*zip(*pts), ls, color=COLORS[color], marker=MODE_MARKERS[mode], label=label)
     ax.set_title(title, fontsize=9)
     ax.set_xlabel("k (draft tokens per sequence per step)")
     ax.set_ylabel("decode throughput (tokens/s, whole system)")
@@ -132,13 +133,13 @@ def _plot_local(ax: Any, rows: list[dict[str, Any]]) -> None:
         pts = sorted((r["k"], r["decode_throughput_tok_s"]) for r in rows
                      if r["mode"] == mode and r["source"] == "sim (calibrated)")
         if pts:
-            ax.plot(*zip(*pts), "-", color=COLORS[mode], marker=MARKERS[mode],
+            ax.plot(*zip(*pts), "-", color=COLORS[mode], marker=MODE_MARKERS[mode],
                     label=f"{mode.upper()} simulated (affine costs fitted to traces)")
     for mode in DRAFTING_MODES:
         pts = [(r["k"], r["decode_throughput_tok_s"]) for r in rows
                if r["mode"] == mode and r["source"] == "measured" and r["decode_throughput_tok_s"]]
         if pts:
-            ax.plot(*zip(*pts), linestyle="none", color=COLORS[mode], marker=MARKERS[mode],
+            ax.plot(*zip(*pts), linestyle="none", color=COLORS[mode], marker=MODE_MARKERS[mode],
                     mfc="none", ms=10, mew=2, label=f"{mode.upper()} measured (one trace each)")
     m = next((r["m"] for r in rows), "?")
     label = next((r["target"] for r in rows if r["source"] == "sim (calibrated)"), "")

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from psdlab.analysis.checks import check_fields, check_int, check_positive
-from psdlab.analysis.modes import Mode, check_mode
+from psdlab.analysis.modes import SERVER_MODES, Mode, check_mode
 from psdlab.sim.plan_rows import ConfigResult, PlanCombo, PlanRow
-from psdlab.sim.sim_config import MODES, SimModel, SimConfig, drafter_placement
+from psdlab.sim.sim_config import SimConfig, SimModel, drafter_placement
 
 SLO_METRICS = ("ttft", "tpot", "e2e")
 SLO_STATS = ("mean", "p50", "p90", "p99")
@@ -78,7 +78,7 @@ def parse_plan(raw: Mapping[str, Any] | None, cfg: SimConfig) -> PlanSpec:
     if raw is None:
         raise ValueError("plan: missing table [plan] (modes, k, m, slo, ...)")
     check_fields(raw, "plan", optional=_PLAN_KEYS, named=False)
-    modes = tuple(check_mode(f"plan.modes[{i}]", mode, MODES)
+    modes = tuple(check_mode(f"plan.modes[{i}]", mode, SERVER_MODES)
                   for i, mode in enumerate(raw.get("modes", [cfg.server.mode])))
     drafters = []
     for i, d in enumerate(raw.get("drafters", [])):

@@ -11,8 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping, Sequence
 
-MARKERS = {"ar": "o", "sd": "s", "sd-sep": "D", "psd": "^"}
-DPI = 110
+from psdlab.analysis.figure_style import FIGURE_DPI, MODE_MARKERS
 
 
 def figure_data(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -56,12 +55,12 @@ def make_figure(rows: Sequence[Mapping[str, Any]], slo: str, workload: str):
     from matplotlib.ticker import MaxNLocator
 
     data = figure_data(rows)
-    fig = Figure(figsize=(7.5, 5.0), dpi=DPI)
+    fig = Figure(figsize=(7.5, 5.0), dpi=FIGURE_DPI)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
     spare = iter("vp*hX<>")
     for mode, pts in data["modes"].items():
-        marker = MARKERS.get(mode) or next(spare, "x")
+        marker = MODE_MARKERS.get(mode) or next(spare, "x")
         xs, ys = zip(*pts)
         ax.scatter(xs, ys, marker=marker, s=28, alpha=0.75, label=mode, gid=f"mode:{mode}")
     if data["pareto"]:

@@ -42,10 +42,9 @@ from psdlab.analysis.adaptive_policy import PolicyConfig, policy_config
 from psdlab.analysis.checks import check_choice, check_fields, check_int
 from psdlab.analysis.modes import SERVER_MODES, Mode, check_mode
 from psdlab.analysis.toml_reader import tomllib
+from psdlab.sim.batch_assignment import POLICIES as BATCH_POLICIES
 from psdlab.sim.model_specs import AcceptanceSpec, CostSpec, WorkloadSpec
 
-MODES = SERVER_MODES
-POLICIES = ("paper", "rebalance")
 TRACE_LEVELS = ("step", "request", "none")
 
 #: when the first token is emitted (server.first_token)
@@ -93,7 +92,7 @@ class ServerConfig:
     first_token: str = "prefill"
 
     def __post_init__(self) -> None:
-        check_mode("server.mode", self.mode, MODES)
+        check_mode("server.mode", self.mode, SERVER_MODES)
         check_int("server.k", self.k, 1 if self.mode != "ar" else 0, 64)
         if not isinstance(self.k_choices, (list, tuple)):
             raise ValueError(f"server.k_choices: expected a list of integers, got "
@@ -103,7 +102,7 @@ class ServerConfig:
         if self.k_choices and self.mode == "ar":
             raise ValueError("server.k_choices: not allowed for server.mode = 'ar'")
         check_int("server.m", self.m, 1, 4096)
-        check_choice("server.policy", self.policy, POLICIES)
+        check_choice("server.policy", self.policy, tuple(BATCH_POLICIES))
         check_int("server.kv_blocks", self.kv_blocks, 0)
         check_int("server.block_size", self.block_size, 1, 4096)
         check_int("server.max_interval_steps", self.max_interval_steps, 1, 1 << 16)

@@ -51,7 +51,8 @@ import os
 from typing import Any, Mapping, Sequence
 
 from psdlab.sim.costs.fitted import FitFile, load_fit, read_fit_file, write_fit
-from psdlab.validation.phase_model import TERMS, Calibration, forward_coefficients, phase_overhead
+from psdlab.sim.costs.affine import AFFINE_TERMS
+from psdlab.validation.phase_model import Calibration, forward_coefficients, phase_overhead
 
 #: role name in the file for each fit of validation.calibrate.FITS
 ROLE_OF_FIT = {"verify": "target", "draft": "drafter", "prefill": "target:prefill",
@@ -157,7 +158,7 @@ def role_coefficients(model: dict[str, Any], role: str, *, prefill: bool = False
     if role not in roles:
         raise ValueError(f"role: the model has no {role!r} fit (has: {', '.join(roles)})")
     doc = roles.get(f"{role}:prefill", roles[role]) if prefill else roles[role]
-    return {t: float(doc["coef"].get(t, 0.0)) for t in TERMS}
+    return {t: float(doc["coef"].get(t, 0.0)) for t in AFFINE_TERMS}
 
 
 def role_cost_spec(path: str | os.PathLike, role: str) -> dict[str, Any]:

@@ -13,11 +13,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from psdlab.analysis.trace import Phase, Trace
+from psdlab.sim.costs.affine import AFFINE_TERMS
 from psdlab.validation.acceptance.fit import AcceptanceFit
 from psdlab.validation.cost_tables import phase_context
 from psdlab.validation.nnls_fit import LinearFit
 
-TERMS = ("base", "per_seq", "per_token", "per_context")
 #: fits, the role whose forward they describe, and the column order tried for identifiability
 FITS = {
     "verify": ("target", ("base", "per_token", "per_seq", "per_context")),
@@ -173,7 +173,7 @@ def predict_phases(cal: Calibration, traces: Sequence[Trace]) -> dict[str, tuple
 def forward_coefficients(fit: LinearFit) -> dict[str, float]:
     """The fit as per-forward CostModel coefficients (all four terms, 0 where unidentified)."""
     c = fit.coefficients()
-    return {t: float(c.get(t, 0.0)) for t in TERMS}
+    return {t: float(c.get(t, 0.0)) for t in AFFINE_TERMS}
 
 
 def phase_overhead(fit: LinearFit) -> float:

@@ -18,10 +18,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from psdlab.analysis.modes import DRAFTING_MODES
+from psdlab.analysis.figure_style import FIGURE_DPI  # noqa: E402
+from psdlab.analysis.modes import DRAFTING_MODES  # noqa: E402
 from psdlab.validation.tables import write_table_csv  # noqa: E402
 
-DPI = 110
 SCATTER = (("throughput_tok_s", "throughput (tok/s)", 0.05),
            ("tpot.mean", "mean TPOT (s)", 0.05),
            ("e2e.p99", "p99 end-to-end latency (s)", 0.10))
@@ -30,7 +30,7 @@ SCATTER = (("throughput_tok_s", "throughput (tok/s)", 0.05),
 def _save(fig: Any, out_dir: str, name: str) -> str:
     path = os.path.join(out_dir, f"{name}.png")
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
+    fig.savefig(path, dpi=FIGURE_DPI)
     plt.close(fig)
     return path
 

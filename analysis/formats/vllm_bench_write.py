@@ -44,7 +44,6 @@ from typing import Any
 from psdlab.analysis.trace import Trace
 
 ENDPOINT = "psdlab-sim"
-METRICS = ("ttft", "tpot", "itl", "e2el")
 DEFAULT_PERCENTILES = (99.0,)
 
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-DPI = 110
+from psdlab.analysis.figure_style import FIGURE_DPI
+
 CSV_FIELDS = ("drafter", "layers", "depth", "distilled", "on_envelope", "t_ms", "V_ms",
               "overhead_ms", "t_overlap_ms", "V_overlap_ms", "slow_t", "slow_V", "t_cv", "V_cv",
               "vsr", "vsr_se", "vsr_fit",
@@ -151,7 +152,7 @@ def write_frontier_figure(path: Path, result: dict[str, Any], rows: list[dict[st
         ax.set_title(title)
         ax.legend(fontsize=6, loc="upper left")
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
+    fig.savefig(path, dpi=FIGURE_DPI)
     plt.close(fig)
 
 

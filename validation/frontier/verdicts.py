@@ -11,7 +11,7 @@ import numpy as np
 
 from psdlab.validation.frontier.theory import FrontierPoint
 
-MODES = ("sd", "psd", "psd_iso_c")
+COMPARED_MODES = ("sd", "psd", "psd_iso_c")
 
 
 def _stats(values: Sequence[float | None]) -> dict[str, Any]:
@@ -32,7 +32,7 @@ def measured_table(members: Sequence[Any], records: Sequence[dict]) -> list[dict
         mine = [r for r in records if r["drafter"] == mb.name]
         row: dict[str, Any] = {"drafter": mb.name, "depth": mb.depth, "layers": mb.layers,
                                "distilled": mb.distilled}
-        for mode in MODES + ("ar", "ar_2m"):
+        for mode in COMPARED_MODES + ("ar", "ar_2m"):
             row[mode] = _stats([r["time_per_token_s"] for r in mine if r["mode"] == mode])
         sd_runs = [r for r in mine if r["mode"] == "sd"]
         row["mean_acceptance_length"] = _stats([r["mean_acceptance_length"] for r in sd_runs])
