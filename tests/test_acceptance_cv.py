@@ -80,10 +80,10 @@ def test_growth_is_recovered_and_the_spread_grows_along_the_proposal():
 
 def test_selection_by_cross_validation_picks_the_lowest_crps(data):
     sel = cv.select(data)
-    crps = {r["candidate"]: r["cv_crps"] for r in sel.scores}
+    crps = {r.candidate: r.cv_crps for r in sel.scores}
     assert sel.chosen.candidate == min(crps, key=crps.get)
     assert cv.RESAMPLED in crps                       # greedy traces: patterns are a candidate
-    nll = {r["candidate"]: r["cv_nll_per_token"] for r in sel.scores}
+    nll = {r.candidate: r.cv_nll_per_token for r in sel.scores}
     assert nll[cv.RESAMPLED] is None and nll["positional"] is not None
     assert crps["positional+style"] < crps["positional"]        # styles differ: style helps
     assert nll["positional+style"] < nll["positional"]

@@ -23,7 +23,7 @@ The lowest mean CRPS wins and is refitted on all prompts.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from typing import Any, Callable, Sequence
 
@@ -93,14 +93,24 @@ def prompt_draws(spec: dict[str, Any], test: Trials, rng: np.random.Generator,
 
 
 @dataclass(frozen=True)
+class CandidateScore:
+    """One candidate's cross-validation scores (None: nothing to score it on)."""
+    candidate: str
+    cv_crps: float | None
+    cv_nll_per_token: float | None     # None for a candidate without a likelihood
+    cv_accept_error: float | None      # rms relative error of the accepted tokens
+    chosen: bool = False
+
+
+@dataclass(frozen=True)
 class Selection:
     chosen: FittedModel | ResampledModel
-    scores: tuple[dict[str, Any], ...]     # per candidate: name, CV CRPS, NLL, accept error
+    scores: tuple[CandidateScore, ...]     # per candidate, in the candidates' order
     prompts: tuple[str, ...]
 
     def to_dict(self) -> dict[str, Any]:
         return {"chosen": self.chosen.candidate, "spec": self.chosen.spec(),
-                "scores": list(self.scores), "prompts": list(self.prompts),
+                "scores": [asdict(r) for r in self.scores], "prompts": list(self.prompts),
                 "criterion": "cv_crps",
                 "method": ("leave-one-prompt-out" if len(self.prompts) <= MAX_FOLDS else
                            f"{MAX_FOLDS}-fold") + " cross-validation over the calibration "
@@ -112,8 +122,8 @@ def _patterns(traces: Sequence[Trace], pool: dict[str, str] | None = None
     """The runs' greedy match patterns plus the acceptance pool's (``validation.
     acceptance.pool``); None unless every trace is greedy."""
     from psdlab.validation.acceptance.fit import all_greedy
-    from psdlab.validation.acceptance.pool import merged_patterns
     from psdlab.validation.acceptance.match_patterns import match_patterns
+    from psdlab.validation.acceptance.pool import merged_patterns
     if not all_greedy(traces):
         return None
     found = match_patterns(traces)
@@ -138,10 +148,11 @@ def resampled_model(patterns: dict[str, str], data: Trials) -> ResampledModel:
 
 
 def _row(name: str, crps_sum: float, nll_sum: float, tok: float, errs: list[float],
-         n: int, nll: bool) -> dict[str, Any]:
-    return {"candidate": name, "cv_crps": crps_sum / n if n else None,
-            "cv_nll_per_token": nll_sum / tok if tok and nll else None,
-            "cv_accept_error": float(np.sqrt(np.mean(np.square(errs)))) if errs else None}
+         n: int, nll: bool) -> CandidateScore:
+    return CandidateScore(
+        candidate=name, cv_crps=crps_sum / n if n else None,
+        cv_nll_per_token=nll_sum / tok if tok and nll else None,
+        cv_accept_error=float(np.sqrt(np.mean(np.square(errs)))) if errs else None)
 
 
 def _scored(spec: dict[str, Any], test: Trials, rng: np.random.Generator
@@ -170,7 +181,7 @@ Split = tuple[int, Trials, list[tuple[int, Trials]]]
 
 
 def _cv_row(name: str, build: Callable[[Trials], Any], nll: bool,
-            splits: Sequence[Split]) -> dict[str, Any]:
+            splits: Sequence[Split]) -> CandidateScore:
     """One candidate's CV scores: fitted without each fold's prompts, scored on each of them
     (draws seeded by the prompt, the same for every candidate)."""
     c_sum = nll_sum = tok = 0.0
@@ -215,12 +226,11 @@ def select(traces: Sequence[Trace], candidates: Sequence[Candidate] = CANDIDATES
     prompts = sorted(set(data.prompt))
     splits = _splits(data, prompts)
     table = [_cv_row(name, build, nll, splits) for name, build, nll in builders]
-    scored = [r for r in table if r["cv_crps"] is not None]
-    best = min(scored, key=lambda r: r["cv_crps"])["candidate"] if scored else candidates[0][0]
+    scored = [(r.cv_crps, r.candidate) for r in table if r.cv_crps is not None]
+    best = min(scored, key=lambda s: s[0])[1] if scored else candidates[0][0]
     chosen = next(build for name, build, _ in builders if name == best)(data)
-    for r in table:
-        r["chosen"] = r["candidate"] == best
-    return Selection(chosen, tuple(table), tuple(prompts))
+    return Selection(chosen, tuple(replace(r, chosen=r.candidate == best) for r in table),
+                     tuple(prompts))
 
 
 def candidate_specs(traces: Sequence[Trace], candidates: Sequence[Candidate] = CANDIDATES,
