@@ -48,9 +48,9 @@ def test_the_rule_accepts_near_ties_only(logits, accepted):
     pytest.importorskip("torch")
     from psdlab.validation.gpu.bench_gpu import divergences
     got = divergences(_Logits(logits), [[3, 3]], [[2, 0, 1]], [[2, 1, 0]], "cpu")
-    assert len(got) == 1 and got[0]["position"] == 1
-    assert (got[0]["ar_token"], got[0]["token"]) == (0, 1)
-    assert got[0]["accepted"] is accepted
+    assert len(got) == 1 and got[0].position == 1
+    assert (got[0].ar_token, got[0].token) == (0, 1)
+    assert got[0].accepted is accepted
     assert divergences(_Logits(logits), [[3]], [[2, 0]], [[2, 0]], "cpu") == []
 
 

@@ -17,7 +17,7 @@ random Llama-style models (1.3B target, 0.15B drafter on a GPU; tiny ones for ``
 the dry run CI does) with controlled acceptance (``controlled_alpha``: the drafter's passes run
 for real, its proposals are the AR continuation with probability alpha per position).
 Everything goes to ``out``: the traces, each m's model file, ``summary.json`` (rewritten after
-each section) and ``summary.md``.
+each section; `validation.gpu.gpu_results.GpuBenchSummary`) and ``summary.md``.
 """
 from __future__ import annotations
 
@@ -25,15 +25,20 @@ import functools
 import json
 import statistics
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from psdlab.validation.gpu.lossless import MARGIN_ULPS as MARGIN_ULPS
 from psdlab.validation.gpu.lossless import bf16_spacing as bf16_spacing
 from psdlab.validation.gpu.lossless import divergences as divergences
 from psdlab.validation.gpu.lossless import lossless
-from psdlab.validation.gpu.passes import pass_table, static_passes
+from psdlab.validation.gpu.passes import PassTable, pass_table, static_passes
+
+if TYPE_CHECKING:
+    from psdlab.runtime.runner import ModelSpec
+    from psdlab.validation.gpu.gpu_results import (GpuBenchSummary, GpuSections, InvariantCheck,
+                                                   PhaseSpread, RunFigure)
 
 SIZES = {
     "1.3b": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=24,
@@ -104,10 +109,10 @@ def build_random_shared(config: dict, seed: int, device: Any, dtype: Any) -> tup
     return build_random(config, seed, device, dtype)
 
 
-def _models(cfg: GpuBenchConfig, max_len: int) -> dict[str, Any]:
-    """ModelSpecs, HF configs (for the Hugging Face comparison) and runtime configs."""
+def _models(cfg: GpuBenchConfig, max_len: int) -> dict[str, tuple[ModelSpec, dict]]:
+    """Per role its ModelSpec and HF config (for the Hugging Face comparison)."""
     from psdlab.runtime.runner import ModelSpec
-    out: dict[str, Any] = {}
+    out: dict[str, tuple[ModelSpec, dict]] = {}
     for role, path, size, seed in (("target", cfg.target_dir, cfg.target_size, 1),
                                    ("drafter", cfg.drafter_dir, cfg.drafter_size, 2)):
         if path:
@@ -130,23 +135,25 @@ def _requests(cfg: GpuBenchConfig, vocab: int) -> list[Any]:
             for i in range(cfg.num_prompts)]
 
 
-def phase_spread(trace_dir: Path) -> dict[str, dict[str, float]]:
+def phase_spread(trace_dir: Path) -> dict[str, PhaseSpread]:
     """Per phase kind over every timed trace: median and max seconds, and max / median."""
     from psdlab.analysis.trace import read_trace
+    from psdlab.validation.gpu.gpu_results import PhaseSpread
     by: dict[str, list[float]] = {}
     for path in sorted(trace_dir.glob("*.jsonl")):
         for step in read_trace(str(path)).steps:
             for p in step.phases:
                 by.setdefault(p.kind, []).append(p.end - p.start)
-    return {k: {"median_ms": 1e3 * statistics.median(v), "max_ms": 1e3 * max(v),
-                "max_over_median": max(v) / statistics.median(v), "n": len(v)}
+    return {k: PhaseSpread(median_ms=1e3 * statistics.median(v), max_ms=1e3 * max(v),
+                           max_over_median=max(v) / statistics.median(v), n=len(v))
             for k, v in by.items() if v}
 
 
-def invariant_check(cfg: GpuBenchConfig, models: dict, base: Any, requests: list
-                    ) -> dict[str, Any]:
+def invariant_check(cfg: GpuBenchConfig, models: dict[str, tuple[ModelSpec, dict]], base: Any,
+                    requests: list) -> InvariantCheck:
     """AR, SD-separate and PSD with every target pass one shape: outputs must be equal."""
     from psdlab.runtime.controller import Engine
+    from psdlab.validation.gpu.gpu_results import InvariantCheck
     m = min(cfg.batches)
     inv = replace(base, batch=m, batch_invariant=True, max_num_seqs=None, mode="psd",
                   controlled_alpha=None,
@@ -156,35 +163,50 @@ def invariant_check(cfg: GpuBenchConfig, models: dict, base: Any, requests: list
         for mode in ("ar", "sd-sep", "psd"):
             res = eng.run(requests, None, config=replace(inv, mode=mode))
             outs[mode] = [o.token_ids for o in res.outputs]
-    return {"m": m, "equal": all(v == outs["ar"] for v in outs.values()),
-            "first_divergence": {k: next((j for j, (x, y) in enumerate(zip(v, outs["ar"]))
-                                          if x != y), None) for k, v in outs.items()},
-            "requests_equal_to_ar": {k: sum(a == b for a, b in zip(v, outs["ar"]))
-                                     for k, v in outs.items()},
-            "requests": len(requests)}
+    return InvariantCheck(
+        m=m, equal=all(v == outs["ar"] for v in outs.values()),
+        first_divergence={k: next((j for j, (x, y) in enumerate(zip(v, outs["ar"])) if x != y),
+                                  None) for k, v in outs.items()},
+        requests_equal_to_ar={k: sum(a == b for a, b in zip(v, outs["ar"]))
+                              for k, v in outs.items()},
+        requests=len(requests))
 
 
 @dataclass
 class _BenchRun:
-    """One run of the bench: its config, inputs, the summary it fills and its clock."""
+    """One run of the bench: its config, inputs and clock, and what it has done so far (the
+    sections, what it skipped), of which each save writes the summary."""
     cfg: GpuBenchConfig
     say: Any
     t0: float
     out: Path
-    models: dict[str, Any]
+    models: dict[str, tuple[ModelSpec, dict]]
     requests: list[Any]
     base: Any
-    summary: dict[str, Any]
+    machine: Mapping[str, Any]
+    passes: str
+    sections: GpuSections
+    skipped: list[str] = field(default_factory=list)
+    saves: int = 0
 
     def left(self) -> float:
         return self.cfg.budget_s - (time.perf_counter() - self.t0)
 
-    def save(self) -> None:
+    def save(self, lossless: bool | None = None) -> GpuBenchSummary:
+        """The summary so far (with ``lossless``: the final one) into summary.json and .md."""
         from psdlab.validation.gpu.gpu_report import gpu_markdown
-        self.summary["wall_s"] = time.perf_counter() - self.t0
-        (self.out / "summary.json").write_text(json.dumps(self.summary, indent=1, default=str)
-                                               + "\n")
-        (self.out / "summary.md").write_text(gpu_markdown(self.summary))
+        from psdlab.validation.gpu.gpu_results import GpuBenchSummary
+        summary = GpuBenchSummary(
+            machine=self.machine, dry_run=self.cfg.device == "cpu", config=self.cfg,
+            passes=self.passes, models={r: v[0].name() for r, v in self.models.items()},
+            sections=self.sections, skipped=tuple(self.skipped),
+            wall_s=time.perf_counter() - self.t0, lossless=lossless,
+            wall_s_first=lossless is None or self.saves > 0)
+        (self.out / "summary.json").write_text(json.dumps(summary.to_dict(), indent=1,
+                                                          default=str) + "\n")
+        (self.out / "summary.md").write_text(gpu_markdown(summary))
+        self.saves += 1
+        return summary
 
 
 def _engine_base(cfg: GpuBenchConfig, max_len: int) -> tuple[str, Any]:
@@ -200,58 +222,62 @@ def _engine_base(cfg: GpuBenchConfig, max_len: int) -> tuple[str, Any]:
     return passes, base
 
 
-def _runs_section(run: _BenchRun) -> dict[str, Any]:
+def _runs_section(run: _BenchRun) -> dict[str, RunFigure]:
     """AR, SD-sep and PSD at each m while the budget lasts (summary.json after each)."""
     import torch
 
+    from psdlab.validation.gpu.gpu_results import RunFigure
     from psdlab.validation.gpu.layouts import layouts, run_layout
-    cfg, models, base, out, summary = run.cfg, run.models, run.base, run.out, run.summary
+    cfg, models, base, out = run.cfg, run.models, run.base, run.out
     gpus = 0 if cfg.device == "cpu" else torch.cuda.device_count()
     layout = layouts(cfg.device, gpus)[0]
     prompts = [list(r.prompt_ids) for r in run.requests]
     target_model = models["target"][0].load(torch.device(cfg.device),
                                             getattr(torch, cfg.dtype))[0]
-    runs: dict[str, Any] = {}
-    summary["sections"]["runs"] = runs
+    runs: dict[str, RunFigure] = {}
+    run.sections = replace(run.sections, runs={})
     for m in sorted(cfg.batches) if "runs" in cfg.sections else ():
         spent = time.perf_counter() - run.t0
         if runs and spent / (len(runs) + 1) > run.left():
-            summary["skipped"].append(f"runs at m={m}: {run.left():.0f} s of the budget left")
+            run.skipped.append(f"runs at m={m}: {run.left():.0f} s of the budget left")
             continue
         run.say(f"bench-gpu: AR, SD-sep and PSD at m={m} ({layout.name})")
-        fig = run_layout(layout, models["target"][0], models["drafter"][0], run.requests,
-                         replace(base, batch=m), out / f"m{m}", cfg.rounds, keep_outputs=True)
-        outputs = fig.pop("outputs")
-        fig["phase_spread"] = phase_spread(out / f"m{m}" / layout.name)
-        fig["lossless_rule"] = lossless(outputs, prompts, target_model, cfg.device)
-        fig["batch_invariant"] = base.batch_invariant
-        runs[str(m)] = fig
+        done = run_layout(layout, models["target"][0], models["drafter"][0], run.requests,
+                          replace(base, batch=m), out / f"m{m}", cfg.rounds, keep_outputs=True)
+        assert done.outputs is not None
+        runs[str(m)] = RunFigure(
+            run=done, phase_spread=phase_spread(out / f"m{m}" / layout.name),
+            lossless_rule=lossless(dict(done.outputs), prompts, target_model, cfg.device),
+            batch_invariant=base.batch_invariant)
+        run.sections = replace(run.sections, runs=dict(runs))
         run.save()
     return runs
 
 
-def _compiled_section(run: _BenchRun, mach: dict[str, Any]) -> None:
+def _compiled_section(run: _BenchRun) -> None:
     """The target's passes compiled by inductor (GPU only, with budget left), else skipped."""
-    cfg, summary = run.cfg, run.summary
+    cfg = run.cfg
     if "compiled" not in cfg.sections:
         pass
     elif cfg.device != "cpu" and run.left() > COMPILE_RESERVE_S:
         # inductor's fused kernels inside psdlab's graphs: one compile per shape, so one shape
         # per pass kind (uniform: m rows over max_len keys), the target only
         run.say("bench-gpu: the target's passes compiled by inductor, then captured")
-        summary["sections"]["compiled"] = pass_table(
-            cfg, run.models, run.base, run.requests, mach, roles=("target",), with_hf=False,
-            variants={"psdlab_graphs_inductor": {"passes": "graphs", "compile": "default",
-                                                 "uniform": True}})
+        compiled: PassTable = pass_table(
+            cfg, run.models, run.base, run.requests, run.machine, roles=("target",),
+            with_hf=False, variants={"psdlab_graphs_inductor": {
+                "passes": "graphs", "compile": "default", "uniform": True}})
+        run.sections = replace(run.sections, compiled=compiled)
     else:
-        summary["skipped"].append("inductor-compiled passes: GPU only, and "
-                                  f"{COMPILE_RESERVE_S:.0f} s of budget")
+        run.skipped.append("inductor-compiled passes: GPU only, and "
+                           f"{COMPILE_RESERVE_S:.0f} s of budget")
 
 
-def run_gpu_bench(cfg: GpuBenchConfig, say: Any = print) -> dict[str, Any]:
+def run_gpu_bench(cfg: GpuBenchConfig, say: Any = print) -> GpuBenchSummary:
     """Every section in order while the budget lasts; summary.json after each."""
     import torch
 
+    from psdlab.validation.gpu.gpu_results import GpuSections
     from psdlab.validation.gpu.layouts import machine
     t0 = time.perf_counter()
     cpu = cfg.device == "cpu"
@@ -264,27 +290,23 @@ def run_gpu_bench(cfg: GpuBenchConfig, say: Any = print) -> dict[str, Any]:
     passes, base = _engine_base(cfg, max_len)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    mach = machine(cfg.device)
-    summary: dict[str, Any] = {"machine": mach, "dry_run": cpu, "config": asdict(cfg),
-                               "passes": passes, "models": {r: v[0].name() for r, v in
-                                                            models.items()},
-                               "sections": {}, "skipped": []}
-    run = _BenchRun(cfg, say, t0, out, models, requests, base, summary)
+    run = _BenchRun(cfg, say, t0, out, models, requests, base, machine(cfg.device), passes,
+                    GpuSections())
     if "passes" in cfg.sections:
         say(f"bench-gpu: passes on {cfg.device} ({passes})")
-        summary["sections"]["passes"] = pass_table(cfg, models, base, requests, mach)
+        run.sections = replace(run.sections,
+                               passes=pass_table(cfg, models, base, requests, run.machine))
         run.save()
     if "invariant" in cfg.sections:
         say("bench-gpu: the batch-invariant mode (AR, SD-sep, PSD)")
-        summary["sections"]["batch_invariant"] = invariant_check(cfg, models, base, requests)
+        run.sections = replace(run.sections,
+                               batch_invariant=invariant_check(cfg, models, base, requests))
         run.save()
     runs = _runs_section(run)
-    _compiled_section(run, mach)
-    summary["lossless"] = (all(f["lossless_rule"]["holds"] for f in runs.values())
-                           and summary["sections"].get("batch_invariant", {}).get("equal",
-                                                                                   True))
-    run.save()
-    return summary
+    _compiled_section(run)
+    inv = run.sections.batch_invariant
+    return run.save(lossless=all(f.lossless_rule.holds for f in runs.values())
+                    and (inv is None or inv.equal))
 
 
 def gpu_config(options: dict[str, Any]) -> GpuBenchConfig:
@@ -345,8 +367,8 @@ def bench_gpu_command(options: dict[str, Any], as_json: bool = False) -> tuple[s
         torch.set_num_threads(1)
     summary = run_gpu_bench(cfg, say=(lambda s: None) if as_json else print)
     if as_json:
-        text = json.dumps({"summary": f"{cfg.out}/summary.json", "lossless": summary["lossless"],
-                           "wall_s": summary["wall_s"]})
+        text = json.dumps({"summary": f"{cfg.out}/summary.json", "lossless": summary.lossless,
+                           "wall_s": summary.wall_s})
     else:
         text = (Path(cfg.out) / "summary.md").read_text()
-    return text, bool(summary["lossless"])
+    return text, bool(summary.lossless)

@@ -19,7 +19,7 @@ import platform
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,33 @@ def layouts(device: str, gpus: int) -> list[DeviceLayout]:
     return out
 
 
-def calibrate_and_validate(trace_dir: Path, rounds: int) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SimulatorCheck:
+    """The simulator calibrated on ``calibrated_on`` and validated on ``validated_on`` (held
+    out, or with one round the same traces): each fit's held-out error and `validate`'s
+    summary rows (its worst error per target) and notes."""
+    calibrated_on: tuple[str, ...]
+    validated_on: tuple[str, ...]
+    held_out: bool
+    model: str
+    fit_heldout_errors: Mapping[str, float | None]
+    summary: tuple[Mapping[str, Any], ...]      # `validation.validate`'s rows, as it gives them
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LayoutRun:
+    """`run_layout`'s result: `runtime.overlap_bench.bench_runtime`'s figures (as it gives
+    them, without the outputs), its wall time, the layout and the simulator's check; every
+    run's token ids (not in the JSON)."""
+    figures: Mapping[str, Any]
+    bench_wall_s: float
+    layout: DeviceLayout
+    simulator: SimulatorCheck
+    outputs: Mapping[str, list] | None
+
+
+def calibrate_and_validate(trace_dir: Path, rounds: int) -> SimulatorCheck:
     """Calibrate on AR + round 1, validate on round 2 (round 1 when there is one round): what
     ``psdlab calibrate`` and ``psdlab validate`` do, called directly."""
     from psdlab.validation.calibrate import calibrate
@@ -63,15 +89,16 @@ def calibrate_and_validate(trace_dir: Path, rounds: int) -> dict[str, Any]:
         for tr in load_traces(str(p)):
             named.append((trace_name(str(p), tr, used), tr))
     result = validate(str(model), named, seeds=range(2))
-    return {"calibrated_on": [p.name for p in fit_on], "validated_on": [p.name for p in held],
-            "held_out": rounds >= 2, "model": str(model),
-            "fit_heldout_errors": {name: f.get("heldout_error")
-                                   for name, f in doc.get("meta", {}).get("fits", {}).items()},
-            "summary": result.summary(), "notes": list(result.notes)}
+    return SimulatorCheck(
+        calibrated_on=tuple(p.name for p in fit_on), validated_on=tuple(p.name for p in held),
+        held_out=rounds >= 2, model=str(model),
+        fit_heldout_errors={name: f.get("heldout_error")
+                            for name, f in doc.get("meta", {}).get("fits", {}).items()},
+        summary=tuple(result.summary()), notes=tuple(result.notes))
 
 
 def run_layout(layout: DeviceLayout, target: Any, drafter: Any, requests: list, base: Any,
-               out: Path, rounds: int, keep_outputs: bool = False) -> dict[str, Any]:
+               out: Path, rounds: int, keep_outputs: bool = False) -> LayoutRun:
     from psdlab.runtime.overlap_bench import bench_runtime
     cfg = replace(base, backend=layout.backend, device=layout.device,
                   drafter_device=layout.drafter_device)
@@ -79,10 +106,10 @@ def run_layout(layout: DeviceLayout, target: Any, drafter: Any, requests: list, 
     t0 = time.perf_counter()
     fig = bench_runtime(target, drafter, requests, cfg, trace_dir=str(trace_dir), rounds=rounds,
                         quiet=True, keep_outputs=keep_outputs)
-    fig["bench_wall_s"] = time.perf_counter() - t0
-    fig["layout"] = layout.__dict__
-    fig["simulator"] = calibrate_and_validate(trace_dir, rounds)
-    return fig
+    wall_s = time.perf_counter() - t0
+    outputs = fig.pop("outputs", None)
+    return LayoutRun(figures=fig, bench_wall_s=wall_s, layout=layout,
+                     simulator=calibrate_and_validate(trace_dir, rounds), outputs=outputs)
 
 
 def machine(device: str, load_before: list[float] | None = None) -> dict[str, Any]:

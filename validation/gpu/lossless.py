@@ -4,7 +4,8 @@ divergence, accepted only within `MARGIN_ULPS` bf16 spacings of the top logit.""
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Mapping
 
 #: a divergence from AR is put down to rounding when the target's top-2 margin there is at
 #: most this many bf16 spacings of the top logit (bf16 keeps 8 significant bits)
@@ -16,8 +17,34 @@ def bf16_spacing(x: float) -> float:
     return 2.0 ** (math.floor(math.log2(max(abs(x), 1e-30))) - 7)
 
 
+@dataclass(frozen=True)
+class Divergence:
+    """One request's first departure from AR's output and the target's logits there."""
+    request: int
+    position: int
+    ar_token: int
+    token: int
+    top2: tuple[float, float]          # the two highest logits
+    top2_margin: float
+    logits: tuple[float, float]        # of AR's token and of this run's
+    gap_bf16_spacings: float           # between those two, in bf16 spacings
+    near_top: bool                     # both within MARGIN_ULPS spacings of the top logit
+    accepted: bool                     # near the top and near each other: rounding
+
+
+@dataclass(frozen=True)
+class LosslessVerdict:
+    """The rule on one m's runs: each speculative run's departures from AR, judged."""
+    psd_equals_sd_sep: bool
+    equal_to_ar: Mapping[str, bool]                       # run -> output equal to AR's
+    divergences: Mapping[str, tuple[Divergence, ...]]     # run -> its departures
+    divergences_total: int
+    divergences_accepted: int
+    holds: bool
+
+
 def divergences(model: Any, prompts: list[list[int]], ar: list[list[int]],
-                other: list[list[int]], device: str) -> list[dict[str, Any]]:
+                other: list[list[int]], device: str) -> list[Divergence]:
     """Each request whose output departs from AR's: the first position, both tokens, the
     target's logits there (a third numeric path: one causal pass over the common prefix), its
     top-2 margin, the two tokens' gap in bf16 spacings; accepted when both tokens are within
@@ -31,31 +58,30 @@ def divergences(model: Any, prompts: list[list[int]], ar: list[list[int]],
             continue
         ids = torch.tensor([list(p) + list(a[:pos])], device=device)
         logits = model.forward_no_cache(ids)[0, -1].float()
-        top = torch.topk(logits, 2).values.tolist()
+        t0, t1 = torch.topk(logits, 2).values.tolist()
         la, lb = float(logits[a[pos]]), float(logits[b[pos]])
         gap = abs(la - lb) / bf16_spacing(max(abs(la), abs(lb)))
-        out.append({"request": i, "position": pos, "ar_token": a[pos], "token": b[pos],
-                    "top2": top, "top2_margin": top[0] - top[1], "logits": [la, lb],
-                    "gap_bf16_spacings": gap,
-                    "near_top": top[0] - min(la, lb) <= MARGIN_ULPS * bf16_spacing(top[0]),
-                    "accepted": bool(gap <= MARGIN_ULPS and top[0] - min(la, lb)
-                                     <= MARGIN_ULPS * bf16_spacing(top[0]))})
+        near_top = t0 - min(la, lb) <= MARGIN_ULPS * bf16_spacing(t0)
+        out.append(Divergence(request=i, position=pos, ar_token=a[pos], token=b[pos],
+                              top2=(t0, t1), top2_margin=t0 - t1, logits=(la, lb),
+                              gap_bf16_spacings=gap, near_top=near_top,
+                              accepted=bool(gap <= MARGIN_ULPS and near_top)))
     return out
 
 
 def lossless(outputs: dict[str, list], prompts: list[list[int]], model: Any, device: str
-             ) -> dict[str, Any]:
+             ) -> LosslessVerdict:
     """The rule on one m's runs (`docs/cuda.md`): every departure from AR's output is judged
     by the target's top-2 margin at its first position; SD-sep == PSD is reported beside it
     (their verification batches shrink differently as requests end, so in bf16 their shapes,
     and so their rounding, can differ; the batch-invariant mode removes that)."""
     ar = outputs["ar"]
     spec = [v for k, v in outputs.items() if k != "ar"]
-    judged = {name: divergences(model, prompts, ar, run, device)
+    judged = {name: tuple(divergences(model, prompts, ar, run, device))
               for name, run in outputs.items() if name != "ar"}
     found = [d for v in judged.values() for d in v]
-    return {"psd_equals_sd_sep": all(run == spec[0] for run in spec),
-            "equal_to_ar": {name: not v for name, v in judged.items()},
-            "divergences": judged, "divergences_total": len(found),
-            "divergences_accepted": sum(d["accepted"] for d in found),
-            "holds": all(d["accepted"] for d in found)}
+    return LosslessVerdict(psd_equals_sd_sep=all(run == spec[0] for run in spec),
+                           equal_to_ar={name: not v for name, v in judged.items()},
+                           divergences=judged, divergences_total=len(found),
+                           divergences_accepted=sum(d.accepted for d in found),
+                           holds=all(d.accepted for d in found))

@@ -7,15 +7,15 @@ Each pass is timed alone, ``repeats`` times after ``warm`` untimed ones, host to
 device sync on either side (what the engine's step waits for); every time is kept, so the
 table gives the median and the max of each shape: a stall cannot hide in a mean.  The cache is
 rolled back after each pass, so every repeat sees the same context.  ``pass_table`` puts them
-side by side at the bench's largest m.
+side by side at the bench's largest m, as a `PassTable` (its JSON: `validation.gpu.gpu_results`).
 """
 from __future__ import annotations
 
 import functools
 import statistics
 import time
-from dataclasses import replace
-from typing import Any, Callable
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Mapping
 
 #: pass kinds: (name, model role, tokens per row, only the last token's logits)
 KINDS = (("ar_decode", "target", 1, False), ("verify", "target", None, False),
@@ -45,9 +45,74 @@ def hardware_bandwidth(device_name: str) -> tuple[str | None, float | None]:
     return None, None
 
 
-def _stats(times_ms: list[float]) -> dict[str, float]:
-    return {"median_ms": statistics.median(times_ms), "max_ms": max(times_ms),
-            "min_ms": min(times_ms), "n": len(times_ms)}
+@dataclass(frozen=True)
+class PassStats:
+    """One pass kind's timed repeats (ms); ``x_floor``: the median over the streaming floor,
+    where there is one."""
+    median_ms: float
+    max_ms: float
+    min_ms: float
+    n: int
+    x_floor: float | None = None
+
+
+@dataclass(frozen=True)
+class StaticSetup:
+    """The static passes a runner made at start (None: it runs dynamic passes)."""
+    static_setup_s: float | None
+    static_shapes: int | None
+
+
+@dataclass(frozen=True)
+class PassTimes:
+    """One implementation's passes of one role: per pass kind its times; psdlab's static setup,
+    or Hugging Face's `generate` time per new token, or why Hugging Face could not run."""
+    kinds: Mapping[str, PassStats]
+    setup: StaticSetup | None = None
+    generate_ms_per_token: float | None = None
+    error: str | None = None
+
+
+#: a cell of the pass table: the times, or why there are none
+PassCell = PassStats | str | None
+
+
+@dataclass(frozen=True)
+class KindRow:
+    """One pass kind of one role ("target:verify"): the floor and each implementation's cell."""
+    name: str
+    floor_ms: float | None
+    cells: Mapping[str, PassCell]
+
+
+@dataclass(frozen=True)
+class RolePasses:
+    """One role's rows and each psdlab variant's static setup; with Hugging Face, its
+    `generate` time per new token."""
+    role: str
+    kinds: tuple[KindRow, ...]
+    setups: Mapping[str, StaticSetup]
+    with_hf: bool
+    hf_generate_ms_per_token: float | None
+
+
+@dataclass(frozen=True)
+class PassTable:
+    """`pass_table`'s result: at batch m, context tokens and draft length k, each role's
+    pass kinds against the floor (weights + KV at ``memory_bw_gbs`` of ``hardware``)."""
+    m: int
+    k: int
+    context: int
+    hardware: str | None
+    memory_bw_gbs: float | None
+    static_passes: str
+    variants: Mapping[str, Mapping[str, str]]      # label -> RunnerConfig overrides (as text)
+    roles: tuple[RolePasses, ...]
+
+
+def _stats(times_ms: list[float]) -> PassStats:
+    return PassStats(median_ms=statistics.median(times_ms), max_ms=max(times_ms),
+                     min_ms=min(times_ms), n=len(times_ms))
 
 
 def time_calls(fn: Callable[[], Any], sync: Callable[[], None], warm: int, repeats: int
@@ -66,7 +131,7 @@ def time_calls(fn: Callable[[], Any], sync: Callable[[], None], warm: int, repea
 
 def psdlab_pass_times(spec: Any, runner_cfg: Any, role: str, m: int, k: int,
                       prompts: list[list[int]], warm: int, repeats: int,
-                      sync: Callable[[], None]) -> dict[str, Any]:
+                      sync: Callable[[], None]) -> PassTimes:
     """Each pass kind of ``role`` at batch m on a `ModelRunner` built from ``runner_cfg``."""
     from psdlab.runtime.runner import ModelRunner
     widths = ((1, True), (k + 1, True)) if role == "drafter" else ((1, False), (k + 1, False))
@@ -74,7 +139,7 @@ def psdlab_pass_times(spec: Any, runner_cfg: Any, role: str, m: int, k: int,
     slots = list(range(m))
     runner.feed(slots, [0] * m, prompts[:m])
     keep = [runner.cache.host_lengths[s] for s in slots]
-    out: dict[str, Any] = {}
+    out: dict[str, PassStats] = {}
     for name, who, width, last in KINDS:
         if who != role:
             continue
@@ -83,9 +148,8 @@ def psdlab_pass_times(spec: Any, runner_cfg: Any, role: str, m: int, k: int,
         out[name] = _stats(time_calls(functools.partial(_one_pass, runner, slots, rows, last,
                                                         keep), sync, warm, repeats))
     info = runner.info()
-    out["setup"] = {"static_setup_s": info.get("static_setup_s"),
-                    "static_shapes": info.get("static_shapes")}
-    return out
+    return PassTimes(out, setup=StaticSetup(static_setup_s=info.get("static_setup_s"),
+                                            static_shapes=info.get("static_shapes")))
 
 
 def _one_pass(runner: Any, slots: list[int], rows: list[list[int]], last: bool,
@@ -96,7 +160,7 @@ def _one_pass(runner: Any, slots: list[int], rows: list[list[int]], last: bool,
 
 def hf_pass_times(hf_config: dict, dtype: Any, device: str, role: str, m: int, k: int,
                   prompts: list[list[int]], warm: int, repeats: int,
-                  sync: Callable[[], None]) -> dict[str, Any]:
+                  sync: Callable[[], None]) -> PassTimes:
     """Hugging Face's LlamaForCausalLM (eager) on the same shapes: a forward of [m, w] tokens
     on a prefilled DynamicCache, cropped back after each; and `generate`'s time per new token
     (greedy, the same prompts) from two lengths."""
@@ -107,7 +171,7 @@ def hf_pass_times(hf_config: dict, dtype: Any, device: str, role: str, m: int, k
     with torch.device(device):
         model = LlamaForCausalLM(LlamaConfig(**hf_config)).to(dtype).eval()
     ids = torch.tensor([p for p in prompts[:m]], device=device)
-    out: dict[str, Any] = {}
+    out: dict[str, PassStats] = {}
     with torch.inference_mode(), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*past_key_values.*deprecated")
         past = model(input_ids=ids, use_cache=True).past_key_values
@@ -125,8 +189,7 @@ def hf_pass_times(hf_config: dict, dtype: Any, device: str, role: str, m: int, k
                       attention_mask=torch.ones_like(ids), pad_token_id=0)
             gen[new] = statistics.median(time_calls(functools.partial(model.generate, ids,
                                                                       **kw), sync, 1, 3))
-        out["generate_ms_per_token"] = (gen[9] - gen[1]) / 8
-    return out
+    return PassTimes(out, generate_ms_per_token=(gen[9] - gen[1]) / 8)
 
 
 def _hf_step(model: Any, step: Any, past: Any, keep: int) -> None:
@@ -156,56 +219,61 @@ def _sync(device: str) -> Any:
     return lambda: None
 
 
-def pass_table(cfg: Any, models: dict, base: Any, requests: list,
-               machine: dict, variants: dict[str, dict[str, Any]] | None = None,
+def pass_table(cfg: Any, models: Mapping[str, tuple[Any, dict]], base: Any, requests: list,
+               machine: Mapping[str, Any], variants: dict[str, dict[str, Any]] | None = None,
                roles: tuple[str, ...] = ("target", "drafter"), with_hf: bool = True
-               ) -> dict[str, Any]:
+               ) -> PassTable:
     """At the largest m, per pass kind: each psdlab variant (RunnerConfig overrides; default
     eager and static), Hugging Face eager, the floor and each one's ratio to it (``cfg``: the
-    bench's `GpuBenchConfig`)."""
-    import torch
-
-    from psdlab.runtime.model_config import ModelConfig
-    from psdlab.runtime.runner import RunnerConfig
+    bench's `GpuBenchConfig`; ``models``: per role its ModelSpec and HF config)."""
     m = max(cfg.batches)
     prompts = [list(requests[i % len(requests)].prompt_ids) for i in range(m)]
-    sync = _sync(cfg.device)
     static = static_passes(base.passes)
     variants = variants or {"psdlab_eager": {"passes": "dynamic"},
                             "psdlab_static": {"passes": static},
                             "psdlab_static_invariant": {"passes": static, "uniform": True}}
     key, bw = hardware_bandwidth(machine.get("gpus", ["cpu"])[0])
+    return PassTable(m=m, k=cfg.k, context=cfg.prompt_len, hardware=key, memory_bw_gbs=bw,
+                     static_passes=static,
+                     variants={k: {f: str(v) for f, v in o.items()} for k, o in variants.items()},
+                     roles=tuple(_role_passes(cfg, models[role], base, role, prompts, variants,
+                                              with_hf, bw) for role in roles))
+
+
+def _role_passes(cfg: Any, model: tuple[Any, dict], base: Any, role: str,
+                 prompts: list[list[int]], variants: dict[str, dict[str, Any]], with_hf: bool,
+                 bw: float | None) -> RolePasses:
+    """One role's rows of `pass_table`: each variant's passes, Hugging Face's, the floor."""
+    import torch
+
+    from psdlab.runtime.model_config import ModelConfig
+    from psdlab.runtime.runner import RunnerConfig
+    m, sync, (spec, hf) = len(prompts), _sync(cfg.device), model
     dtype = getattr(torch, base.dtype)
-    table: dict[str, Any] = {"m": m, "k": cfg.k, "context": cfg.prompt_len, "hardware": key,
-                             "memory_bw_gbs": bw, "static_passes": static,
-                             "variants": {k: {f: str(v) for f, v in o.items()}
-                                          for k, o in variants.items()}, "kinds": {}}
-    for role in roles:
-        spec, hf = models[role]
-        rc = RunnerConfig(spec=spec, device=cfg.device, dtype=base.dtype, max_len=base.max_len,
-                          seed=cfg.seed)
-        row: dict[str, Any] = {}
-        for label, over in variants.items():
-            row[label] = psdlab_pass_times(spec, replace(rc, **over), role, m, cfg.k,
-                                           prompts, 3, cfg.repeats, sync)
-            table[f"{role}_setup:{label}"] = row[label].pop("setup")
-        if with_hf:
-            try:
-                row["hf_eager"] = hf_pass_times(hf, dtype, cfg.device, role, m, cfg.k,
-                                                prompts, 3, cfg.repeats, sync)
-            except Exception as exc:        # transformers' API moves; the table says why
-                row["hf_eager"] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
-            table[f"{role}_hf_generate_ms_per_token"] = row["hf_eager"].pop(
-                "generate_ms_per_token", None)
-        mc = ModelConfig.from_hf(hf)
-        for kind in next(iter(row.values())):
-            width = cfg.k + 1 if kind == "verify" else 1
-            fl = floor_ms(mc, m, cfg.prompt_len + width, 2 if dtype != torch.float32 else 4, bw)
-            entry: dict[str, Any] = {"floor_ms": fl}
-            for lab, times in row.items():
-                got = times.get(kind)
-                if fl and isinstance(got, dict):
-                    got["x_floor"] = got["median_ms"] / fl
-                entry[lab] = got if got is not None else times.get("error")
-            table["kinds"][f"{role}:{kind}"] = entry
-    return table
+    rc = RunnerConfig(spec=spec, device=cfg.device, dtype=base.dtype, max_len=base.max_len,
+                      seed=cfg.seed)
+    row = {label: psdlab_pass_times(spec, replace(rc, **over), role, m, cfg.k, prompts, 3,
+                                    cfg.repeats, sync) for label, over in variants.items()}
+    if with_hf:
+        try:
+            row["hf_eager"] = hf_pass_times(hf, dtype, cfg.device, role, m, cfg.k,
+                                            prompts, 3, cfg.repeats, sync)
+        except Exception as exc:        # transformers' API moves; the table says why
+            row["hf_eager"] = PassTimes({}, error=f"{type(exc).__name__}: {exc}".splitlines()[0])
+    mc = ModelConfig.from_hf(hf)
+    kinds = []
+    for kind in next(iter(row.values())).kinds:
+        width = cfg.k + 1 if kind == "verify" else 1
+        fl = floor_ms(mc, m, cfg.prompt_len + width, 2 if dtype != torch.float32 else 4, bw)
+        cells: dict[str, PassCell] = {}
+        for lab, times in row.items():
+            got = times.kinds.get(kind)
+            if fl and got is not None:
+                got = replace(got, x_floor=got.median_ms / fl)
+            cells[lab] = got if got is not None else times.error
+        kinds.append(KindRow(f"{role}:{kind}", fl, cells))
+    return RolePasses(role=role, kinds=tuple(kinds),
+                      setups={lab: t.setup for lab, t in row.items() if t.setup is not None},
+                      with_hf=with_hf,
+                      hf_generate_ms_per_token=(row["hf_eager"].generate_ms_per_token
+                                                if with_hf else None))
