@@ -6,6 +6,7 @@ import pytest
 
 from psdlab.analysis.trace import Phase, RunInfo, StepRecord, Trace, Verified
 from psdlab.cli import main
+from psdlab.validation.adaptive.adaptive_results import ConfigRun, FitPoints, LoadRun
 from psdlab.validation.adaptive.bench_adaptive import (BenchPlan, _acceptance, _fit_costs, _judge,
                                                        adaptive_sim_config)
 
@@ -36,7 +37,7 @@ def test_fit_recovers_affine_costs():
     assert (costs.c0, costs.c_seq, costs.c_tok) == pytest.approx((c0, c_seq, c_tok), rel=1e-6)
     assert (costs.d0, costs.d_seq) == pytest.approx((d0, d_seq), rel=1e-6)
     assert (costs.p0, costs.p_tok) == pytest.approx((0.05, 0.001), rel=1e-6)
-    assert points == {"verify_points": 6, "draft_points": 3, "prefill_points": 2}
+    assert points == FitPoints(verify_points=6, draft_points=3, prefill_points=2)
 
 
 def test_acceptance_per_position_from_verified_rows():
@@ -45,29 +46,29 @@ def test_acceptance_per_position_from_verified_rows():
 
 
 def _cfg(tok_s, p99=0.1, out=(1, 2)):
-    return {"tok_s": tok_s, "tpot_p50": p99 / 2, "tpot_p99": p99, "outputs": [list(out)]}
+    return ConfigRun(tok_s=tok_s, tpot_p50=p99 / 2, tpot_p99=p99, wall_s=1.0,
+                     outputs=(tuple(out),))
 
 
 def test_judgement_of_the_rows():
-    pred = {"rows": [{"load": "offline", "winner_fixed": "ar"},
-                     {"load": "0.5", "winner_fixed": "sd3"}]}
-    rows = [{"load": "offline", "rate_req_s": None, "configs": {
-                "ar": _cfg(10), "sd3": _cfg(8), "psd3": _cfg(5), "adaptive": _cfg(9.8)}},
-            {"load": "low", "rate_req_s": 0.5, "configs": {
+    pred = {"offline": "ar", "0.5": "sd3"}
+    rows = [LoadRun("offline", None, {
+                "ar": _cfg(10), "sd3": _cfg(8), "psd3": _cfg(5), "adaptive": _cfg(9.8)}, ()),
+            LoadRun("low", 0.5, {
                 "ar": _cfg(3), "sd3": _cfg(4), "psd3": _cfg(2), "adaptive": _cfg(3.9,
-                                                                             out=(1, 3))}}]
+                                                                             out=(1, 3))}, ())]
     out = _judge(rows, pred, ["ar", "sd3", "psd3", "adaptive"])
-    r0, r1 = out["rows"]
-    assert (r0["winner_measured"], r0["winner_predicted"]) == ("ar", "ar")
-    assert (r1["winner_measured"], r1["winner_predicted"]) == ("sd3", "sd3")
-    assert r0["adaptive_vs_best"] == pytest.approx(0.98)
-    assert out["goal_097_every_load"] is True
-    assert out["winners_predicted_right"] == 2
+    r0, r1 = out.rows
+    assert (r0.winner_measured, r0.winner_predicted) == ("ar", "ar")
+    assert (r1.winner_measured, r1.winner_predicted) == ("sd3", "sd3")
+    assert r0.adaptive_vs_best == pytest.approx(0.98)
+    assert out.goal_097_every_load is True
+    assert out.winners_predicted_right == 2
     # adaptive 0.98 and 0.975 of the best; ar 1.0 and 0.75; sd3 0.8 and 1.0
-    assert out["mean_normalised_tok_s"]["adaptive"] == pytest.approx((0.98 + 0.975) / 2)
-    assert out["adaptive_ahead_of_every_fixed_overall"] is True
-    assert r1["configs"]["adaptive"]["lossless"] is False       # its outputs differ from AR's
-    assert r0["configs"]["sd3"]["lossless"] is True
+    assert out.mean_normalised_tok_s["adaptive"] == pytest.approx((0.98 + 0.975) / 2)
+    assert out.adaptive_ahead_of_every_fixed_overall is True
+    assert r1.lossless["adaptive"] is False       # its outputs differ from AR's
+    assert r0.lossless["sd3"] is True
 
 
 def test_sim_config_of_the_pair():
@@ -102,15 +103,16 @@ def test_run_adaptive_settings_are_checked_before_models_load(tmp_path, capsys, 
 
 
 def test_judgement_pools_the_two_passes():
-    pred = {"rows": [{"load": "offline", "winner_fixed": "ar"}]}
-    rows = [{"load": "offline", "rate_req_s": None, "configs": {
-                "ar": _cfg(10), "sd3": _cfg(8), "adaptive": _cfg(9)}},
-            {"load": "offline (repeat)", "rate_req_s": None, "configs": {
-                "ar": _cfg(8), "sd3": _cfg(8), "adaptive": _cfg(9)}}]
+    pred = {"offline": "ar"}
+    rows = [LoadRun("offline", None, {
+                "ar": _cfg(10), "sd3": _cfg(8), "adaptive": _cfg(9)}, ()),
+            LoadRun("offline (repeat)", None, {
+                "ar": _cfg(8), "sd3": _cfg(8), "adaptive": _cfg(9)}, ())]
     out = _judge(rows, pred, ["ar", "sd3", "adaptive"])
-    r0 = out["rows"][0]
-    assert r0["pooled_tok_s"] == {"ar": 9.0, "sd3": 8.0, "adaptive": 9.0}
-    assert r0["pooled_adaptive_vs_best"] == pytest.approx(1.0)
-    assert r0["pass_spread"]["ar"] == pytest.approx(2 / 9)
-    assert out["max_pass_spread"] == pytest.approx(2 / 9)
-    assert out["loads"] == 1 and out["adaptive_min_vs_best"] == pytest.approx(0.9)
+    pooled = out.rows[0].pooled
+    assert pooled is not None and out.rows[1].pooled is None
+    assert pooled.tok_s == {"ar": 9.0, "sd3": 8.0, "adaptive": 9.0}
+    assert pooled.adaptive_vs_best == pytest.approx(1.0)
+    assert pooled.spread["ar"] == pytest.approx(2 / 9)
+    assert out.max_pass_spread == pytest.approx(2 / 9)
+    assert out.loads == 1 and out.adaptive_min_vs_best == pytest.approx(0.9)

@@ -38,5 +38,6 @@ def run(args: argparse.Namespace) -> int:
                      max_new_tokens=check_int("--max-new-tokens", args.max_new_tokens, 2, 512),
                      repeat=not args.no_repeat)
     result = run_adaptive_bench(args, plan)
-    print(json.dumps(result, sort_keys=True) if args.json else format_adaptive_bench_report(result))
+    print(json.dumps(result.to_dict(), sort_keys=True) if args.json
+          else format_adaptive_bench_report(result))
     return 0

@@ -14,7 +14,8 @@ before the runs.
    in turn; every output is checked against AR's (greedy: lossless).  A second pass (the
    configurations in reverse order) shows the run-to-run noise; per load the two passes'
    mean is judged too.
-Writes ``results.json`` and ``throughput_vs_load.png`` (one line per configuration) to DIR.
+Writes ``results.json`` (`validation.adaptive.adaptive_results.AdaptiveBenchResult`) and
+``throughput_vs_load.png`` (one line per configuration) to DIR.
 """
 from __future__ import annotations
 
@@ -25,12 +26,21 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
 from psdlab.analysis.adaptive_policy import AcceptanceTracker, AffineCosts, PolicyConfig
 from psdlab.analysis.trace import Trace
+from psdlab.validation.adaptive.adaptive_results import (AdaptiveBenchResult, AdaptiveCalibration,
+                                                         AdaptiveJudgement, AdaptivePrediction,
+                                                         AdaptiveRunStats, ConfigRun, FitPoints,
+                                                         LoadResult, LoadRun, PassPooling,
+                                                         PredictedLoad, SwitchPoint,
+                                                         ThresholdRange)
+
+if TYPE_CHECKING:
+    from psdlab.runtime.controller import EngineConfig
 
 #: Poisson rates as multiples of r1 = 1 / (one request's AR service time alone, predicted from
 #: the calibration): ~0.5, ~1.5 and ~4 requests' worth of work arriving per service time
@@ -51,7 +61,7 @@ class BenchPlan:
                                # when the first ended past half of this
 
 
-def _fit_costs(traces: list[Trace], drafter_label: str) -> tuple[AffineCosts, dict[str, Any]]:
+def _fit_costs(traces: list[Trace], drafter_label: str) -> tuple[AffineCosts, FitPoints]:
     """Affine fits of the calibration runs' phases (least squares, clipped at 0)."""
     v, d, p = [], [], []
     for tr in traces:
@@ -76,7 +86,7 @@ def _fit_costs(traces: list[Trace], drafter_label: str) -> tuple[AffineCosts, di
     costs = AffineCosts(c0=float(c0), c_seq=float(c_seq), c_tok=float(c_tok),
                         d0=max(float(d0), 0.0), d_seq=max(float(d_seq), 0.0),
                         p0=max(float(p0), 0.0), p_tok=max(float(p_tok), 0.0))
-    return costs, {"verify_points": len(v), "draft_points": len(d), "prefill_points": len(p)}
+    return costs, FitPoints(verify_points=len(v), draft_points=len(d), prefill_points=len(p))
 
 
 def _acceptance(traces: list[Trace], k: int) -> tuple[float, ...]:
@@ -106,7 +116,8 @@ def adaptive_sim_config(plan: BenchPlan, costs: AffineCosts, rates: tuple[float,
     return config_from_dict(raw)
 
 
-def _configs(plan: BenchPlan, base, pcfg: PolicyConfig, prior: AffineCosts):
+def _configs(plan: BenchPlan, base: EngineConfig, pcfg: PolicyConfig, prior: AffineCosts
+             ) -> dict[str, EngineConfig]:
     rep = dataclasses.replace
     half = max(plan.m // 2, 1)
     return {"ar": rep(base, mode="ar", batch=plan.m, max_num_seqs=plan.m),
@@ -116,26 +127,28 @@ def _configs(plan: BenchPlan, base, pcfg: PolicyConfig, prior: AffineCosts):
                             adaptive_policy=pcfg, adaptive_prior=prior)}
 
 
-def _measure(eng, cfg, reqs) -> dict[str, Any]:
+def _measure(eng: Any, cfg: EngineConfig, reqs: list[Any]) -> ConfigRun:
     from psdlab.analysis.metrics import summarize
     t0 = time.perf_counter()
     res = eng.run(reqs, config=cfg)
     m = summarize(res.trace)
-    out = {"tok_s": m["throughput_tok_s"], "tpot_p50": (m.get("tpot") or {}).get("p50"),
-           "tpot_p99": (m.get("tpot") or {}).get("p99"), "wall_s": time.perf_counter() - t0,
-           "outputs": [o.token_ids for o in res.outputs]}
-    if "adaptive" in res.trace.run.extra:
-        a = res.trace.run.extra["adaptive"]
-        out["adaptive"] = {key: a[key] for key in ("steps_ar", "steps_sd", "steps_psd",
-                                                   "switches", "transitions", "timeline",
-                                                   "catch_up_tokens", "drafts_dropped")}
-    return out
+    tpot = m.get("tpot") or {}
+    wall_s = time.perf_counter() - t0
+    a = res.trace.run.extra.get("adaptive")
+    stats = None if a is None else AdaptiveRunStats(
+        steps_ar=a["steps_ar"], steps_sd=a["steps_sd"], steps_psd=a["steps_psd"],
+        switches=a["switches"], transitions=dict(a["transitions"]),
+        timeline=tuple((t, lab) for t, lab in a["timeline"]),
+        catch_up_tokens=a["catch_up_tokens"], drafts_dropped=a["drafts_dropped"])
+    return ConfigRun(tok_s=m["throughput_tok_s"], tpot_p50=tpot.get("p50"),
+                     tpot_p99=tpot.get("p99"), wall_s=wall_s,
+                     outputs=tuple(tuple(o.token_ids) for o in res.outputs), adaptive=stats)
 
 
 def _calibrate(eng: Any, plan: BenchPlan, base: Any, calib: list[Any], measured: list[Any],
-               t_start: float) -> tuple[Any, Any, dict[str, Any], float, dict[str, Any]]:
-    """1. calibration: AR and SD-sep at m and at 1; the fitted costs, the acceptance, the
-    policy (as a dict), the measured prompts' mean length and the result's section."""
+               t_start: float) -> tuple[dict[str, Any], AdaptiveCalibration]:
+    """1. calibration: AR and SD-sep at m and at 1; the policy (as a config table) and the
+    fitted costs, the acceptance and the measured prompts' mean length."""
     rep = dataclasses.replace
     cal_traces = []
     for mode, m, reqs in (("ar", plan.m, calib), ("sd-sep", plan.m, calib),
@@ -148,31 +161,35 @@ def _calibrate(eng: Any, plan: BenchPlan, base: Any, calib: list[Any], measured:
     policy = {"modes": ["ar", "sd", "psd"], "k_choices": [plan.k], "margin": 0.05,
               "hold": 2}
     prompt_len = float(np.mean([len(r.prompt_ids) for r in measured]))
-    calibration = {"costs": dataclasses.asdict(prior), "points": points,
-                   "acceptance": list(acc), "prompt_mean": prompt_len,
-                   "wall_s": time.perf_counter() - t_start}
-    return prior, acc, policy, prompt_len, calibration
+    return policy, AdaptiveCalibration(costs=prior, points=points, acceptance=acc,
+                                       prompt_mean=prompt_len,
+                                       wall_s=time.perf_counter() - t_start)
 
 
-def _predict(plan: BenchPlan, prior: Any, acc: Any, prompt_len: float,
-             policy: dict[str, Any]) -> tuple[dict[str, float], dict[str, Any]]:
+def _predict(plan: BenchPlan, cal: AdaptiveCalibration, policy: dict[str, Any]
+             ) -> AdaptivePrediction:
     """2. prediction (before the measured runs): the rates and the simulated sweep."""
     from psdlab.sim.policy_search import rate_sweep, thresholds
-    scfg = adaptive_sim_config(plan, prior, acc, prompt_len, policy)
+    scfg = adaptive_sim_config(plan, cal.costs, cal.acceptance, cal.prompt_mean, policy)
     fixed = (("ar", "ar", 0), (f"sd{plan.k}", "sd", plan.k), (f"psd{plan.k}", "psd", plan.k))
-    alone = plan.max_new_tokens * prior.verify(1, 0)
+    alone = plan.max_new_tokens * cal.costs.verify(1, 0)
     rates = {name: f / alone for name, f in RATE_FACTORS.items()}
     pred = rate_sweep(scfg, list(rates.values()), fixed)
-    return rates, {"service_time_alone_s": alone, "rates_req_s": rates,
-                   "thresholds": thresholds(scfg)["ranges"], **pred}
+    return AdaptivePrediction(
+        service_time_alone_s=alone, rates_req_s=rates,
+        thresholds=tuple(ThresholdRange(r["choice"], r["n_from"], r["n_to"])
+                         for r in thresholds(scfg)["ranges"]),
+        rows=tuple(PredictedLoad.of(r) for r in pred["rows"]),
+        switch_points=tuple(SwitchPoint(sp["from"], sp["to"], tuple(sp["between_req_s"]))
+                            for sp in pred["switch_points"]))
 
 
-def _measure_loads(eng: Any, plan: BenchPlan, configs: dict[str, Any], measured: list[Any],
-                   rates: dict[str, float], t_start: float) -> list[dict[str, Any]]:
+def _measure_loads(eng: Any, plan: BenchPlan, configs: dict[str, EngineConfig], measured: list[Any],
+                   rates: Mapping[str, float], t_start: float) -> list[LoadRun]:
     """3. measurement: every config at every load (a second pass in reverse order when
     ``plan.repeat`` and half the budget is left)."""
     from psdlab.runtime.requests import Request, arrival_times
-    loads = [("offline", None)] + list(rates.items())
+    loads: list[tuple[str, float | None]] = [("offline", None), *rates.items()]
     rows = []
     for npass in range(2 if plan.repeat else 1):
         if npass and time.perf_counter() - t_start > plan.budget_s / 2:
@@ -183,39 +200,30 @@ def _measure_loads(eng: Any, plan: BenchPlan, configs: dict[str, Any], measured:
                      arrival_times(f"poisson:{rate}", len(measured), plan.seed))
             reqs = [Request(r.id, r.prompt_ids, t, r.prompt_text)
                     for r, t in zip(measured, times, strict=True)]
-            row: dict[str, Any] = {"load": name + (" (repeat)" if npass else ""),
-                                   "rate_req_s": rate, "configs": {},
-                                   "uptime": list(os.getloadavg())}
-            for label, cfg in order:
-                row["configs"][label] = _measure(eng, cfg, reqs)
-            row["configs"] = {lab: row["configs"][lab] for lab in configs}
-            rows.append(row)
+            uptime = tuple(os.getloadavg())
+            done = {label: _measure(eng, cfg, reqs) for label, cfg in order}
+            rows.append(LoadRun(load=name + (" (repeat)" if npass else ""), rate_req_s=rate,
+                                configs={lab: done[lab] for lab in configs}, uptime=uptime))
     return rows
 
 
-def _write_results(result: dict[str, Any], out_dir: Path, load0: list[float],
-                   t_start: float) -> None:
-    """The run's provenance into ``result``, then its figure and results.json."""
-    from psdlab.validation.results_file import git_info, machine_info
-    result.update({"machine": machine_info(load0), "git": git_info(),
-                   "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                   "uptime_after": list(os.getloadavg()),
-                   "wall_s": time.perf_counter() - t_start,
-                   "note": "2 shared cores: other jobs ran on this machine during the runs "
-                           "(load averages per load in 'uptime')"})
+def _write_results(result: AdaptiveBenchResult, out_dir: Path) -> AdaptiveBenchResult:
+    """The run's figure and results.json; the result with the files it wrote."""
     from psdlab.validation.adaptive.adaptive_report import write_adaptive_figure
     _atomic(out_dir / "throughput_vs_load.png", lambda p: write_adaptive_figure(result, p))
-    _atomic(out_dir / "results.json",
-            lambda p: Path(p).write_text(json.dumps(result, indent=1, sort_keys=True)))
-    result["files"] = [str(out_dir / "results.json"), str(out_dir / "throughput_vs_load.png")]
+    _atomic(out_dir / "results.json", lambda p: Path(p).write_text(
+        json.dumps(result.to_dict(), indent=1, sort_keys=True)))
+    return dataclasses.replace(result, files=(str(out_dir / "results.json"),
+                                              str(out_dir / "throughput_vs_load.png")))
 
 
-def run_adaptive_bench(args: Any, plan: BenchPlan | None = None) -> dict[str, Any]:
+def run_adaptive_bench(args: Any, plan: BenchPlan | None = None) -> AdaptiveBenchResult:
     from psdlab.runtime.controller import Engine, EngineConfig
     from psdlab.runtime.drafter_build import early_exit_spec
     from psdlab.runtime.model_pair import prepare_drafter, prepare_target
     from psdlab.runtime import run_setup as session
     from psdlab.runtime.runner import ModelSpec
+    from psdlab.validation.results_file import git_info, machine_info
 
     plan = plan or BenchPlan()
     out_dir = Path(args.output)
@@ -232,62 +240,65 @@ def run_adaptive_bench(args: Any, plan: BenchPlan | None = None) -> dict[str, An
     base = EngineConfig(mode="psd", k=plan.k, batch=max(plan.m // 2, 1), max_num_seqs=plan.m,
                         max_new_tokens=plan.max_new_tokens, ignore_eos=True, max_len=1024,
                         backend="process", seed=plan.seed)
-    result: dict[str, Any] = {"plan": dataclasses.asdict(plan), "drafter": f"exit-{plan.depth}",
-                              "uptime_before": load0}
     with Engine(base, ModelSpec(str(target)), ModelSpec(str(drafter)), tok) as eng:
-        prior, acc, policy, prompt_len, result["calibration"] = _calibrate(
-            eng, plan, base, calib, measured, t_start)
+        policy, cal = _calibrate(eng, plan, base, calib, measured, t_start)
         pcfg = PolicyConfig(modes=("ar", "sd", "psd"), k_choices=(plan.k,), margin=0.05, hold=2)
-        rates, result["prediction"] = _predict(plan, prior, acc, prompt_len, policy)
-        configs = _configs(plan, base, pcfg, prior)
-        rows = _measure_loads(eng, plan, configs, measured, rates, t_start)
-    result["measured"] = _judge(rows, result["prediction"], list(configs))
-    _write_results(result, out_dir, load0, t_start)
-    return result
+        pred = _predict(plan, cal, policy)
+        configs = _configs(plan, base, pcfg, cal.costs)
+        rows = _measure_loads(eng, plan, configs, measured, pred.rates_req_s, t_start)
+    judged = _judge(rows, {r.load: r.winner_fixed for r in pred.rows}, list(configs))
+    result = AdaptiveBenchResult(
+        plan=plan, drafter=f"exit-{plan.depth}", uptime_before=tuple(load0), calibration=cal,
+        prediction=pred, measured=judged, machine=machine_info(load0), git=git_info(),
+        date_utc=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        uptime_after=tuple(os.getloadavg()), wall_s=time.perf_counter() - t_start,
+        note="2 shared cores: other jobs ran on this machine during the runs "
+             "(load averages per load in 'uptime')")
+    return _write_results(result, out_dir)
 
 
-def _judge(rows: list[dict[str, Any]], pred: dict[str, Any], labels: list[str]
-           ) -> dict[str, Any]:
+def _judge(rows: Sequence[LoadRun], predicted: Mapping[str, str], labels: list[str]
+           ) -> AdaptiveJudgement:
+    """The measured rows judged (``predicted``: each simulated load's fixed winner)."""
     from psdlab.sim.policy_search import winner
     fixed = [lab for lab in labels if lab != "adaptive"]
-    pred_rows = {r["load"]: r for r in pred["rows"]}
+    judged = []
     for row in rows:
-        cfgs = row["configs"]
-        ref = cfgs["ar"]["outputs"]
-        for lab in labels:
-            cfgs[lab]["lossless"] = cfgs[lab].pop("outputs") == ref
-        best = winner(cfgs, fixed)         # as the prediction's: ties (1 %) by TPOT p50
-        row["winner_measured"] = best
-        row["adaptive_vs_best"] = cfgs["adaptive"]["tok_s"] / cfgs[best]["tok_s"]
-        key = "offline" if row["load"].startswith("offline") else f"{row['rate_req_s']:g}"
-        pr = pred_rows.get(key)
-        row["winner_predicted"] = pr["winner_fixed"] if pr else None
-    main = [r for r in rows if not r["load"].endswith("(repeat)")]
-    again = {r["load"][:-len(" (repeat)")]: r for r in rows if r["load"].endswith("(repeat)")}
-    for r in main:                      # both passes: their mean, and how far they differ
-        r2 = again.get(r["load"])
-        if r2 is None:
-            continue
-        mean = {lab: 0.5 * (r["configs"][lab]["tok_s"] + r2["configs"][lab]["tok_s"])
-                for lab in labels}
-        r["pooled_tok_s"] = mean
-        r["pooled_adaptive_vs_best"] = mean["adaptive"] / max(mean[f] for f in fixed)
-        r["pass_spread"] = {lab: abs(r["configs"][lab]["tok_s"] - r2["configs"][lab]["tok_s"])
-                            / mean[lab] for lab in labels}
-    norm = {lab: float(np.mean([r["configs"][lab]["tok_s"] / max(r["configs"][x]["tok_s"]
-                                                                 for x in labels)
+        cfgs = row.configs
+        best = winner({lab: {"tok_s": c.tok_s, "tpot_p50": c.tpot_p50}
+                       for lab, c in cfgs.items()}, fixed)   # as the prediction's: ties by TPOT
+        key = "offline" if row.load.startswith("offline") else f"{row.rate_req_s:g}"
+        judged.append(LoadResult(
+            load=row.load, rate_req_s=row.rate_req_s, configs=cfgs, uptime=row.uptime,
+            lossless={lab: cfgs[lab].outputs == cfgs["ar"].outputs for lab in labels},
+            winner_measured=best, adaptive_vs_best=cfgs["adaptive"].tok_s / cfgs[best].tok_s,
+            winner_predicted=predicted.get(key)))
+    again = {r.load[:-len(" (repeat)")]: r for r in judged if r.load.endswith("(repeat)")}
+    rows_out = [r if r.load.endswith("(repeat)") or r.load not in again
+                else dataclasses.replace(r, pooled=_pooled(r, again[r.load], labels, fixed))
+                for r in judged]
+    main = [r for r in rows_out if not r.load.endswith("(repeat)")]
+    norm = {lab: float(np.mean([r.configs[lab].tok_s / max(r.configs[x].tok_s for x in labels)
                                 for r in main])) for lab in labels}
-    pooled = [r["pooled_adaptive_vs_best"] for r in main if "pooled_adaptive_vs_best" in r]
-    return {"rows": rows, "mean_normalised_tok_s": norm,
-            "pooled_adaptive_min_vs_best": min(pooled) if pooled else None,
-            "max_pass_spread": max((v for r in main for v in r.get("pass_spread", {}).values()),
-                                   default=None),
-            "adaptive_min_vs_best": min(r["adaptive_vs_best"] for r in main),
-            "goal_097_every_load": all(r["adaptive_vs_best"] >= 0.97 for r in main),
-            "adaptive_ahead_of_every_fixed_overall": all(norm["adaptive"] > norm[f]
-                                                         for f in fixed),
-            "winners_predicted_right": sum(r["winner_measured"] == r["winner_predicted"]
-                                           for r in main), "loads": len(main)}
+    pooled = [r.pooled.adaptive_vs_best for r in main if r.pooled is not None]
+    return AdaptiveJudgement(
+        rows=tuple(rows_out), mean_normalised_tok_s=norm,
+        pooled_adaptive_min_vs_best=min(pooled) if pooled else None,
+        max_pass_spread=max((v for r in main if r.pooled is not None
+                             for v in r.pooled.spread.values()), default=None),
+        adaptive_min_vs_best=min(r.adaptive_vs_best for r in main),
+        goal_097_every_load=all(r.adaptive_vs_best >= 0.97 for r in main),
+        adaptive_ahead_of_every_fixed_overall=all(norm["adaptive"] > norm[f] for f in fixed),
+        winners_predicted_right=sum(r.winner_measured == r.winner_predicted for r in main),
+        loads=len(main))
+
+
+def _pooled(r: LoadResult, r2: LoadResult, labels: list[str], fixed: list[str]) -> PassPooling:
+    """Both passes of one load: their mean, and how far they differ."""
+    mean = {lab: 0.5 * (r.configs[lab].tok_s + r2.configs[lab].tok_s) for lab in labels}
+    return PassPooling(tok_s=mean, adaptive_vs_best=mean["adaptive"] / max(mean[f] for f in fixed),
+                       spread={lab: abs(r.configs[lab].tok_s - r2.configs[lab].tok_s) / mean[lab]
+                               for lab in labels})
 
 
 def _atomic(path: Path, write) -> None:
@@ -302,6 +313,6 @@ def _atomic(path: Path, write) -> None:
             os.unlink(tmp)
 
 
-def format_adaptive_bench_report(result: dict[str, Any]) -> str:
+def format_adaptive_bench_report(result: AdaptiveBenchResult) -> str:
     from psdlab.validation.adaptive.adaptive_report import format_text
     return format_text(result)

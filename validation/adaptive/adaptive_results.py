@@ -1,0 +1,244 @@
+"""The result of `psdlab bench-adaptive` (`validation.adaptive.bench_adaptive`) as frozen records,
+and the one place they become results.json's object (`AdaptiveBenchResult.to_dict`): the keys
+and values the file has always had (written with sorted keys)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Mapping
+
+from psdlab.analysis.adaptive_policy import AffineCosts
+
+if TYPE_CHECKING:
+    from psdlab.validation.adaptive.bench_adaptive import BenchPlan
+
+
+@dataclass(frozen=True)
+class FitPoints:
+    """How many calibration phases each cost fit had."""
+    verify_points: int
+    draft_points: int
+    prefill_points: int
+
+
+@dataclass(frozen=True)
+class AdaptiveCalibration:
+    """Step 1: the fitted costs, the acceptance per draft position, the measured prompts' mean
+    length and the seconds from the start to the end of the calibration."""
+    costs: AffineCosts
+    points: FitPoints
+    acceptance: tuple[float, ...]
+    prompt_mean: float
+    wall_s: float
+
+
+@dataclass(frozen=True)
+class SimulatedConfig:
+    """One configuration at one load as the simulator predicts it (``sim.policy_search``)."""
+    tok_s: float | None
+    tpot_p50: float | None
+    tpot_p99: float | None
+
+
+@dataclass(frozen=True)
+class PredictedLoad:
+    """One load of the simulated sweep (``sim.policy_search.rate_sweep``): each configuration,
+    the adaptive server's switches, choices and steps, the fixed winner."""
+    load: str                                   # "offline" or the rate, f"{rate:g}"
+    configs: Mapping[str, SimulatedConfig]
+    adaptive_switches: int
+    adaptive_timeline_choices: tuple[str, ...]
+    adaptive_steps: Mapping[str, int]
+    winner_fixed: str
+    adaptive_vs_best: float
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> PredictedLoad:
+        return cls(load=row["load"], configs={lab: SimulatedConfig(**c)
+                                              for lab, c in row["configs"].items()},
+                   adaptive_switches=row["adaptive_switches"],
+                   adaptive_timeline_choices=tuple(row["adaptive_timeline_choices"]),
+                   adaptive_steps=dict(row["adaptive_steps"]), winner_fixed=row["winner_fixed"],
+                   adaptive_vs_best=row["adaptive_vs_best"])
+
+
+@dataclass(frozen=True)
+class SwitchPoint:
+    """Consecutive simulated rates whose fixed winner differs (``from`` -> ``to``)."""
+    from_: str
+    to: str
+    between_req_s: tuple[float, float]
+
+
+@dataclass(frozen=True)
+class ThresholdRange:
+    """Running-batch sizes n_from..n_to at which the policy makes one choice."""
+    choice: str
+    n_from: int
+    n_to: int
+
+
+@dataclass(frozen=True)
+class AdaptivePrediction:
+    """Step 2, before the measured runs: one request's AR service time alone, the Poisson
+    rates, the policy's choice by batch size and the simulated sweep."""
+    service_time_alone_s: float
+    rates_req_s: Mapping[str, float]            # load name -> requests per second
+    thresholds: tuple[ThresholdRange, ...]
+    rows: tuple[PredictedLoad, ...]
+    switch_points: tuple[SwitchPoint, ...]
+
+
+@dataclass(frozen=True)
+class AdaptiveRunStats:
+    """The adaptive policy's own account of one measured run (``runtime.adaptive_driver``)."""
+    steps_ar: int
+    steps_sd: int
+    steps_psd: int
+    switches: int
+    transitions: Mapping[str, int]              # "sd3->ar" -> how often
+    timeline: tuple[tuple[float, str], ...]     # (seconds from the start, the choice)
+    catch_up_tokens: int
+    drafts_dropped: int
+
+
+@dataclass(frozen=True)
+class ConfigRun:
+    """One configuration serving one load's requests: throughput, TPOT, wall time, every
+    request's output tokens (judged against AR's, not written) and the policy's account."""
+    tok_s: float
+    tpot_p50: float | None
+    tpot_p99: float | None
+    wall_s: float
+    outputs: tuple[tuple[int, ...], ...]
+    adaptive: AdaptiveRunStats | None = None
+
+
+@dataclass(frozen=True)
+class LoadRun:
+    """Every configuration at one load of one pass (the repeat's loads say "(repeat)"), with
+    the machine's load averages before it."""
+    load: str
+    rate_req_s: float | None                    # None: the offline batch
+    configs: Mapping[str, ConfigRun]
+    uptime: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class PassPooling:
+    """A load's two passes together: each configuration's mean throughput, adaptive over the
+    best fixed one, and how far the passes differ (|difference| / mean)."""
+    tok_s: Mapping[str, float]
+    adaptive_vs_best: float
+    spread: Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """A measured load judged: each configuration's output equal to AR's (``lossless``), the
+    measured and the predicted winner, adaptive over the measured best, both passes pooled."""
+    load: str
+    rate_req_s: float | None
+    configs: Mapping[str, ConfigRun]
+    uptime: tuple[float, ...]
+    lossless: Mapping[str, bool]
+    winner_measured: str
+    adaptive_vs_best: float
+    winner_predicted: str | None
+    pooled: PassPooling | None = None           # the main pass's loads, with a repeat
+
+
+@dataclass(frozen=True)
+class AdaptiveJudgement:
+    """Step 3 judged over the loads of the main pass."""
+    rows: tuple[LoadResult, ...]
+    mean_normalised_tok_s: Mapping[str, float]
+    pooled_adaptive_min_vs_best: float | None
+    max_pass_spread: float | None
+    adaptive_min_vs_best: float
+    goal_097_every_load: bool
+    adaptive_ahead_of_every_fixed_overall: bool
+    winners_predicted_right: int
+    loads: int
+
+
+@dataclass(frozen=True)
+class AdaptiveBenchResult:
+    """results.json: the plan, the calibration, the prediction, the measured loads judged, and
+    the run's provenance; ``files``: what was written (in the returned object, not the file)."""
+    plan: BenchPlan
+    drafter: str
+    uptime_before: tuple[float, ...]
+    calibration: AdaptiveCalibration
+    prediction: AdaptivePrediction
+    measured: AdaptiveJudgement
+    machine: Mapping[str, Any]                  # `validation.results_file.machine_info`
+    git: Mapping[str, Any]                      # `validation.results_file.git_info`
+    date_utc: str
+    uptime_after: tuple[float, ...]
+    wall_s: float
+    note: str
+    files: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        cal, pred = self.calibration, self.prediction
+        out = {"plan": asdict(self.plan), "drafter": self.drafter,
+               "uptime_before": list(self.uptime_before),
+               "calibration": {"costs": asdict(cal.costs), "points": asdict(cal.points),
+                               "acceptance": list(cal.acceptance),
+                               "prompt_mean": cal.prompt_mean, "wall_s": cal.wall_s},
+               "prediction": {"service_time_alone_s": pred.service_time_alone_s,
+                              "rates_req_s": dict(pred.rates_req_s),
+                              "thresholds": [asdict(t) for t in pred.thresholds],
+                              "rows": [_predicted_doc(r) for r in pred.rows],
+                              "switch_points": [_switch_doc(s) for s in pred.switch_points]},
+               "measured": _judgement_doc(self.measured),
+               "machine": dict(self.machine), "git": dict(self.git), "date_utc": self.date_utc,
+               "uptime_after": list(self.uptime_after), "wall_s": self.wall_s,
+               "note": self.note}
+        return {**out, "files": list(self.files)} if self.files else out
+
+
+def _predicted_doc(r: PredictedLoad) -> dict[str, Any]:
+    return {"load": r.load, "configs": {lab: asdict(c) for lab, c in r.configs.items()},
+            "adaptive_switches": r.adaptive_switches,
+            "adaptive_timeline_choices": list(r.adaptive_timeline_choices),
+            "adaptive_steps": dict(r.adaptive_steps), "winner_fixed": r.winner_fixed,
+            "adaptive_vs_best": r.adaptive_vs_best}
+
+
+def _switch_doc(s: SwitchPoint) -> dict[str, Any]:
+    return {"from": s.from_, "to": s.to, "between_req_s": list(s.between_req_s)}
+
+
+def _config_doc(c: ConfigRun, lossless: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"tok_s": c.tok_s, "tpot_p50": c.tpot_p50, "tpot_p99": c.tpot_p99,
+                           "wall_s": c.wall_s}
+    if c.adaptive is not None:
+        a = c.adaptive
+        out["adaptive"] = {**asdict(a), "transitions": dict(a.transitions),
+                           "timeline": [list(t) for t in a.timeline]}
+    return {**out, "lossless": lossless}
+
+
+def _load_doc(r: LoadResult) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "load": r.load, "rate_req_s": r.rate_req_s,
+        "configs": {lab: _config_doc(c, r.lossless[lab]) for lab, c in r.configs.items()},
+        "uptime": list(r.uptime), "winner_measured": r.winner_measured,
+        "adaptive_vs_best": r.adaptive_vs_best, "winner_predicted": r.winner_predicted}
+    if r.pooled is not None:
+        out.update(pooled_tok_s=dict(r.pooled.tok_s),
+                   pooled_adaptive_vs_best=r.pooled.adaptive_vs_best,
+                   pass_spread=dict(r.pooled.spread))
+    return out
+
+
+def _judgement_doc(j: AdaptiveJudgement) -> dict[str, Any]:
+    return {"rows": [_load_doc(r) for r in j.rows],
+            "mean_normalised_tok_s": dict(j.mean_normalised_tok_s),
+            "pooled_adaptive_min_vs_best": j.pooled_adaptive_min_vs_best,
+            "max_pass_spread": j.max_pass_spread,
+            "adaptive_min_vs_best": j.adaptive_min_vs_best,
+            "goal_097_every_load": j.goal_097_every_load,
+            "adaptive_ahead_of_every_fixed_overall": j.adaptive_ahead_of_every_fixed_overall,
+            "winners_predicted_right": j.winners_predicted_right, "loads": j.loads}
