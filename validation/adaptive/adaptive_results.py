@@ -4,12 +4,24 @@ and values the file has always had (written with sorted keys)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from psdlab.analysis.adaptive_policy import AffineCosts
 
-if TYPE_CHECKING:
-    from psdlab.validation.adaptive.bench_adaptive import BenchPlan
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """What `psdlab bench-adaptive` runs (its options; ``bench_adaptive`` re-exports it)."""
+    depth: int = 30            # the drafter: the target's first `depth` layers (early exit)
+    k: int = 3
+    m: int = 4                 # most sequences running (PSD: two batches of m/2)
+    requests: int = 8
+    max_new_tokens: int = 24
+    calib_tokens: int = 8
+    seed: int = 0
+    repeat: bool = True
+    budget_s: float = 660.0    # the second pass (configurations in reverse order) is skipped
+                               # when the first ended past half of this
 
 
 @dataclass(frozen=True)

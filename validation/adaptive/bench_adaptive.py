@@ -32,6 +32,7 @@ import numpy as np
 
 from psdlab.analysis.adaptive_policy import AcceptanceTracker, AffineCosts, PolicyConfig
 from psdlab.analysis.trace import Trace
+from psdlab.validation.adaptive.adaptive_results import BenchPlan as BenchPlan
 from psdlab.validation.adaptive.adaptive_results import (AdaptiveBenchResult, AdaptiveCalibration,
                                                          AdaptiveJudgement, AdaptivePrediction,
                                                          AdaptiveRunStats, ConfigRun, FitPoints,
@@ -45,20 +46,6 @@ if TYPE_CHECKING:
 #: Poisson rates as multiples of r1 = 1 / (one request's AR service time alone, predicted from
 #: the calibration): ~0.5, ~1.5 and ~4 requests' worth of work arriving per service time
 RATE_FACTORS = {"low": 0.5, "medium": 1.5, "high": 4.0}
-
-
-@dataclasses.dataclass(frozen=True)
-class BenchPlan:
-    depth: int = 30            # the drafter: the target's first `depth` layers (early exit)
-    k: int = 3
-    m: int = 4                 # most sequences running (PSD: two batches of m/2)
-    requests: int = 8
-    max_new_tokens: int = 24
-    calib_tokens: int = 8
-    seed: int = 0
-    repeat: bool = True
-    budget_s: float = 660.0    # the second pass (configurations in reverse order) is skipped
-                               # when the first ended past half of this
 
 
 def _fit_costs(traces: list[Trace], drafter_label: str) -> tuple[AffineCosts, FitPoints]:

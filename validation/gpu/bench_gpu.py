@@ -29,6 +29,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
+from psdlab.validation.gpu.gpu_results import SECTIONS as SECTIONS
+from psdlab.validation.gpu.gpu_results import GpuBenchConfig as GpuBenchConfig
+from psdlab.validation.gpu.gpu_results import (GpuBenchSummary, GpuSections, InvariantCheck,
+                                               PhaseSpread, RunFigure)
 from psdlab.validation.gpu.lossless import MARGIN_ULPS as MARGIN_ULPS
 from psdlab.validation.gpu.lossless import bf16_spacing as bf16_spacing
 from psdlab.validation.gpu.lossless import divergences as divergences
@@ -37,8 +41,6 @@ from psdlab.validation.gpu.passes import PassTable, pass_table, static_passes
 
 if TYPE_CHECKING:
     from psdlab.runtime.runner import ModelSpec
-    from psdlab.validation.gpu.gpu_results import (GpuBenchSummary, GpuSections, InvariantCheck,
-                                                   PhaseSpread, RunFigure)
 
 SIZES = {
     "1.3b": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=24,
@@ -50,36 +52,8 @@ SIZES = {
     "tiny-draft": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                        num_attention_heads=2, num_key_value_heads=1),
 }
-#: the parts of the bench, in the order they run
-SECTIONS = ("passes", "invariant", "runs", "compiled")
 #: the inductor section runs only with this much budget left (two compiles of the target)
 COMPILE_RESERVE_S = 120.0
-
-
-@dataclass(frozen=True)
-class GpuBenchConfig:
-    device: str = "cuda:0"
-    out: str = "bench_gpu_out"
-    target_dir: str | None = None
-    drafter_dir: str | None = None
-    target_size: str = "1.3b"
-    drafter_size: str = "0.15b"
-    vocab: int = 32000
-    dtype: str = "bfloat16"
-    k: int = 4
-    batches: tuple[int, ...] = (4, 8)
-    num_prompts: int = 16
-    prompt_len: int = 128
-    max_new_tokens: int = 64
-    rounds: int = 2
-    controlled_alpha: float | None = 0.7
-    passes: str = "auto"
-    batch_invariant: bool = True    # the runs' target passes one shape: bf16 output == AR's,
-                                    # so controlled acceptance follows the AR continuation
-    repeats: int = 30
-    budget_s: float = 420.0
-    seed: int = 0
-    sections: tuple[str, ...] = SECTIONS
 
 
 def hf_config(size: str, vocab: int, max_len: int) -> dict:
@@ -138,7 +112,6 @@ def _requests(cfg: GpuBenchConfig, vocab: int) -> list[Any]:
 def phase_spread(trace_dir: Path) -> dict[str, PhaseSpread]:
     """Per phase kind over every timed trace: median and max seconds, and max / median."""
     from psdlab.analysis.trace import read_trace
-    from psdlab.validation.gpu.gpu_results import PhaseSpread
     by: dict[str, list[float]] = {}
     for path in sorted(trace_dir.glob("*.jsonl")):
         for step in read_trace(str(path)).steps:
@@ -153,7 +126,6 @@ def invariant_check(cfg: GpuBenchConfig, models: dict[str, tuple[ModelSpec, dict
                     requests: list) -> InvariantCheck:
     """AR, SD-separate and PSD with every target pass one shape: outputs must be equal."""
     from psdlab.runtime.controller import Engine
-    from psdlab.validation.gpu.gpu_results import InvariantCheck
     m = min(cfg.batches)
     inv = replace(base, batch=m, batch_invariant=True, max_num_seqs=None, mode="psd",
                   controlled_alpha=None,
@@ -195,7 +167,6 @@ class _BenchRun:
     def save(self, lossless: bool | None = None) -> GpuBenchSummary:
         """The summary so far (with ``lossless``: the final one) into summary.json and .md."""
         from psdlab.validation.gpu.gpu_report import gpu_markdown
-        from psdlab.validation.gpu.gpu_results import GpuBenchSummary
         summary = GpuBenchSummary(
             machine=self.machine, dry_run=self.cfg.device == "cpu", config=self.cfg,
             passes=self.passes, models={r: v[0].name() for r, v in self.models.items()},
@@ -226,7 +197,6 @@ def _runs_section(run: _BenchRun) -> dict[str, RunFigure]:
     """AR, SD-sep and PSD at each m while the budget lasts (summary.json after each)."""
     import torch
 
-    from psdlab.validation.gpu.gpu_results import RunFigure
     from psdlab.validation.gpu.layouts import layouts, run_layout
     cfg, models, base, out = run.cfg, run.models, run.base, run.out
     gpus = 0 if cfg.device == "cpu" else torch.cuda.device_count()
@@ -277,7 +247,6 @@ def run_gpu_bench(cfg: GpuBenchConfig, say: Any = print) -> GpuBenchSummary:
     """Every section in order while the budget lasts; summary.json after each."""
     import torch
 
-    from psdlab.validation.gpu.gpu_results import GpuSections
     from psdlab.validation.gpu.layouts import machine
     t0 = time.perf_counter()
     cpu = cfg.device == "cpu"

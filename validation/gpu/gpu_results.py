@@ -6,14 +6,42 @@ layouts' runs and simulator check (`validation.gpu.layouts`), the lossless rule
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from psdlab.validation.gpu.layouts import LayoutRun, SimulatorCheck
 from psdlab.validation.gpu.lossless import Divergence, LosslessVerdict
 from psdlab.validation.gpu.passes import KindRow, PassCell, PassTable
 
-if TYPE_CHECKING:
-    from psdlab.validation.gpu.bench_gpu import GpuBenchConfig
+#: the parts of the bench, in the order they run
+SECTIONS = ("passes", "invariant", "runs", "compiled")
+
+
+@dataclass(frozen=True)
+class GpuBenchConfig:
+    """What `psdlab bench-gpu` runs (its options' defaults; ``bench_gpu`` re-exports it),
+    recorded as summary.json's ``config``."""
+    device: str = "cuda:0"
+    out: str = "bench_gpu_out"
+    target_dir: str | None = None
+    drafter_dir: str | None = None
+    target_size: str = "1.3b"
+    drafter_size: str = "0.15b"
+    vocab: int = 32000
+    dtype: str = "bfloat16"
+    k: int = 4
+    batches: tuple[int, ...] = (4, 8)
+    num_prompts: int = 16
+    prompt_len: int = 128
+    max_new_tokens: int = 64
+    rounds: int = 2
+    controlled_alpha: float | None = 0.7
+    passes: str = "auto"
+    batch_invariant: bool = True    # the runs' target passes one shape: bf16 output == AR's,
+                                    # so controlled acceptance follows the AR continuation
+    repeats: int = 30
+    budget_s: float = 420.0
+    seed: int = 0
+    sections: tuple[str, ...] = SECTIONS
 
 
 @dataclass(frozen=True)
