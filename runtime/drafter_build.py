@@ -20,9 +20,12 @@ import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psdlab.analysis.checks import check_int
+
+if TYPE_CHECKING:
+    import torch
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 DEFAULT_SPEC = DATA_DIR / "drafter.json"
@@ -166,11 +169,11 @@ def runnable_dtype(asked: str, device: str = "cpu") -> str:
     return asked
 
 
-def drafter_state_from_target(target_state: dict[str, Any], spec: DrafterSpec,
-                              extra: dict[str, Any]) -> dict[str, Any]:
+def drafter_state_from_target(target_state: dict[str, torch.Tensor], spec: DrafterSpec,
+                              extra: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Drafter tensors: renamed kept target layers, shared tensors, then ``extra`` on top."""
     remap = {src: dst for dst, src in enumerate(spec.kept_layers)}
-    out: dict[str, Any] = {}
+    out: dict[str, torch.Tensor] = {}
     for key, value in target_state.items():
         match = _LAYER_KEY.match(key)
         if match is None:
@@ -199,7 +202,8 @@ def drafter_state_from_target(target_state: dict[str, Any], spec: DrafterSpec,
 _SLIM_AXES = {"mlp.gate_proj.weight": 0, "mlp.up_proj.weight": 0, "mlp.down_proj.weight": 1}
 
 
-def pad_slim_mlp(key: str, value: Any, shape: tuple[int, ...] | None, source: str) -> Any:
+def pad_slim_mlp(key: str, value: torch.Tensor, shape: tuple[int, ...] | None,
+                 source: str) -> torch.Tensor:
     """A new layer's tensor at the target layer's shape: MLP projections stored with fewer
     neurons (a slim layer) get zero neurons appended, which leaves the layer's function
     unchanged (a zero gate/up row gives a zero activation; a zero down column adds nothing).
@@ -220,7 +224,7 @@ def pad_slim_mlp(key: str, value: Any, shape: tuple[int, ...] | None, source: st
     return torch.cat([value, value.new_zeros(pad)], dim=axis)
 
 
-def slim_mlp_state(state: dict[str, Any], width: int) -> dict[str, Any]:
+def slim_mlp_state(state: dict[str, torch.Tensor], width: int) -> dict[str, torch.Tensor]:
     """Cut the MLP projections of layer tensors to their first ``width`` neurons (the inverse of
     `pad_slim_mlp` for a layer whose other neurons are zero)."""
     out = {}
@@ -231,13 +235,13 @@ def slim_mlp_state(state: dict[str, Any], width: int) -> dict[str, Any]:
     return out
 
 
-def _load_target_state(target_dir: Path) -> dict[str, Any]:
+def _load_target_state(target_dir: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
     files = sorted(target_dir.glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"no .safetensors files in {target_dir}")
-    state: dict[str, Any] = {}
+    state: dict[str, torch.Tensor] = {}
     for f in files:
         state.update(load_file(str(f)))
     return state
@@ -253,7 +257,7 @@ def build_drafter_dir(target_dir: str | Path, out_dir: str | Path, spec: Drafter
     target_dir, out_dir = Path(target_dir), Path(out_dir)
     spec = spec or load_drafter_spec()
     target_cfg = json.loads((target_dir / "config.json").read_text())
-    extra: dict[str, Any] = {}
+    extra: dict[str, torch.Tensor] = {}
     if spec.needs_weights or weights_path is not None:
         weights = Path(weights_path) if weights_path is not None else DATA_DIR / spec.weights_file
         if not weights.is_file():
