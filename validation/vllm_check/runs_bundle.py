@@ -13,11 +13,12 @@ hands the judgement a folder holding the files at those paths (the readers take 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence, TypeVar, cast
 
 #: the bundle's name in a check-vllm folder
 BUNDLE = "runs.json"
@@ -25,6 +26,8 @@ BUNDLE = "runs.json"
 FORMAT = "psdlab check-vllm runs 1"
 #: a run record's keys that name its files
 FILE_KEYS = ("result", "metrics_before", "metrics_after")
+
+V = TypeVar("V")
 
 
 def run_paths(runs: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -57,7 +60,7 @@ def write_runs_bundle(folder: Path, runs: Sequence[Mapping[str, Any]]) -> Path:
     return path
 
 
-def read_runs_bundle(path: Path) -> dict[str, Any]:
+def read_runs_bundle(path: Path) -> dict[str, object]:
     """The bundle's ``files`` (path -> JSON object or text); a one-line error when it is not
     one."""
     try:
@@ -71,7 +74,7 @@ def read_runs_bundle(path: Path) -> dict[str, Any]:
     return doc["files"]
 
 
-def unpack_runs(files: Mapping[str, Any], folder: Path,
+def unpack_runs(files: Mapping[str, object], folder: Path,
                 runs: Sequence[Mapping[str, Any]]) -> None:
     """Write the files ``runs`` name from the bundle's ``files`` under ``folder``."""
     for rel in run_paths(runs):
@@ -101,18 +104,25 @@ def reused_files(out: Path, runs: Sequence[Mapping[str, Any]]) -> Iterator[Path]
         yield Path(tmp)
 
 
-def swap_prefix(value: Any, old: Path, new: Path) -> Any:
-    """``value`` (a document: dicts, lists, tuples, strings, numbers) with every path under
-    ``old`` put under ``new`` (as the judgement would have written it reading ``new``)."""
+def swap_prefix(value: V, old: Path, new: Path) -> V:
+    """``value`` (a record: frozen dataclasses, mappings, lists, tuples, strings, numbers) with
+    every path under ``old`` put under ``new`` (as the judgement would have written it reading
+    ``new``)."""
     if old == new:
         return value
-    a, b = str(old) + os.sep, str(new) + os.sep
+    return cast(V, _swapped(value, str(old) + os.sep, str(new) + os.sep))
+
+
+def _swapped(value: object, a: str, b: str) -> object:
     if isinstance(value, str):
         return value.replace(a, b)
-    if isinstance(value, dict):
-        return {swap_prefix(k, old, new): swap_prefix(v, old, new) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.replace(value, **{f.name: _swapped(getattr(value, f.name), a, b)
+                                             for f in dataclasses.fields(value) if f.init})
+    if isinstance(value, Mapping):
+        return {_swapped(k, a, b): _swapped(v, a, b) for k, v in value.items()}
     if isinstance(value, list):
-        return [swap_prefix(v, old, new) for v in value]
+        return [_swapped(v, a, b) for v in value]
     if isinstance(value, tuple):
-        return tuple(swap_prefix(v, old, new) for v in value)
+        return tuple(_swapped(v, a, b) for v in value)
     return value
