@@ -20,6 +20,7 @@ import pytest
 from psdlab.cli import main
 from psdlab.validation.vllm_check import judgement as vc
 from psdlab.validation.vllm_check import harness as vr
+from psdlab.validation.vllm_check.check_results import CalibrationChoice, CheckReport
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "results" / "vllm" / "check_vllm"
@@ -42,11 +43,11 @@ def test_default_calibration_is_every_rate_of_the_largest_k():
 
 def test_plan_takes_both_rates_of_the_largest_k_by_default():
     p = vr.plan(vr.CheckSettings(ks=(2, 4), target_core=-1, client_core=-1))
-    assert p["calibration"] == "sd-k4"
-    cal = [c for c in p["configs"] if vc.in_calibration(c, p["calibration"])]
+    assert p.calibration == "sd-k4"
+    cal = [c for c in p.configs if vc.in_calibration(c, p.calibration)]
     assert cal == ["sd-k4@0.5", "sd-k4@1"]
     one = vr.plan(vr.CheckSettings(calibration="sd-k2@0.5", target_core=-1, client_core=-1))
-    assert one["calibration"] == "sd-k2@0.5"                     # the old choice stays
+    assert one.calibration == "sd-k2@0.5"                     # the old choice stays
 
 
 @pytest.mark.parametrize("name", ["sd-k3", "sd-k4@2", "sd-k4@", "ar@0.5,ar@1", ""])
@@ -94,7 +95,7 @@ def test_every_configuration_is_repeated(tmp_path, monkeypatch):
     assert [(r.config, r.repeat) for r in records] == [
         (f"{srv}@{rate}", rep) for srv in ("sd-k4", "sd-k2", "ar") for rep in (1, 2)
         for rate in ("0.5", "1")]
-    assert [x["name"] for x in servers] == ["sd-k4", "sd-k2", "ar"]
+    assert [x.name for x in servers] == ["sd-k4", "sd-k2", "ar"]
 
 
 # ------------------------------------------------------------------ the joint fit on two rates
@@ -155,17 +156,16 @@ def two_rates(tmp_path_factory):
 
 
 def _per_seq_error(records, calibration: str) -> tuple[float, dict]:
-    doc = vc.evaluate(records, calibration, bootstrap=4, drafter_to_target_ratio=RATIO)
-    fit = doc["fit"]
-    return fit["target_cost"]["per_seq"] / TARGET["per_seq"] - 1.0, fit
+    fit = vc.evaluate(records, calibration, bootstrap=4, drafter_to_target_ratio=RATIO).fit
+    return fit.target_cost["per_seq"] / TARGET["per_seq"] - 1.0, fit
 
 
 def test_two_rates_of_one_server_separate_the_per_sequence_cost(two_rates):
     err, fit = _per_seq_error(two_rates, "sd-k3")
-    assert sorted(fit["inputs"][:2]) == sorted(r.result for r in two_rates)   # both, jointly
-    assert abs(err) < 0.15, fit["target_cost"]
-    assert fit["target_cost"]["base"] == pytest.approx(TARGET["base"], rel=0.15)
-    lo, hi = fit["intervals"]["target.per_seq"]
+    assert sorted(fit.inputs[:2]) == sorted(r.result for r in two_rates)   # both, jointly
+    assert abs(err) < 0.15, fit.target_cost
+    assert fit.target_cost["base"] == pytest.approx(TARGET["base"], rel=0.15)
+    lo, hi = fit.intervals["target.per_seq"]
     assert lo * 0.95 <= TARGET["per_seq"] <= hi * 1.05
     # one rate alone: the step's growth with the batch is confounded with its fixed cost
     singles = [abs(_per_seq_error(two_rates, r.config)[0]) for r in two_rates]
@@ -187,16 +187,15 @@ def test_held_out_rows_carry_their_repeat_noise(tmp_path):
     again = next(r for r in runs if r.config == "sd-k2@1")
     runs.append(vc.RunRecord(**{**again.to_dict(), "repeat": 2}))
     out = vc.evaluate(runs, "sd-k4", bootstrap=2, drafter_to_target_ratio=0.6842)
-    rows = {r["config"]: r for r in out["rows"]}
-    assert rows["sd-k2@1"]["role"] == "held-out" and rows["sd-k2@1"]["repeats"] == 2
-    assert all(v == 0.0 for v in rows["sd-k2@1"]["noise"].values())
-    assert all(v is None for v in rows["ar@1"]["noise"].values())
-    h = out["held_out"]
-    assert h["judged"] == 14 and h["with_repeat_noise"] == 4
-    assert h["within_goal"] + h["misses_beyond_noise"] + h["misses_within_noise"] \
-        + h["misses_noise_unmeasured"] == h["judged"]
-    text = vc.check_markdown({**out, "calibration_default": True,
-                        "calibration_rule": vc.CALIBRATION_RULE})
+    rows = {r.config: r for r in out.rows}
+    assert rows["sd-k2@1"].role == "held-out" and rows["sd-k2@1"].repeats == 2
+    assert all(v == 0.0 for v in rows["sd-k2@1"].noise.values())
+    assert all(v is None for v in rows["ar@1"].noise.values())
+    h = out.held_out
+    assert h.judged == 14 and h.with_repeat_noise == 4
+    assert h.within_goal + h.misses_beyond_noise + h.misses_within_noise \
+        + h.misses_noise_unmeasured == h.judged
+    text = vc.check_markdown(CheckReport(out, CalibrationChoice(True, vc.CALIBRATION_RULE)))
     assert "| error | repeat noise |" in text
     assert "Calibration: sd-k4@0.5, sd-k4@1 (every rate of one server, fitted jointly)" in text
     assert "Repeat noise measured for 4 of 14 held-out figures" in text
@@ -206,9 +205,8 @@ def test_held_out_rows_carry_their_repeat_noise(tmp_path):
 
 
 def test_a_miss_is_told_from_its_noise():
-    row = {"role": "held-out", "error": {"a": 0.2, "b": 0.2, "c": 0.2, "d": 0.05},
-           "noise": {"a": 0.3, "b": 0.1, "c": None, "d": None}}
-    marks = {m: vc._mark(row, m, 0.1) for m in "abcd"}
+    row = {"a": (0.2, 0.3), "b": (0.2, 0.1), "c": (0.2, None), "d": (0.05, None)}
+    marks = {m: vc._mark("held-out", err, spread, 0.1) for m, (err, spread) in row.items()}
     assert marks == {"a": " MISS (within noise)", "b": " MISS (beyond noise)", "c": " MISS",
                      "d": " ok"}
 

@@ -138,13 +138,14 @@ def test_committed_run_reads_back(tmp_path):
                                                   ("result", "metrics_before", "metrics_after")}})
         got = vc.measured(rec)
         bench = json.loads(Path(rec.result).read_text())
-        assert got["mean_ttft_ms"] == bench["mean_ttft_ms"]
+        assert got.mean_ttft_ms == bench["mean_ttft_ms"]
         if rec.mode == "sd":     # the /metrics delta and vLLM bench's own figure agree
-            assert got["spec_decode_acceptance_length"] == pytest.approx(
+            assert got.spec_decode_acceptance_length == pytest.approx(
                 bench["spec_decode_acceptance_length"], rel=1e-9)
-            assert len(vc.counters(rec)["accepted_per_pos"]) == rec.k
+            counted = vc.counters(rec)
+            assert counted is not None and len(counted.accepted_per_pos) == rec.k
         else:
-            assert got["spec_decode_acceptance_length"] is None
+            assert got.spec_decode_acceptance_length is None
     cal = [r for r in doc["rows"] if r["role"] == "calibration"]
     # the default rule: every rate of the SD server with the largest k, each run twice
     assert {r["config"] for r in cal} == {"sd-k4@0.5", "sd-k4@1"}

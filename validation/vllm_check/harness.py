@@ -7,8 +7,10 @@ committed drafter at each k -- drives each with vLLM's own ``vllm bench serve`` 
 measured), snapshots ``/metrics`` around every run, then judges (`validation.vllm_check.judgement`).
 `rejudge` fits again on runs a measured run recorded, with no server: their files from the folder's
 ``runs.json`` (`validation.vllm_check.runs_bundle`, which the measured run writes beside its
-``bench/`` and ``metrics/``), or from those two folders when it has none.  `write_check_report`
-writes the document as JSON (paths relative to its folder) and markdown.  The command
+``bench/`` and ``metrics/``), or from those two folders when it has none.  Both give a
+`CheckReport` (`validation.vllm_check.check_results`, like the `CheckPlan` of `plan`);
+`write_check_report` writes it as JSON (its ``to_dict()``, paths relative to its folder) and
+markdown.  The command
 (`psdlab.commands.check_vllm`) only parses arguments and prints: `settings_from_options` makes
 the `CheckSettings`, `check_vllm_command` does the rest.
 """
@@ -23,6 +25,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
+
+from psdlab.validation.vllm_check.check_results import (CalibrationChoice, CheckPlan,
+                                                        CheckReport, MeasuredRun, PlannedServer,
+                                                        RecordedSettings, Rejudging, RunRecord,
+                                                        ServedServer, SHARED_CORES_NOTE)
 
 Say = Callable[[str], None]
 
@@ -51,7 +58,7 @@ class CheckSettings:
     bootstrap: int = 10
 
 
-def plan(s: CheckSettings) -> dict[str, Any]:
+def plan(s: CheckSettings) -> CheckPlan:
     """The checked settings: rates, ks, servers, the calibration; one-line errors naming the
     option and its allowed range."""
     from psdlab.analysis.checks import check_int
@@ -71,14 +78,15 @@ def plan(s: CheckSettings) -> dict[str, Any]:
     ncpu = os.cpu_count() or 1
     for name, core in (("--target-core", s.target_core), ("--client-core", s.client_core)):
         check_int(name, core, minimum=-1, maximum=ncpu - 1)
-    servers = [("sd", k) for k in s.ks] + ([] if s.no_ar else [("ar", 0)])
-    configs = [run_config_name(m, k, r) for m, k in servers for r in s.rates]
+    servers = tuple(PlannedServer("sd", k) for k in s.ks) + (() if s.no_ar
+                                                             else (PlannedServer("ar", 0),))
+    configs = tuple(run_config_name(x.mode, x.k, r) for x in servers for r in s.rates)
     calibration = check_calibration(s.calibration, configs)
     if len(configs) < 2:
         raise ValueError("--rates/--ks: need at least two configurations (one to calibrate "
                          "on, one to predict)")
-    return {"rates": list(s.rates), "ks": list(s.ks), "servers": servers, "configs": configs,
-            "calibration": calibration}
+    return CheckPlan(rates=s.rates, ks=s.ks, servers=servers, configs=configs,
+                     calibration=calibration)
 
 
 def _models(s: CheckSettings, out: Path, progress: bool) -> tuple[str, str]:
@@ -94,12 +102,12 @@ def _models(s: CheckSettings, out: Path, progress: bool) -> tuple[str, str]:
     return str(target), draft
 
 
-def measure(s: CheckSettings, p: dict[str, Any], out: Path, say: Say,
-            progress: bool = True) -> tuple[list, list]:
+def measure(s: CheckSettings, p: CheckPlan, out: Path, say: Say,
+            progress: bool = True) -> tuple[list[RunRecord], list[ServedServer]]:
     """Start each server, run its bench runs (``repeats`` of every configuration, the rates
     interleaved within a repeat); the run records and per-server facts."""
     from psdlab.runtime.vllm_ext import serve_check as sc
-    from psdlab.validation.vllm_check.judgement import RunRecord, run_config_name
+    from psdlab.validation.vllm_check.judgement import run_config_name
 
     target, draft = _models(s, out, progress)
     texts = sc.tiny_texts(s.num_prompts, s.seed) if s.tiny \
@@ -108,8 +116,9 @@ def measure(s: CheckSettings, p: dict[str, Any], out: Path, say: Say,
     command = shlex.split(s.server_command) if s.server_command else None
     core = None if s.target_core < 0 else s.target_core
     client = None if s.client_core < 0 else s.client_core
-    records, servers = [], []
-    for mode, k in p["servers"]:
+    records: list[RunRecord] = []
+    servers: list[ServedServer] = []
+    for mode, k in ((x.mode, x.k) for x in p.servers):
         spec = sc.ServerSpec(name="ar" if mode == "ar" else f"sd-k{k}", target=target,
                              draft=draft if mode == "sd" else None, k=k, seed=s.seed,
                              max_model_len=512 if s.tiny else 1024)
@@ -120,7 +129,7 @@ def measure(s: CheckSettings, p: dict[str, Any], out: Path, say: Say,
             say(f"server {spec.name}: ready on port {server.port} after {ready:.0f} s")
             server.warm_up()
             for rep in range(s.repeats):
-                for rate in p["rates"]:
+                for rate in p.rates:
                     name = run_config_name(mode, k, rate)
                     run = sc.ServeRun(name=f"{name}-r{rep + 1}", request_rate=rate,
                                       num_prompts=s.num_prompts, output_len=s.output_len,
@@ -137,9 +146,9 @@ def measure(s: CheckSettings, p: dict[str, Any], out: Path, say: Say,
                         result=got["result"], metrics_before=got["metrics_before"],
                         metrics_after=got["metrics_after"],
                         load_before=tuple(load) if load else None))
-        servers.append({"name": spec.name, "mode": mode, "k": k, "port": server.port,
-                        "ready_s": ready, "argv": server.argv(),
-                        "log": str(server.log_path)})
+        servers.append(ServedServer(name=spec.name, mode=mode, k=k, port=server.port,
+                                    ready_s=ready, argv=tuple(server.argv()),
+                                    log=str(server.log_path)))
     return records, servers
 
 
@@ -163,7 +172,7 @@ def vllm_version() -> str | None:
     return None
 
 
-def drafter_ratio(option: str | None, servers: Sequence[dict[str, Any]],
+def drafter_ratio(option: str | None, servers: Sequence[ServedServer],
                   recorded: float | None = None) -> float | None:
     """``--drafter-ratio``: None, a number, or the ratio of the served models' configs (the
     target is the first argument after ``serve``, the drafter the speculative config's model).
@@ -179,12 +188,12 @@ def drafter_ratio(option: str | None, servers: Sequence[dict[str, Any]],
     return served_ratio(servers)
 
 
-def served_ratio(servers: Sequence[dict[str, Any]]) -> float | None:
+def served_ratio(servers: Sequence[ServedServer]) -> float | None:
     """The drafter/target forward ratio from the served models' configs (None when no server
     speculates); a one-line error when a config is not on this machine."""
     from psdlab.validation.serving_results.drafter_prior import ratio_from_configs
     for server in servers:
-        argv = list(server.get("argv") or [])
+        argv = list(server.argv)
         if "--speculative-config" in argv and "serve" in argv:
             target = argv[argv.index("serve") + 1]
             draft = json.loads(argv[argv.index("--speculative-config") + 1])["model"]
@@ -202,8 +211,8 @@ def _utc_now() -> str:
 
 
 def measure_and_judge(s: CheckSettings, out: Path, command: str, say: Say,
-                      progress: bool = True) -> tuple[dict[str, Any], str]:
-    """The measured run: plan, measure, judge; the document and its file stem."""
+                      progress: bool = True) -> tuple[CheckReport, str]:
+    """The measured run: plan, measure, judge; the report and its file stem."""
     from psdlab.validation.results_file import git_info, machine_info
     from psdlab.validation.vllm_check.judgement import evaluate
 
@@ -215,63 +224,55 @@ def measure_and_judge(s: CheckSettings, out: Path, command: str, say: Say,
     records, servers = measure(s, p, out, say, progress)
     measured_s = time.monotonic() - t0
     served = served_ratio(servers)
-    doc = evaluate(records, p["calibration"], seed=s.seed, bootstrap=s.bootstrap,
-                   drafter_to_target_ratio=drafter_ratio(s.drafter_ratio, servers, served))
-    doc = {**_chosen(s), **doc}
-    doc = {"command": command, "machine": machine_info(load0), "git": git_info(),
-           "date": started, "vllm_version": vllm_version(),
-           "paths": "relative to this file's directory",
-           "shared_cores_note": "other jobs may share this machine's cores: each run's load "
-                                "average before it is in rows[].load_before",
-           "settings": {**{k: v for k, v in p.items() if k != "servers"},
-                        "num_prompts": s.num_prompts, "output_len": s.output_len,
-                        "repeats": s.repeats, "tiny": s.tiny, "seed": s.seed,
-                        "target_core": s.target_core, "client_core": s.client_core},
-           "servers": servers, "served_drafter_to_target_ratio": served,
-           "runs": [r.to_dict() for r in records],
-           "measure_s": measured_s, "total_s": time.monotonic() - t0, **doc}
-    return doc, "check_vllm"
+    judged = evaluate(records, p.calibration, seed=s.seed, bootstrap=s.bootstrap,
+                      drafter_to_target_ratio=drafter_ratio(s.drafter_ratio, servers, served))
+    run = MeasuredRun(
+        machine=machine_info(load0), git=git_info(), date=started,
+        vllm_version=vllm_version(), shared_cores_note=SHARED_CORES_NOTE,
+        settings=RecordedSettings(
+            rates=p.rates, ks=p.ks, configs=p.configs, calibration=p.calibration,
+            num_prompts=s.num_prompts, output_len=s.output_len, repeats=s.repeats,
+            tiny=s.tiny, seed=s.seed, target_core=s.target_core, client_core=s.client_core),
+        servers=tuple(servers), served_drafter_to_target_ratio=served, runs=tuple(records),
+        measure_s=measured_s)
+    return CheckReport(judgement=judged, choice=_chosen(s), command=command, measured=run,
+                       total_s=time.monotonic() - t0), "check_vllm"
 
 
-def _chosen(s: CheckSettings) -> dict[str, Any]:
+def _chosen(s: CheckSettings) -> CalibrationChoice:
     from psdlab.validation.vllm_check.judgement import CALIBRATION_RULE
-    return {"calibration_default": s.calibration is None, "calibration_rule": CALIBRATION_RULE}
+    return CalibrationChoice(default=s.calibration is None, rule=CALIBRATION_RULE)
 
 
-#: what a re-judged document keeps of the measured run's (where, when, what ran)
-KEPT = ("machine", "git", "date", "vllm_version", "shared_cores_note", "settings", "servers",
-        "served_drafter_to_target_ratio", "runs", "measure_s")
-
-
-def rejudge(s: CheckSettings, out: Path, command: str) -> tuple[dict[str, Any], str]:
+def rejudge(s: CheckSettings, out: Path, command: str) -> tuple[CheckReport, str]:
     """``--reuse``: fit on the calibration among the runs recorded in ``out/check_vllm.json``
     (their files from ``out/runs.json``, else ``out/bench`` and ``out/metrics``), predict the
-    rest; the document (the measured run's machine, commit and date kept, the
+    rest; the report (the measured run's machine, commit and date kept, the
     re-judging's in ``rejudged``) and its stem ``check_vllm-<calibration>`` (the measured
     run's own file stays as it is)."""
+    from dataclasses import replace
+
     from psdlab.validation.results_file import git_info
-    from psdlab.validation.vllm_check.judgement import RunRecord, check_calibration, evaluate
-    from psdlab.validation.vllm_check.runs_bundle import FILE_KEYS, reused_files, swap_prefix
+    from psdlab.validation.vllm_check.judgement import check_calibration, evaluate
+    from psdlab.validation.vllm_check.runs_bundle import reused_files, swap_prefix
     path = out / "check_vllm.json"
     if not path.is_file():
         raise ValueError(f"--reuse: no {path} (run psdlab check-vllm -o {out} first)")
     old = json.loads(path.read_text())
-    order = list(dict.fromkeys(r["config"] for r in old["runs"]))
+    kept = MeasuredRun.from_dict(old)
+    order = list(dict.fromkeys(r.config for r in kept.runs))
     calibration = check_calibration(s.calibration, sorted(order))
-    ratio = drafter_ratio(s.drafter_ratio, old.get("servers") or [],
-                          old.get("served_drafter_to_target_ratio"))
+    ratio = drafter_ratio(s.drafter_ratio, kept.servers or (),
+                          kept.served_drafter_to_target_ratio)
     with reused_files(out, old["runs"]) as base:
-        records = [RunRecord(**{**r, "load_before": tuple(r["load_before"] or ()) or None,
-                                **{k: str(base / r[k]) for k in FILE_KEYS}})
-                   for r in old["runs"]]
-        doc = swap_prefix(evaluate(records, calibration, seed=s.seed, bootstrap=s.bootstrap,
-                                   drafter_to_target_ratio=ratio), base, out)
-    doc = {**_chosen(s), **doc}
-    doc = {"command": command, "paths": "relative to this file's directory",
-           "reused_from": path.name,
-           "rejudged": {"date": _utc_now(), "git": git_info()},
-           **{k: old.get(k) for k in KEPT}, **doc}
-    return doc, f"check_vllm-{calibration}"
+        records = [replace(r, load_before=r.load_before or None, result=str(base / r.result),
+                           metrics_before=str(base / r.metrics_before),
+                           metrics_after=str(base / r.metrics_after)) for r in kept.runs]
+        judged = swap_prefix(evaluate(records, calibration, seed=s.seed, bootstrap=s.bootstrap,
+                                      drafter_to_target_ratio=ratio), base, out)
+    return CheckReport(judgement=judged, choice=_chosen(s), command=command, measured=kept,
+                       rejudged=Rejudging(reused_from=path.name, date=_utc_now(),
+                                          git=git_info())), f"check_vllm-{calibration}"
 
 
 def _write(path: Path, text: str) -> None:
@@ -280,12 +281,12 @@ def _write(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def write_check_report(out: Path, doc: dict[str, Any], stem: str) -> tuple[Path, Path]:
+def write_check_report(out: Path, report: CheckReport, stem: str) -> tuple[Path, Path]:
     """``out/<stem>.json`` (paths relative to ``out``) and ``out/<stem>.md``."""
     from psdlab.validation.vllm_check.judgement import check_markdown
     paths = out / f"{stem}.json", out / f"{stem}.md"
-    _write(paths[0], relative_paths(json.dumps(doc, indent=2), out) + "\n")
-    _write(paths[1], check_markdown(doc))
+    _write(paths[0], relative_paths(json.dumps(report.to_dict(), indent=2), out) + "\n")
+    _write(paths[1], check_markdown(report))
     return paths
 
 
@@ -318,16 +319,17 @@ def check_vllm_command(s: CheckSettings, out: str, argv: list[str], *, reuse: bo
     folder = Path(out)
     command = "psdlab check-vllm " + shlex.join(argv)
     if reuse:
-        doc, stem = rejudge(s, folder, command)
+        report, stem = rejudge(s, folder, command)
     else:
-        doc, stem = measure_and_judge(s, folder, command,
+        report, stem = measure_and_judge(s, folder, command,
                                       (lambda t: None) if as_json else
                                       (lambda t: print(t, flush=True)),
                                       progress=not as_json)
-    paths = write_check_report(folder, doc, stem)
+    paths = write_check_report(folder, report, stem)
     if not reuse:                      # every run's files in one, keyed as the report's runs[]
         from psdlab.validation.vllm_check.runs_bundle import write_runs_bundle
         write_runs_bundle(folder, json.loads(paths[0].read_text())["runs"])
     if as_json:
+        doc = report.to_dict()
         return json.dumps({k: doc[k] for k in ("calibration", "rows", "summary", "held_out")})
-    return check_markdown(doc) + f"\nwrote {paths[0]} and {paths[1]}"
+    return check_markdown(report) + f"\nwrote {paths[0]} and {paths[1]}"

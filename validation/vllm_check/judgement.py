@@ -14,68 +14,47 @@ measurement enters a prediction.  Each configuration is compared on mean TTFT, m
 output throughput and acceptance length (vLLM bench's own keys; every one judged on every
 held-out configuration, acceptance length where it speculates), each beside the spread of the
 configuration's own repeats (the run-to-run noise), so a miss can be told from noise.
+`evaluate` gives the judgement as a `CheckJudgement` (`validation.vllm_check.check_results`);
+`check_markdown` writes a report's table from its fields.
 """
 from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict, dataclass
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-#: the compared figures: vLLM bench key -> label
-METRICS = {"mean_ttft_ms": "mean TTFT (ms)", "mean_tpot_ms": "mean TPOT (ms)",
-           "output_throughput": "output throughput (tok/s)",
-           "spec_decode_acceptance_length": "acceptance length"}
-GOAL = 0.10
+from psdlab.validation.vllm_check.check_results import (GOAL, METRICS, CheckJudgement,
+                                                        CheckReport, ConfigRow, HeldOutTally,
+                                                        MetricSummary, PerFigure, RunRecord)
 
-
-@dataclass(frozen=True)
-class RunRecord:
-    """One measured bench run of a configuration."""
-
-    config: str            # e.g. "sd-k4@0.5"
-    mode: str              # "ar" or "sd"
-    k: int
-    request_rate: float
-    repeat: int
-    result: str            # the bench JSON
-    metrics_before: str
-    metrics_after: str
-    load_before: tuple[float, ...] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+if TYPE_CHECKING:
+    from psdlab.analysis.formats.records import SpecCounters
+    from psdlab.validation.serving_results.calibration import BenchFit
 
 
 def run_config_name(mode: str, k: int, rate: float) -> str:
     return f"{'ar' if mode == 'ar' else f'sd-k{k}'}@{rate:g}"
 
 
-def measured(rec: RunRecord) -> dict[str, float | None]:
+def measured(rec: RunRecord) -> PerFigure[float | None]:
     """The compared figures of one run: vLLM bench's, with the acceptance length from the run's
     ``/metrics`` counters (1 + accepted / drafts) when speculation is on."""
-    from psdlab.analysis.formats import vllm_bench, vllm_metrics
+    from psdlab.analysis.formats import vllm_bench
     s = vllm_bench.read(rec.result)
-    out: dict[str, float | None] = {"mean_ttft_ms": s.stats_ms.get("mean_ttft_ms"),
-                                    "mean_tpot_ms": s.stats_ms.get("mean_tpot_ms"),
-                                    "output_throughput": s.output_throughput,
-                                    "spec_decode_acceptance_length": None}
-    if rec.mode != "ar":
-        c = vllm_metrics.read_delta(rec.metrics_before, rec.metrics_after)
-        out["spec_decode_acceptance_length"] = (
-            1.0 + c.num_accepted_tokens / c.num_drafts if c.num_drafts else None)
-    return out
+    c = counters(rec)
+    return PerFigure(mean_ttft_ms=s.stats_ms.get("mean_ttft_ms"),
+                     mean_tpot_ms=s.stats_ms.get("mean_tpot_ms"),
+                     output_throughput=s.output_throughput,
+                     spec_decode_acceptance_length=(1.0 + c.num_accepted_tokens / c.num_drafts
+                                                    if c is not None and c.num_drafts else None))
 
 
-def counters(rec: RunRecord) -> dict[str, Any] | None:
+def counters(rec: RunRecord) -> SpecCounters | None:
     """The run's spec-decode counter deltas (None for AR)."""
     if rec.mode == "ar":
         return None
     from psdlab.analysis.formats import vllm_metrics
-    c = vllm_metrics.read_delta(rec.metrics_before, rec.metrics_after)
-    return {"num_drafts": c.num_drafts, "num_draft_tokens": c.num_draft_tokens,
-            "num_accepted_tokens": c.num_accepted_tokens,
-            "accepted_per_pos": list(c.accepted_per_pos)}
+    return vllm_metrics.read_delta(rec.metrics_before, rec.metrics_after)
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -155,11 +134,10 @@ def _counter_span(runs: Sequence[RunRecord], cal: Sequence[RunRecord],
 
 def evaluate(runs: Sequence[RunRecord], calibration: str, *, seed: int = 0,
              bootstrap: int = 10,
-             drafter_to_target_ratio: float | None = None) -> dict[str, Any]:
+             drafter_to_target_ratio: float | None = None) -> CheckJudgement:
     """Fit on the runs of configuration ``calibration``, predict every configuration (the
-    calibration one in-sample), compare; the results document's body."""
+    calibration one in-sample), compare; the judgement."""
     from psdlab.validation.serving_results.calibration import fit_from_bench
-    from psdlab.validation.serving_results.predict import predict_bench
 
     cal = [r for r in runs if in_calibration(r.config, calibration)]
     if not cal:
@@ -171,65 +149,58 @@ def evaluate(runs: Sequence[RunRecord], calibration: str, *, seed: int = 0,
                          metrics_after=cal[-1].metrics_after if sd else None,
                          seed=seed, bootstrap=bootstrap,
                          drafter_to_target_ratio=ratio)
-    workload = cal[0].result
     configs: dict[str, list[RunRecord]] = {}
     for r in runs:
         configs.setdefault(r.config, []).append(r)
-    rows: list[dict[str, Any]] = []
-    for name, reps in configs.items():
-        first = reps[0]
-        meas_each = [measured(r) for r in reps]
-        meas = {m: _mean([x[m] for x in meas_each]) for m in METRICS}
-        try:
-            pred_doc = predict_bench(fit, workload, mode=first.mode, k=first.k,
-                                     request_rate=first.request_rate, max_concurrency=None,
-                                     seed=seed)
-            why = None
-        except ValueError as exc:      # e.g. SD from a fit that saw no speculation
-            pred_doc, why = {}, str(exc).splitlines()[0]
-        pred = {m: (None if first.mode == "ar" and m == "spec_decode_acceptance_length"
-                    else _num(pred_doc.get(m))) for m in METRICS}
-        expected = (pred_doc.get("psdlab", {}).get("prediction", {})
-                    .get("expected_acceptance_length"))
-        if first.mode != "ar" and expected is not None:
-            # the fitted acceptance's expectation, not one simulated run's draw of it
-            pred["spec_decode_acceptance_length"] = _num(expected)
-        rows.append({
-            "config": name, "mode": first.mode, "k": first.k,
-            "request_rate": first.request_rate,
-            "role": "calibration" if in_calibration(name, calibration) else "held-out",
-            "repeats": len(reps), "measured": meas, "predicted": pred,
-            "not_predicted": why,
-            "error": {m: _err(pred[m], meas[m]) for m in METRICS},
-            "noise": {m: noise([x[m] for x in meas_each]) for m in METRICS},
-            "measured_repeats": meas_each, "counters": [counters(r) for r in reps],
-            "load_before": [r.load_before for r in reps],
-            "results": [r.result for r in reps]})
-    held = [r for r in rows if r["role"] == "held-out"]
-    within = {m: [abs(r["error"][m]) <= GOAL for r in held if r["error"][m] is not None]
-              for m in METRICS}
-    judged = [(r["error"][m], r["noise"][m]) for r in held for m in METRICS
-              if r["error"][m] is not None]
-    misses = [(e, n) for e, n in judged if abs(e) > GOAL]
+    rows = tuple(_row(reps, fit, cal[0].result, calibration, seed) for reps in configs.values())
+    held = [r for r in rows if r.role == "held-out"]
+    judged = [(e, r.noise.get(m)) for r in held for m, e in r.error.items() if e is not None]
     span = _counter_span(list(runs), cal, calibration) if sd else None
-    return {"calibration": calibration,
-            "calibration_configs": sorted({r.config for r in cal}),
-            "goal": GOAL, "fit": fit.to_dict(),
-            "drafter_to_target_ratio": ratio,
-            "notes": [span] if span else [],
-            "rows": rows,
-            "held_out": {"judged": len(judged),
-                         "within_goal": sum(abs(e) <= GOAL for e, _ in judged),
-                         "with_repeat_noise": sum(n is not None for _, n in judged),
-                         "misses_beyond_noise": sum(n is not None and abs(e) > n
-                                                    for e, n in misses),
-                         "misses_within_noise": sum(n is not None and abs(e) <= n
-                                                    for e, n in misses),
-                         "misses_noise_unmeasured": sum(n is None for _, n in misses)},
-            "summary": {m: {"held_out_within_goal": sum(v), "held_out_compared": len(v),
-                            "max_abs_error": max((abs(r["error"][m]) for r in held
-                                                  if r["error"][m] is not None), default=None)}
-                        for m, v in within.items()}}
+    return CheckJudgement(
+        calibration=calibration, calibration_configs=tuple(sorted({r.config for r in cal})),
+        goal=GOAL, fit=fit, drafter_to_target_ratio=ratio, notes=(span,) if span else (),
+        rows=rows, held_out=HeldOutTally.of(judged),
+        summary=PerFigure.of(lambda m: MetricSummary.of(
+            [e for e in (r.error.get(m) for r in held) if e is not None])))
+
+
+def _row(reps: Sequence[RunRecord], fit: BenchFit, workload: str, calibration: str,
+         seed: int) -> ConfigRow:
+    """One configuration's runs ``reps`` measured, predicted from ``fit`` on the calibration's
+    first result's requests ``workload``, compared."""
+    from psdlab.validation.serving_results.predict import predict_bench
+
+    first = reps[0]
+    each = tuple(measured(r) for r in reps)
+    meas = PerFigure.of(lambda m: _mean([x.get(m) for x in each]))
+    pred_doc: Mapping[str, Any]
+    try:
+        pred_doc = predict_bench(fit, workload, mode=first.mode, k=first.k,
+                                 request_rate=first.request_rate, max_concurrency=None,
+                                 seed=seed)
+        why = None
+    except ValueError as exc:      # e.g. SD from a fit that saw no speculation
+        pred_doc, why = {}, str(exc).splitlines()[0]
+    expected = (pred_doc.get("psdlab", {}).get("prediction", {})
+                .get("expected_acceptance_length"))
+
+    def predicted(m: str) -> float | None:
+        if m != "spec_decode_acceptance_length":
+            return _num(pred_doc.get(m))
+        if first.mode == "ar":
+            return None
+        # the fitted acceptance's expectation, not one simulated run's draw of it
+        return _num(pred_doc.get(m) if expected is None else expected)
+
+    pred = PerFigure.of(predicted)
+    return ConfigRow(
+        config=first.config, mode=first.mode, k=first.k, request_rate=first.request_rate,
+        role="calibration" if in_calibration(first.config, calibration) else "held-out",
+        repeats=len(reps), measured=meas, predicted=pred, not_predicted=why,
+        error=PerFigure.of(lambda m: _err(pred.get(m), meas.get(m))),
+        noise=PerFigure.of(lambda m: noise([x.get(m) for x in each])),
+        measured_repeats=each, counters=tuple(counters(r) for r in reps),
+        load_before=tuple(r.load_before for r in reps), results=tuple(r.result for r in reps))
 
 
 def _num(x: Any) -> float | None:
@@ -248,41 +219,43 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:+.1f}%"
 
 
-def _provenance(doc: Mapping[str, Any]) -> list[str]:
-    """Where and when (lines for the markdown), when the document says."""
-    if "machine" not in doc:
+def _provenance(report: CheckReport) -> list[str]:
+    """Where and when (lines for the markdown), when the report says."""
+    run = report.measured
+    if run is None:
         return []
-    m, g = doc["machine"], doc.get("git") or {}
-    loads = [r["load_before"][0] for r in doc.get("runs", []) if r.get("load_before")]
+    m, g = run.machine or {}, run.git or {}
+    loads = [r.load_before[0] for r in run.runs if r.load_before]
     load = f"{min(loads):.2f}-{max(loads):.2f}" if loads else "not recorded"
-    lines = [f"Measured {doc.get('date')} on {m.get('cpu_model')} ({m.get('cpus')} CPUs; "
-             f"{', '.join(m.get('cpu_flags') or [])}), {doc.get('vllm_version')}, commit "
+    lines = [f"Measured {run.date} on {m.get('cpu_model')} ({m.get('cpus')} CPUs; "
+             f"{', '.join(m.get('cpu_flags') or [])}), {run.vllm_version}, commit "
              f"{g.get('short')} ({g.get('tree')}). Other jobs shared the cores: 1-minute load "
              f"average before the runs {load}.", ""]
-    again = doc.get("rejudged")
+    again = report.rejudged
     if again:
-        rg = again.get("git") or {}
-        lines += [f"Re-judged without a server {again.get('date')} at commit {rg.get('short')} "
-                  f"({rg.get('tree')}): `{doc.get('command')}`.", ""]
+        rg = again.git or {}
+        lines += [f"Re-judged without a server {again.date} at commit {rg.get('short')} "
+                  f"({rg.get('tree')}): `{report.command}`.", ""]
     return lines
 
 
-def _calibration(doc: Mapping[str, Any]) -> list[str]:
+def _calibration(report: CheckReport) -> list[str]:
     """What the fit saw and why (lines for the markdown)."""
-    configs = doc.get("calibration_configs") or [doc["calibration"]]
+    judged, choice = report.judgement, report.choice
+    configs = judged.calibration_configs or (judged.calibration,)
     how = ("every rate of one server, fitted jointly" if len(configs) > 1
            else "one configuration")
     line = f"Calibration: {', '.join(configs)} ({how})."
-    if doc.get("calibration_rule"):
+    if choice is not None and choice.rule:
         line += (" Chosen by the default rule, stated before any held-out error was seen: "
-                 f"{doc['calibration_rule']}." if doc.get("calibration_default")
-                 else " Chosen with --calibration.")
+                 f"{choice.rule}." if choice.default else " Chosen with --calibration.")
     return [line, ""]
 
 
-def _mark(r: Mapping[str, Any], m: str, goal: float) -> str:
-    err, spread = r["error"][m], r["noise"][m]
-    if r["role"] != "held-out" or err is None:
+def _mark(role: str, err: float | None, spread: float | None, goal: float) -> str:
+    """A figure's verdict: within ``goal``, or a miss told from its repeat noise ``spread``
+    (held-out figures only)."""
+    if role != "held-out" or err is None:
         return ""
     if abs(err) <= goal:
         return " ok"
@@ -291,41 +264,42 @@ def _mark(r: Mapping[str, Any], m: str, goal: float) -> str:
     return " MISS (within noise)" if abs(err) <= spread else " MISS (beyond noise)"
 
 
-def check_markdown(doc: Mapping[str, Any]) -> str:
+def check_markdown(report: CheckReport) -> str:
     """The predicted-vs-measured table (one line per configuration and figure)."""
-    lines = [f"# psdlab check-vllm: calibrated on `{doc['calibration']}`, predicting the others",
-             "", *_calibration(doc),
-             f"Goal: |error| <= {100 * doc['goal']:.0f}% on every held-out figure (each of "
+    doc = report.judgement
+    lines = [f"# psdlab check-vllm: calibrated on `{doc.calibration}`, predicting the others",
+             "", *_calibration(report),
+             f"Goal: |error| <= {100 * doc.goal:.0f}% on every held-out figure (each of "
              "the four on every held-out configuration; acceptance length where it "
              "speculates). Repeat noise: (max - min) / mean over a configuration's repeats "
              "(- : run once).", "",
-             *_provenance(doc),
+             *_provenance(report),
              "| configuration | role | figure | measured | predicted | error | repeat noise |",
              "|---|---|---|---|---|---|---|"]
-    order = sorted(doc["rows"], key=lambda r: (r["role"] != "calibration", r["config"]))
+    order = sorted(doc.rows, key=lambda r: (r.role != "calibration", r.config))
     for r in order:
         for m, label in METRICS.items():
-            if r["measured"][m] is None and r["predicted"][m] is None:
+            meas, pred, err = r.measured.get(m), r.predicted.get(m), r.error.get(m)
+            if meas is None and pred is None:
                 continue
-            lines.append(f"| {r['config']} | {r['role']} (x{r['repeats']}) | {label} | "
-                         f"{_f(r['measured'][m], '.4g')} | {_f(r['predicted'][m], '.4g')} | "
-                         f"{_pct(r['error'][m])}{_mark(r, m, doc['goal'])} | "
-                         f"{_pct(r['noise'][m]).lstrip('+')} |")
-    lines += [f"\n{r['config']}: not predicted ({r['not_predicted']})" for r in order
-              if r.get("not_predicted")]
+            lines.append(f"| {r.config} | {r.role} (x{r.repeats}) | {label} | "
+                         f"{_f(meas, '.4g')} | {_f(pred, '.4g')} | "
+                         f"{_pct(err)}{_mark(r.role, err, r.noise.get(m), doc.goal)} | "
+                         f"{_pct(r.noise.get(m)).lstrip('+')} |")
+    lines += [f"\n{r.config}: not predicted ({r.not_predicted})" for r in order
+              if r.not_predicted]
     lines += ["", "Held-out figures within the goal: " + ", ".join(
-        f"{METRICS[m]} {s['held_out_within_goal']}/{s['held_out_compared']}"
-        for m, s in doc["summary"].items())]
-    h = doc.get("held_out")
-    if h:
-        misses = h["judged"] - h["within_goal"]
-        lines[-1] += f"; {h['within_goal']} of {h['judged']} in all."
-        lines += ["", f"Repeat noise measured for {h['with_repeat_noise']} of {h['judged']} "
-                  f"held-out figures (a configuration run once has none). Of the {misses} "
-                  f"misses, {h['misses_beyond_noise']} exceed their repeat noise, "
-                  f"{h['misses_within_noise']} lie within it, {h['misses_noise_unmeasured']} "
-                  f"have no repeat noise measured."]
-    notes = list(doc.get("notes") or []) + list((doc.get("fit") or {}).get("notes") or [])
+        f"{METRICS[m]} {s.held_out_within_goal}/{s.held_out_compared}"
+        for m, s in doc.summary.items())]
+    h = doc.held_out
+    misses = h.judged - h.within_goal
+    lines[-1] += f"; {h.within_goal} of {h.judged} in all."
+    lines += ["", f"Repeat noise measured for {h.with_repeat_noise} of {h.judged} "
+              f"held-out figures (a configuration run once has none). Of the {misses} "
+              f"misses, {h.misses_beyond_noise} exceed their repeat noise, "
+              f"{h.misses_within_noise} lie within it, {h.misses_noise_unmeasured} "
+              f"have no repeat noise measured."]
+    notes = list(doc.notes) + list(doc.fit.notes)
     if notes:
         lines += ["", "What the calibration could and could not identify (the fit's notes):", ""]
         lines += [f"- {n}" for n in notes]
