@@ -83,15 +83,14 @@ def test_paper_model_picks_lemma_optima_on_exact_frontier() -> None:
     t_star = float(sd_draft_time_exponential(alpha, V))
     ts = [0.5, 1.0, t_star, V, 5.0]
     out = predict_optima(_exp_points(alpha, V, ts), k=4, m=4)
-    p = out["predictions"]["paper.points"]
-    assert p["best_sd"]["drafter"] == "d2" and p["best_psd"]["drafter"] == "d3"  # t = V
-    assert out["fit"]["alpha_per_s"] == pytest.approx(alpha, rel=1e-6)
-    assert out["fit"]["alpha_v"] == pytest.approx(3.0, rel=1e-6)
-    assert out["theory_at_alpha_v"]["t_sd_opt_s"] == pytest.approx(t_star, rel=1e-6)
+    p = out.predictions["paper.points"]
+    assert p.best_sd.drafter == "d2" and p.best_psd.drafter == "d3"  # t = V
+    assert out.fit.alpha_per_s == pytest.approx(alpha, rel=1e-6)
+    assert out.fit.alpha_v == pytest.approx(3.0, rel=1e-6)
+    assert out.theory_at_alpha_v.t_sd_opt_s == pytest.approx(t_star, rel=1e-6)
     # on exact data the discrete ratio at the continuous optima is the exact ratio
-    assert p["ratio_sd_over_psd"] == pytest.approx(out["theory_at_alpha_v"]["exact_ratio"],
-                                                   rel=1e-6)
-    assert out["envelope"] == [f"d{i}" for i in range(5)]
+    assert p.ratio_sd_over_psd == pytest.approx(out.theory_at_alpha_v.exact_ratio, rel=1e-6)
+    assert out.envelope == tuple(f"d{i}" for i in range(5))
 
 
 def test_batch_model_bonus_token_and_overhead_move_the_optimum() -> None:
@@ -101,10 +100,10 @@ def test_batch_model_bonus_token_and_overhead_move_the_optimum() -> None:
     pts = [FrontierPoint("fast", t=0.1, V=V, vsr=0.01, tokens_per_step=4 * 1.04),
            FrontierPoint("good", t=1.0, V=V, vsr=0.5, tokens_per_step=4 * 3.0, overhead=0.0)]
     out = predict_optima(pts, k=4, m=4)
-    paper, batch = out["predictions"]["paper.points"], out["predictions"]["batch.points"]
-    assert paper["psd_time_per_token_s"][0] > 10 * paper["psd_time_per_token_s"][1]
-    assert batch["psd_time_per_token_s"][0] == pytest.approx((1.0 + 0.0) / (4 * 1.04))
-    assert batch["best_psd"]["drafter"] == "good"
+    paper, batch = out.predictions["paper.points"], out.predictions["batch.points"]
+    assert paper.psd_time_per_token_s[0] > 10 * paper.psd_time_per_token_s[1]
+    assert batch.psd_time_per_token_s[0] == pytest.approx((1.0 + 0.0) / (4 * 1.04))
+    assert batch.best_psd.drafter == "good"
     sd, psd = batch_times(np.array([0.1, 1.0]), np.array([V, V]), np.array([4.16, 12.0]),
                           np.array([0.5, 0.5]), 0.0, 0.0)
     assert sd == pytest.approx([(0.1 + 1 + 0.5) / 4.16, (2 + 0.5) / 12.0])

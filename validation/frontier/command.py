@@ -41,4 +41,4 @@ def frontier_command(output: str, *, k: int = 4, batch: int = 4, depths: str | N
         changes["depths"] = parse_depths(depths)
     plan = replace(plan, **changes)
     result = run_frontier(output, plan, target, draft, quiet=as_json, prompts_file=prompts_file)
-    return json.dumps(finite(result)) if as_json else terminal_summary(result)
+    return json.dumps(finite(result.to_dict())) if as_json else terminal_summary(result)

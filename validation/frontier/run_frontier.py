@@ -23,7 +23,7 @@ import os
 import platform
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -32,53 +32,19 @@ import numpy as np
 from psdlab.analysis.checks import check_int
 from psdlab.analysis.metrics import decode_steps, is_decode_step, summarize
 from psdlab.analysis.trace import Trace
-from psdlab.validation.frontier.verdicts import judge, measured_table
+from psdlab.validation.frontier.frontier_results import (QUICK_DEPTHS, FrontierFiles,
+                                                         FrontierMachine, FrontierResult,
+                                                         FrontierRun, FrontierWorkload)
+from psdlab.validation.frontier.frontier_results import FrontierPlan as FrontierPlan
+from psdlab.validation.frontier.frontier_results import Member as Member
 from psdlab.validation.frontier.theory import FrontierPoint, predict_optima
-
-DEFAULT_DEPTHS = (2, 8, 28, 29, 30)
-QUICK_DEPTHS = (2, 30)
-
-
-@dataclass(frozen=True)
-class FrontierPlan:
-    k: int = 4
-    m: int = 4
-    depths: tuple[int, ...] = DEFAULT_DEPTHS
-    num_prompts: int = 24
-    max_new_tokens: int = 16
-    rounds: int = 2
-    iso_c_rounds: int = 1       # rounds that also run PSD at 2 x m/2 (iso-concurrency)
-    backend: str = "process"
-    quick: bool = False
-
-    def __post_init__(self) -> None:
-        check_int("k", self.k, minimum=1, maximum=64)
-        check_int("batch", self.m, minimum=1, maximum=64)
-        check_int("prompts", self.num_prompts, minimum=1, maximum=1000)
-        check_int("max_new_tokens", self.max_new_tokens, minimum=2, maximum=512)
-        check_int("rounds", self.rounds, minimum=1, maximum=20)
-        check_int("iso_c_rounds", self.iso_c_rounds, minimum=0, maximum=self.rounds)
-        if not self.depths:
-            raise ValueError("depths: need at least one early-exit depth")
-        for d in self.depths:
-            check_int("depths[]", d, minimum=1)
+from psdlab.validation.frontier.verdicts import judge, measured_table
 
 
 def quick_plan(k: int = 4, m: int = 4) -> FrontierPlan:
     """A smoke run: two exits and the committed drafter, few prompts and tokens, one round."""
     return FrontierPlan(k=k, m=m, depths=QUICK_DEPTHS, num_prompts=3 * m, max_new_tokens=8,
                         rounds=1, quick=True)
-
-
-@dataclass(frozen=True)
-class Member:
-    """One drafter of the family: its name, early-exit depth (None: the committed one),
-    whether it was distilled, its model directory."""
-    name: str
-    depth: int | None
-    distilled: bool
-    path: str
-    layers: int
 
 
 def _say(msg: str, quiet: bool) -> None:
@@ -160,23 +126,24 @@ def overlapped_phases(traces: Sequence[Trace]) -> tuple[float | None, float | No
     return (float(np.mean(t)) if t else None), (float(np.mean(v)) if v else None)
 
 
-def _run_record(trace: Trace, mode: str, rnd: int, wall: float) -> dict[str, Any]:
+def _run_record(drafter: str, trace: Trace, mode: str, rnd: int,
+                wall: float) -> FrontierRun:
     s = summarize(trace)
     dec = s.get("decode_throughput_tok_s")
     tpt, steady = time_per_token(trace)
-    return {"mode": mode, "round": rnd, "wall_s": wall,
-            "time_per_token_s": tpt,
-            "steady": steady,
-            "decode_time_per_token_s": 1.0 / dec if dec else None,
-            "t_s": s.get("mean_draft_time_s"), "V_s": s.get("mean_verify_time_s"),
-            "vsr": s.get("vsr"), "mean_acceptance_length": s.get("mean_acceptance_length"),
-            "accepted": s.get("accepted_tokens"), "proposed": s.get("proposed_tokens"),
-            "draft_hidden_fraction": s.get("draft_hidden_fraction")}
+    return FrontierRun(drafter=drafter, mode=mode, round=rnd, wall_s=wall,
+                       time_per_token_s=tpt, steady=steady,
+                       decode_time_per_token_s=1.0 / dec if dec else None,
+                       t_s=s.get("mean_draft_time_s"), V_s=s.get("mean_verify_time_s"),
+                       vsr=s.get("vsr"), mean_acceptance_length=s.get("mean_acceptance_length"),
+                       accepted=s.get("accepted_tokens"), proposed=s.get("proposed_tokens"),
+                       draft_hidden_fraction=s.get("draft_hidden_fraction"))
 
 
 def measure_member(member: Member, target_dir: str, requests: list, plan: FrontierPlan,
                    tokenizer: Any = None, trace_dir: str | None = None, quiet: bool = True,
-                   with_ar: bool = True) -> tuple[list[dict], dict[str, list], dict[str, list]]:
+                   with_ar: bool = True
+                   ) -> tuple[list[FrontierRun], dict[str, list], dict[str, list]]:
     """All runs of one drafter on one set of workers (AR at m and 2m too ``with_ar``);
     returns the run records, the traces by mode and the outputs by run."""
     from psdlab.runtime.controller import Engine, EngineConfig
@@ -188,7 +155,7 @@ def measure_member(member: Member, target_dir: str, requests: list, plan: Fronti
     if m >= 2:
         runs["psd_iso_c"] = replace(base, batch=m // 2)
     refs = {"ar": replace(base, mode="ar"), "ar_2m": replace(base, mode="ar", batch=2 * m)}
-    records: list[dict] = []
+    records: list[FrontierRun] = []
     traces: dict[str, list] = {}
     outputs: dict[str, list] = {}
     with Engine(base, ModelSpec(target_dir), ModelSpec(member.path), tokenizer) as eng:
@@ -204,8 +171,8 @@ def measure_member(member: Member, target_dir: str, requests: list, plan: Fronti
                                      "stopped_after_last_admission": hook is not None})
             if res.interrupted:
                 raise KeyboardInterrupt
-            rec = _run_record(res.trace, mode, rnd, time.perf_counter() - start)
-            records.append({"drafter": member.name, **rec})
+            records.append(_run_record(member.name, res.trace, mode, rnd,
+                                       time.perf_counter() - start))
             outputs[f"{mode}_{rnd}"] = [o.token_ids for o in res.outputs]
             traces.setdefault(mode, []).append(res.trace)
             return res.trace
@@ -253,22 +220,24 @@ def frontier_point(name: str, traces: Sequence[Trace],
                          V_cv=float(va.std() / va.mean()) if va.mean() > 0 else 0.0)
 
 
-def frontier_machine() -> dict[str, Any]:
+def frontier_machine() -> FrontierMachine:
     """CPU model, its vector flags, cores, load average, date, git commit
     (`validation.results_file`'s record, under this file's keys)."""
     from psdlab.validation.results_file import git_info
     from psdlab.validation.results_file import machine_info as machine
     m, git = machine(), git_info()
-    return {"cpu_model": m["cpu_model"], "flags": m["cpu_flags"], "cores": m["cpus"],
-            "cores_usable": m["cpus_usable"], "load_average": m["load_after"],
-            "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "git_commit": git["commit"] or "", "git_dirty": git["tree"] != "clean",
-            "python": platform.python_version()}
+    load = m["load_after"]
+    return FrontierMachine(cpu_model=m["cpu_model"], flags=tuple(m["cpu_flags"]),
+                           cores=m["cpus"], cores_usable=m["cpus_usable"],
+                           load_average=None if load is None else tuple(load),
+                           date_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                           git_commit=git["commit"] or "", git_dirty=git["tree"] != "clean",
+                           python=platform.python_version())
 
 
 def run_frontier(out_dir: str, plan: FrontierPlan, target_dir: str | None = None,
                  draft_dir: str | None = None, quiet: bool = False,
-                 prompts_file: str | None = None) -> dict[str, Any]:
+                 prompts_file: str | None = None) -> FrontierResult:
     """The whole experiment: build the family, measure it, predict, judge, write files.
     Prompts: ``prompts_file`` (text or ``prompt_ids`` lines), default the shipped held-out
     split (never the split the committed drafter was distilled on)."""
@@ -285,7 +254,7 @@ def run_frontier(out_dir: str, plan: FrontierPlan, target_dir: str | None = None
     out = Path(out_dir)
     trace_dir = out / "traces"
     trace_dir.mkdir(parents=True, exist_ok=True)
-    records: list[dict] = []
+    records: list[FrontierRun] = []
     points: list[FrontierPoint] = []
     reference: list | None = None
     for i, mb in enumerate(members):
@@ -295,21 +264,19 @@ def run_frontier(out_dir: str, plan: FrontierPlan, target_dir: str | None = None
                                                str(trace_dir), quiet, with_ar)
         reference = reference or outputs.get("ar_1")
         assert reference is not None            # the first member measures AR
-        for rec in recs:
-            rec["lossless"] = prefix_equal(outputs[f"{rec['mode']}_{rec['round']}"], reference)
-        records += recs
+        records += [replace(rec, lossless=prefix_equal(outputs[f"{rec.mode}_{rec.round}"],
+                                                       reference)) for rec in recs]
         points.append(frontier_point(mb.name, traces["sd"], traces.get("psd", ())))
     pred = predict_optima(points, plan.k, plan.m)
     table = measured_table(members, records)
-    result: dict[str, Any] = {"plan": asdict(plan), "machine": started,
-              "machine_end": {"load_average": list(os.getloadavg())},
-              "workload": {"prompts": prompts_file or "shipped, split heldout",
-                           "requests": len(requests),
-                           "max_new_tokens": plan.max_new_tokens, "greedy": True},
-              "family": [asdict(mb) for mb in members],
-              "points": [asdict(p) for p in points], "measured": table,
-              "prediction": pred, "judgement": judge(table, points, pred, records),
-              "runs": records}
-    result["wall_s"] = time.perf_counter() - start
-    result["files"] = write_outputs(out, result)
+    judgement = judge(table, points, pred, records)
+    result = FrontierResult(
+        plan=plan, machine=started, load_average_end=tuple(os.getloadavg()),
+        workload=FrontierWorkload(prompts=prompts_file or "shipped, split heldout",
+                                  requests=len(requests), max_new_tokens=plan.max_new_tokens,
+                                  greedy=True),
+        family=tuple(members), points=tuple(points), measured=tuple(table), prediction=pred,
+        judgement=judgement, runs=tuple(records), wall_s=time.perf_counter() - start,
+        files=FrontierFiles.in_folder(out))
+    write_outputs(result)
     return result

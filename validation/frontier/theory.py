@@ -28,7 +28,7 @@ the target emits per step (all sequences, bonus included).  Everything here is n
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -37,6 +37,12 @@ from scipy.optimize import minimize_scalar
 from psdlab.analysis.checks import check_int
 from psdlab.analysis.theory import (exact_ratio, expected_max, peak_alpha_v,
                                     sd_draft_time_exponential)
+from psdlab.validation.frontier.prediction_results import (PREDICTION_MODELS, BatchOptimum,
+                                                           BestDrafter, ContentionSlowdowns,
+                                                           ContinuousOptima, FitSummary,
+                                                           FrontierPrediction, ModelPrediction,
+                                                           PaperOptimum, PooledInputs,
+                                                           TheoryAtAlphaV)
 
 MODELS = ("paper", "batch")
 
@@ -166,33 +172,35 @@ def contention(points: Sequence[FrontierPoint]) -> tuple[np.ndarray, np.ndarray]
     return out_t, out_v
 
 
-def _best(names: Sequence[str], t: np.ndarray, times: np.ndarray) -> dict[str, Any]:
+def _best(names: Sequence[str], t: np.ndarray, times: np.ndarray) -> BestDrafter:
     i = int(np.argmin(times))
-    return {"drafter": names[i], "t_s": float(t[i]), "time_per_token_s": float(times[i])}
+    return BestDrafter(drafter=names[i], t_s=float(t[i]), time_per_token_s=float(times[i]))
 
 
-def _prediction(names, t, sd, psd) -> dict[str, Any]:
+def _prediction(names: Sequence[str], t: np.ndarray, sd: np.ndarray,
+                psd: np.ndarray) -> ModelPrediction:
     best_sd, best_psd = _best(names, t, sd), _best(names, t, psd)
-    return {"sd_time_per_token_s": [float(x) for x in sd],
-            "psd_time_per_token_s": [float(x) for x in psd],
-            "best_sd": best_sd, "best_psd": best_psd,
-            "ratio_sd_over_psd": best_sd["time_per_token_s"] / best_psd["time_per_token_s"]}
+    return ModelPrediction(sd_time_per_token_s=tuple(float(x) for x in sd),
+                           psd_time_per_token_s=tuple(float(x) for x in psd),
+                           best_sd=best_sd, best_psd=best_psd,
+                           ratio_sd_over_psd=best_sd.time_per_token_s
+                           / best_psd.time_per_token_s)
 
 
 def _continuous_batch(fit: ExpFit, V: float, o: float, tcv: float, vcv: float, k: int,
-                      m: int, t_max: float, slow: tuple[float, float]) -> dict[str, Any]:
+                      m: int, t_max: float, slow: tuple[float, float]) -> BatchOptimum:
     grid = np.linspace(t_max / 400.0, t_max, 400)
     tokens = m * (1.0 + k * fit(grid))
     sd, psd = batch_times(grid, np.full_like(grid, V), tokens, np.full_like(grid, o), tcv, vcv,
                           slow[0], slow[1])
     i, j = int(np.argmin(sd)), int(np.argmin(psd))
-    return {"t_sd_s": float(grid[i]), "t_psd_s": float(grid[j]),
-            "sd_time_per_token_s": float(sd[i]), "psd_time_per_token_s": float(psd[j]),
-            "ratio_sd_over_psd": float(sd[i] / psd[j]), "grid_max_s": float(t_max)}
+    return BatchOptimum(t_sd_s=float(grid[i]), t_psd_s=float(grid[j]),
+                        sd_time_per_token_s=float(sd[i]), psd_time_per_token_s=float(psd[j]),
+                        ratio_sd_over_psd=float(sd[i] / psd[j]), grid_max_s=float(t_max))
 
 
-def predict_optima(points: Sequence[FrontierPoint], k: int, m: int) -> dict[str, Any]:
-    """Envelope, fit and both models' predictions (points and fitted curve) as a dict."""
+def predict_optima(points: Sequence[FrontierPoint], k: int, m: int) -> FrontierPrediction:
+    """Envelope, fit and both models' predictions (points and fitted curve)."""
     k, m = check_int("k", k, minimum=1), check_int("batch", m, minimum=1)
     if len(points) < 2:
         raise ValueError("points: the frontier needs at least two drafters")
@@ -209,40 +217,32 @@ def predict_optima(points: Sequence[FrontierPoint], k: int, m: int) -> dict[str,
     x = fit.alpha * V0
     f_fit = fit(t)
     o0, tc0, vc0 = float(np.median(o)), float(np.median(tcv)), float(np.median(vcv))
-    out: dict[str, Any] = {
-        "k": k, "m": m, "drafters": names, "V_s": V0, "V_range_s": [float(V.min()),
-                                                                    float(V.max())],
-        "envelope": [names[i] for i in env],
-        "fit": {"alpha_per_s": fit.alpha, "alpha_v": x, "rms_envelope": fit.rms_envelope,
-                "r2_envelope": fit.r2_envelope, "rms_all": fit.rms_all, "r2_all": fit.r2_all,
-                "vsr_fit": [float(v) for v in f_fit]},
-        "theory_at_alpha_v": {
-            "exact_ratio": float(exact_ratio(x)), "saving": float(1.0 - 1.0 / exact_ratio(x)),
-            "t_sd_opt_s": float(sd_draft_time_exponential(fit.alpha, V0)), "t_psd_opt_s": V0,
-            "peak_alpha_v": peak_alpha_v()},
-        "pooled": {"overhead_s": o0, "t_cv": tc0, "V_cv": vc0},
-    }
+    theory = TheoryAtAlphaV(
+        exact_ratio=float(exact_ratio(x)), saving=float(1.0 - 1.0 / exact_ratio(x)),
+        t_sd_opt_s=float(sd_draft_time_exponential(fit.alpha, V0)), t_psd_opt_s=V0,
+        peak_alpha_v=peak_alpha_v())
     sd_p, psd_p = paper_times(t, V0, vsr, k, m)
     sd_pf, psd_pf = paper_times(t, V0, f_fit, k, m)
     slow_t, slow_V = contention(points)
-    out["contention"] = {"slow_t": [float(x) for x in slow_t],
-                         "slow_V": [float(x) for x in slow_V]}
     sd_b, psd_b = batch_times(t, V, tokens, o, tcv, vcv, slow_t, slow_V)
     sd_n, psd_n = batch_times(t, V, tokens, o, tcv, vcv)
     st0, sv0 = float(np.median(slow_t)), float(np.median(slow_V))
     sd_bf, psd_bf = batch_times(t, V, m * (1.0 + k * f_fit), o0, tc0, vc0, st0, sv0)
-    out["pooled"].update({"slow_t": st0, "slow_V": sv0})
-    out["predictions"] = {
-        "paper.points": _prediction(names, t, sd_p, psd_p),
-        "paper.fit": _prediction(names, t, sd_pf, psd_pf),
-        "batch.points": _prediction(names, t, sd_b, psd_b),
-        "batch.points_no_contention": _prediction(names, t, sd_n, psd_n),
-        "batch.fit": _prediction(names, t, sd_bf, psd_bf),
-    }
-    out["continuous"] = {
-        "paper.fit": {"t_sd_s": out["theory_at_alpha_v"]["t_sd_opt_s"], "t_psd_s": V0,
-                      "ratio_sd_over_psd": out["theory_at_alpha_v"]["exact_ratio"]},
-        "batch.fit": _continuous_batch(fit, V0, o0, tc0, vc0, k, m, 2.0 * float(t.max()),
-                                        (st0, sv0)),
-    }
-    return out
+    times = dict(zip(PREDICTION_MODELS, ((sd_p, psd_p), (sd_pf, psd_pf), (sd_b, psd_b),
+                                         (sd_n, psd_n), (sd_bf, psd_bf))))
+    return FrontierPrediction(
+        k=k, m=m, drafters=tuple(names), V_s=V0, V_range_s=(float(V.min()), float(V.max())),
+        envelope=tuple(names[i] for i in env),
+        fit=FitSummary(alpha_per_s=fit.alpha, alpha_v=x, rms_envelope=fit.rms_envelope,
+                       r2_envelope=fit.r2_envelope, rms_all=fit.rms_all, r2_all=fit.r2_all,
+                       vsr_fit=tuple(float(v) for v in f_fit)),
+        theory_at_alpha_v=theory,
+        pooled=PooledInputs(overhead_s=o0, t_cv=tc0, V_cv=vc0, slow_t=st0, slow_V=sv0),
+        contention=ContentionSlowdowns(slow_t=tuple(float(x) for x in slow_t),
+                                       slow_V=tuple(float(x) for x in slow_V)),
+        predictions={key: _prediction(names, t, sd, psd) for key, (sd, psd) in times.items()},
+        continuous=ContinuousOptima(
+            paper_fit=PaperOptimum(t_sd_s=theory.t_sd_opt_s, t_psd_s=V0,
+                                   ratio_sd_over_psd=theory.exact_ratio),
+            batch_fit=_continuous_batch(fit, V0, o0, tc0, vc0, k, m, 2.0 * float(t.max()),
+                                        (st0, sv0))))
