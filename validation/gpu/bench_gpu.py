@@ -159,7 +159,6 @@ class _BenchRun:
     passes: str
     sections: GpuSections
     skipped: list[str] = field(default_factory=list)
-    saves: int = 0
 
     def left(self) -> float:
         return self.cfg.budget_s - (time.perf_counter() - self.t0)
@@ -171,12 +170,10 @@ class _BenchRun:
             machine=self.machine, dry_run=self.cfg.device == "cpu", config=self.cfg,
             passes=self.passes, models={r: v[0].name() for r, v in self.models.items()},
             sections=self.sections, skipped=tuple(self.skipped),
-            wall_s=time.perf_counter() - self.t0, lossless=lossless,
-            wall_s_first=lossless is None or self.saves > 0)
+            wall_s=time.perf_counter() - self.t0, lossless=lossless)
         (self.out / "summary.json").write_text(json.dumps(summary.to_dict(), indent=1,
                                                           default=str) + "\n")
         (self.out / "summary.md").write_text(gpu_markdown(summary))
-        self.saves += 1
         return summary
 
 

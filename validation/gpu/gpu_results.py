@@ -113,9 +113,7 @@ class GpuSections:
 @dataclass(frozen=True)
 class GpuBenchSummary:
     """summary.json: the machine, the config, the resolved passes, the models, the sections,
-    what was skipped, the wall time so far and (at the end) whether the lossless rule held.
-    ``wall_s_first``: a section's save came before the verdict, so ``wall_s`` precedes
-    ``lossless`` in the file (a run with no such save has them the other way round)."""
+    what was skipped, the wall time so far and (at the end) whether the lossless rule held."""
     machine: Mapping[str, Any]          # `layouts.machine`: results_file's machine record
     dry_run: bool
     config: GpuBenchConfig
@@ -125,7 +123,6 @@ class GpuBenchSummary:
     skipped: tuple[str, ...]
     wall_s: float
     lossless: bool | None = None
-    wall_s_first: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         s = self.sections
@@ -141,9 +138,7 @@ class GpuBenchSummary:
                "sections": {k: v for k, v in sections.items() if v is not None},
                "skipped": list(self.skipped)}
         verdict = {} if self.lossless is None else {"lossless": self.lossless}
-        if self.wall_s_first:
-            return {**out, "wall_s": self.wall_s, **verdict}
-        return {**out, **verdict, "wall_s": self.wall_s}
+        return {**out, "wall_s": self.wall_s, **verdict}
 
 
 def _cell_doc(cell: PassCell) -> Any:
