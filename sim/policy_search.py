@@ -1,11 +1,11 @@
 """Where the adaptive policy switches: by batch size (its thresholds, from the same rule the
 servers use) and by request rate (simulated), with the fixed configurations beside it.
 
-- ``thresholds(cfg)``: for n = 1 .. server.m running sequences (contexts at the workload's
+- ``policy_thresholds(cfg)``: for n = 1 .. server.m running sequences (contexts at the workload's
   mean prompt + half its mean output, acceptance per position from the config's acceptance
   model), the choice ``analysis.adaptive_policy.rank`` makes, as ranges of n (the policy's
   thresholds; with hysteresis it switches there once the state has stayed past them).
-- ``rate_sweep(cfg, rates, fixed)``: at each Poisson rate (and offline), the adaptive server
+- ``load_sweep(cfg, rates, fixed)``: at each Poisson rate (and offline), the adaptive server
   (``sim.adaptive``) and every fixed configuration (the same server allowed one choice: the same
   slots, prompts and acceptance draws) simulated; per rate the throughput, TPOT p50/p99, the
   winner (highest throughput; within 1 % of it, the lowest TPOT p50), the adaptive/best-fixed
@@ -16,9 +16,8 @@ servers use) and by request rate (simulated), with the fixed configurations besi
   (``psdlab policy``, ``psdlab plan``).
 
 The results are frozen dataclasses (``PolicyThresholds``, ``LoadSweep``, ``PolicyReport``); each
-one's ``to_dict()`` is its JSON document.  ``thresholds(cfg)`` and ``rate_sweep(...)`` give
-those documents of ``policy_thresholds(cfg)`` and ``load_sweep(...)`` (the adaptive benchmark,
-``validation.adaptive.bench_adaptive``, stores them in its results.json).
+one's ``to_dict()`` is its JSON document (the adaptive benchmark,
+``validation.adaptive.bench_adaptive``, keeps the records in its prediction).
 """
 from __future__ import annotations
 
@@ -118,11 +117,6 @@ def policy_thresholds(cfg) -> PolicyThresholds:
                             per_n=tuple(per_n), ranges=tuple(ranges))
 
 
-def thresholds(cfg) -> dict[str, Any]:
-    """``policy_thresholds(cfg)`` as its JSON document."""
-    return policy_thresholds(cfg).to_dict()
-
-
 def _variant(cfg, workload: Mapping[str, Any], adaptive: Mapping[str, Any]):
     return cfg.replace(workload=dict(workload), adaptive=dict(adaptive), trace_level="none",
                        trace_path=None, server_mode="adaptive", server_k_choices=())
@@ -165,6 +159,10 @@ class LoadRow:
                 "adaptive_steps": dict(self.adaptive_steps), "winner_fixed": self.winner_fixed,
                 "adaptive_vs_best": self.adaptive_vs_best}
 
+    def config(self, name: str) -> ConfigThroughput | None:
+        """The configuration of that name at this load (None: not simulated)."""
+        return next((c for c in self.configs if c.name == name), None)
+
 
 @dataclass(frozen=True)
 class WinnerSwitch:
@@ -172,6 +170,10 @@ class WinnerSwitch:
     from_choice: str
     to_choice: str
     between_req_s: tuple[float, float]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"from": self.from_choice, "to": self.to_choice,
+                "between_req_s": list(self.between_req_s)}
 
 
 @dataclass(frozen=True)
@@ -182,9 +184,7 @@ class LoadSweep:
 
     def to_dict(self) -> dict[str, Any]:
         return {"rows": [r.to_dict() for r in self.rows],
-                "switch_points": [{"from": sp.from_choice, "to": sp.to_choice,
-                                   "between_req_s": list(sp.between_req_s)}
-                                  for sp in self.switch_points]}
+                "switch_points": [sp.to_dict() for sp in self.switch_points]}
 
 
 def load_sweep(cfg, rates: Sequence[float], fixed: Iterable[tuple[str, str, int]] = DEFAULT_FIXED,
@@ -217,12 +217,6 @@ def load_sweep(cfg, rates: Sequence[float], fixed: Iterable[tuple[str, str, int]
             adaptive_vs_best=(runs["adaptive"].tok_s or 0.0) / (runs[best].tok_s or math.inf)))
     return LoadSweep(rows=tuple(rows),
                      switch_points=switch_points([(r.load, r.winner_fixed) for r in rows]))
-
-
-def rate_sweep(cfg, rates: Sequence[float], fixed: Iterable[tuple[str, str, int]] = DEFAULT_FIXED,
-               offline: bool = True) -> dict[str, Any]:
-    """``load_sweep(...)`` as its JSON document."""
-    return load_sweep(cfg, rates, fixed, offline).to_dict()
 
 
 #: throughputs within this fraction of the best count as a tie (below saturation every

@@ -8,8 +8,7 @@ import pytest
 from psdlab.cli import main
 from psdlab.sim.acceptance_registry import make_acceptance
 from psdlab.sim.policy_search import (WinnerSwitch, load_sweep, policy_thresholds,
-                                       position_rates, rate_sweep, switch_points, thresholds,
-                                       winner)
+                                       position_rates, switch_points, winner)
 from psdlab.sim.sim_config import config_from_dict
 
 RAW = {"seed": 2, "requests": 16, "server": {"mode": "adaptive", "m": 8},
@@ -43,17 +42,15 @@ def test_thresholds_cover_every_batch_size_and_match_the_rule():
     assert first != "ar"
     assert last == "ar" or int(last[-1]) <= int(first[-1])
     # the JSON form (validation.adaptive.bench_adaptive stores it)
-    doc = thresholds(config_from_dict(RAW))
-    assert doc == th.to_dict() and doc["ranges"][0] == {"choice": ranges[0].choice,
-                                                        "n_from": 1, "n_to": ranges[0].n_to}
+    doc = th.to_dict()
+    assert doc["ranges"][0] == {"choice": ranges[0].choice, "n_from": 1, "n_to": ranges[0].n_to}
 
 
 def test_rate_sweep_rows_and_winners():
     fixed = (("ar", "ar", 0), ("sd2", "sd", 2))
     out = load_sweep(config_from_dict(RAW), [0.5, 50.0], fixed)
     assert [r.load for r in out.rows] == ["offline", "0.5", "50"]
-    doc = out.to_dict()
-    assert doc == rate_sweep(config_from_dict(RAW), [0.5, 50.0], fixed)   # its JSON form
+    doc = out.to_dict()                                   # its JSON form
     for r, d in zip(out.rows, doc["rows"]):
         assert [c.name for c in r.configs] == ["ar", "sd2", "adaptive"]
         assert r.winner_fixed == winner(d["configs"], ["ar", "sd2"])

@@ -25,7 +25,7 @@ def write_adaptive_figure(result: AdaptiveBenchResult, path: str) -> None:
         for r in rows:
             key = "offline" if r.rate_req_s is None else f"{r.rate_req_s:g}"
             p = pred.get(key)
-            sim = p.configs.get(lab) if p else None
+            sim = p.config(lab) if p else None
             ys.append(float("nan") if sim is None or sim.tok_s is None else sim.tok_s)
         if any(y == y for y in ys):
             ax.plot(x, ys, "--", color=color, alpha=0.6, lw=1.0)
@@ -69,7 +69,7 @@ def format_text(result: AdaptiveBenchResult) -> str:
                      f"{100 * (meas.max_pass_spread or 0):.0f} %")
     for sp in result.prediction.switch_points:
         lo, hi = sp.between_req_s
-        lines.append(f"predicted switch {sp.from_} -> {sp.to} between {lo:.3g} and "
+        lines.append(f"predicted switch {sp.from_choice} -> {sp.to_choice} between {lo:.3g} and "
                      f"{hi:.3g} req/s")
     lines.append("files: " + ", ".join(result.files))
     return "\n".join(lines)

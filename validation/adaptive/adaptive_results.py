@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
 from psdlab.analysis.adaptive_policy import AffineCosts
+from psdlab.sim.policy_search import ChoiceRange, LoadRow, WinnerSwitch
 
 
 @dataclass(frozen=True)
@@ -44,60 +45,14 @@ class AdaptiveCalibration:
 
 
 @dataclass(frozen=True)
-class SimulatedConfig:
-    """One configuration at one load as the simulator predicts it (``sim.policy_search``)."""
-    tok_s: float | None
-    tpot_p50: float | None
-    tpot_p99: float | None
-
-
-@dataclass(frozen=True)
-class PredictedLoad:
-    """One load of the simulated sweep (``sim.policy_search.rate_sweep``): each configuration,
-    the adaptive server's switches, choices and steps, the fixed winner."""
-    load: str                                   # "offline" or the rate, f"{rate:g}"
-    configs: Mapping[str, SimulatedConfig]
-    adaptive_switches: int
-    adaptive_timeline_choices: tuple[str, ...]
-    adaptive_steps: Mapping[str, int]
-    winner_fixed: str
-    adaptive_vs_best: float
-
-    @classmethod
-    def of(cls, row: Mapping[str, Any]) -> PredictedLoad:
-        return cls(load=row["load"], configs={lab: SimulatedConfig(**c)
-                                              for lab, c in row["configs"].items()},
-                   adaptive_switches=row["adaptive_switches"],
-                   adaptive_timeline_choices=tuple(row["adaptive_timeline_choices"]),
-                   adaptive_steps=dict(row["adaptive_steps"]), winner_fixed=row["winner_fixed"],
-                   adaptive_vs_best=row["adaptive_vs_best"])
-
-
-@dataclass(frozen=True)
-class SwitchPoint:
-    """Consecutive simulated rates whose fixed winner differs (``from`` -> ``to``)."""
-    from_: str
-    to: str
-    between_req_s: tuple[float, float]
-
-
-@dataclass(frozen=True)
-class ThresholdRange:
-    """Running-batch sizes n_from..n_to at which the policy makes one choice."""
-    choice: str
-    n_from: int
-    n_to: int
-
-
-@dataclass(frozen=True)
 class AdaptivePrediction:
     """Step 2, before the measured runs: one request's AR service time alone, the Poisson
     rates, the policy's choice by batch size and the simulated sweep."""
     service_time_alone_s: float
     rates_req_s: Mapping[str, float]            # load name -> requests per second
-    thresholds: tuple[ThresholdRange, ...]
-    rows: tuple[PredictedLoad, ...]
-    switch_points: tuple[SwitchPoint, ...]
+    thresholds: tuple[ChoiceRange, ...]         # ``sim.policy_search``'s records
+    rows: tuple[LoadRow, ...]
+    switch_points: tuple[WinnerSwitch, ...]
 
 
 @dataclass(frozen=True)
@@ -201,25 +156,13 @@ class AdaptiveBenchResult:
                "prediction": {"service_time_alone_s": pred.service_time_alone_s,
                               "rates_req_s": dict(pred.rates_req_s),
                               "thresholds": [asdict(t) for t in pred.thresholds],
-                              "rows": [_predicted_doc(r) for r in pred.rows],
-                              "switch_points": [_switch_doc(s) for s in pred.switch_points]},
+                              "rows": [r.to_dict() for r in pred.rows],
+                              "switch_points": [s.to_dict() for s in pred.switch_points]},
                "measured": _judgement_doc(self.measured),
                "machine": dict(self.machine), "git": dict(self.git), "date_utc": self.date_utc,
                "uptime_after": list(self.uptime_after), "wall_s": self.wall_s,
                "note": self.note}
         return {**out, "files": list(self.files)} if self.files else out
-
-
-def _predicted_doc(r: PredictedLoad) -> dict[str, Any]:
-    return {"load": r.load, "configs": {lab: asdict(c) for lab, c in r.configs.items()},
-            "adaptive_switches": r.adaptive_switches,
-            "adaptive_timeline_choices": list(r.adaptive_timeline_choices),
-            "adaptive_steps": dict(r.adaptive_steps), "winner_fixed": r.winner_fixed,
-            "adaptive_vs_best": r.adaptive_vs_best}
-
-
-def _switch_doc(s: SwitchPoint) -> dict[str, Any]:
-    return {"from": s.from_, "to": s.to, "between_req_s": list(s.between_req_s)}
 
 
 def _config_doc(c: ConfigRun, lossless: bool) -> dict[str, Any]:

@@ -36,9 +36,7 @@ from psdlab.validation.adaptive.adaptive_results import BenchPlan as BenchPlan
 from psdlab.validation.adaptive.adaptive_results import (AdaptiveBenchResult, AdaptiveCalibration,
                                                          AdaptiveJudgement, AdaptivePrediction,
                                                          AdaptiveRunStats, ConfigRun, FitPoints,
-                                                         LoadResult, LoadRun, PassPooling,
-                                                         PredictedLoad, SwitchPoint,
-                                                         ThresholdRange)
+                                                         LoadResult, LoadRun, PassPooling)
 
 if TYPE_CHECKING:
     from psdlab.runtime.controller import EngineConfig
@@ -156,19 +154,15 @@ def _calibrate(eng: Any, plan: BenchPlan, base: Any, calib: list[Any], measured:
 def _predict(plan: BenchPlan, cal: AdaptiveCalibration, policy: dict[str, Any]
              ) -> AdaptivePrediction:
     """2. prediction (before the measured runs): the rates and the simulated sweep."""
-    from psdlab.sim.policy_search import rate_sweep, thresholds
+    from psdlab.sim.policy_search import load_sweep, policy_thresholds
     scfg = adaptive_sim_config(plan, cal.costs, cal.acceptance, cal.prompt_mean, policy)
     fixed = (("ar", "ar", 0), (f"sd{plan.k}", "sd", plan.k), (f"psd{plan.k}", "psd", plan.k))
     alone = plan.max_new_tokens * cal.costs.verify(1, 0)
     rates = {name: f / alone for name, f in RATE_FACTORS.items()}
-    pred = rate_sweep(scfg, list(rates.values()), fixed)
-    return AdaptivePrediction(
-        service_time_alone_s=alone, rates_req_s=rates,
-        thresholds=tuple(ThresholdRange(r["choice"], r["n_from"], r["n_to"])
-                         for r in thresholds(scfg)["ranges"]),
-        rows=tuple(PredictedLoad.of(r) for r in pred["rows"]),
-        switch_points=tuple(SwitchPoint(sp["from"], sp["to"], tuple(sp["between_req_s"]))
-                            for sp in pred["switch_points"]))
+    sweep = load_sweep(scfg, list(rates.values()), fixed)
+    return AdaptivePrediction(service_time_alone_s=alone, rates_req_s=rates,
+                              thresholds=policy_thresholds(scfg).ranges, rows=sweep.rows,
+                              switch_points=sweep.switch_points)
 
 
 def _measure_loads(eng: Any, plan: BenchPlan, configs: dict[str, EngineConfig], measured: list[Any],
