@@ -27,8 +27,11 @@ resources, one process per phase) and the fast path, which drive this server and
 ``sim.core.Core`` through one protocol (``sim.server_protocol``), give identical traces for the
 same seed.  ``server.first_token = "step"`` emits a first token at the end of its step.
 ``server.cap_proposals``: a sequence proposes min(k, tokens it still needs - 1), the
-verification padded to the longest row.  Refused with this mode (``sim.build``, one-line
-errors): a KV limit and per-request k (``server.k_choices``: the policy picks k).
+verification padded to the longest row.  A KV limit (``server.kv_blocks``): ``sim.adaptive_kv``
+(the fixed modes' blocks, preemption by recomputation and admission check, with the lookahead
+of the largest k the policy may pick); a re-admitted request's prefill, on the target and the
+drafter, covers its prompt and the tokens it has generated.  Refused with this mode
+(``sim.build``, a one-line error): per-request k (``server.k_choices``: the policy picks k).
 """
 from __future__ import annotations
 
@@ -43,6 +46,7 @@ from psdlab.analysis.adaptive_policy import AcceptanceTracker, AdaptivePolicy, L
 from psdlab.analysis.modes import STEP_MODES
 from psdlab.analysis.trace import RequestRecord
 from psdlab.sim.adaptive_costs import ModelCosts, capped_draft_phase, draft_phase, verify_phase
+from psdlab.sim.adaptive_kv import AdaptiveKV
 from psdlab.sim.step_plan import cost_time, prefill_time
 
 #: one phase: kind, device, duration (s), sequences, tokens, context tokens
@@ -78,13 +82,14 @@ class Step:
 class AdaptiveServer(ArrivalClock):
     """The state machine both paths drive (``sim.server_protocol.Server``): ``prepare`` /
     ``plan`` / ``commit``.  ``jitter``: a ``sim.core.JitterStreams`` (None: none); ``hosts``:
-    the engine step per mode ("ar", "sd", "psd": ``StepHost``; None: no engine step)."""
+    the engine step per mode ("ar", "sd", "psd": ``StepHost``; None: no engine step); ``kv``:
+    the KV limit (``sim.adaptive_kv.AdaptiveKV``; None: none)."""
 
     def __init__(self, *, m: int, policy: AdaptivePolicy, target, drafter, acceptance,
                  params: np.ndarray, arrival, prompt, output, rng: np.random.Generator,
                  target_dev: str, drafter_dev: str, jitter: Any = None,
                  hosts: dict[str, Any] | None = None, first_token_at_step_end: bool = False,
-                 cap_proposals: bool = False):
+                 cap_proposals: bool = False, kv: AdaptiveKV | None = None):
         self.m, self.policy = m, policy
         self.tracker = AcceptanceTracker.for_config(policy.cfg)
         self.target, self.drafter, self.acceptance = target, drafter, acceptance
@@ -101,6 +106,7 @@ class AdaptiveServer(ArrivalClock):
         self.batch = np.full(n, -1, np.int64)
         self.held = np.zeros(n, np.int64)          # drafts held (k of the last draft; 0 none)
         self.admitted_t = np.full(n, np.nan)
+        self.kv = kv if kv is not None else AdaptiveKV(0, 1, 1, n)
         self.first_t = np.full(n, np.nan)
         self.finish_t = np.full(n, np.nan)
         self.running: list[int] = []
@@ -147,13 +153,17 @@ class AdaptiveServer(ArrivalClock):
             self.waiting.append(self.arr_ptr)
             self.arr_ptr += 1
             self.counters["arrivals"] += 1
-        while self.waiting and len(self.running) < self.m:
+        self.kv.preempt(self)
+        for _ in range(self.kv.admissible(self)):
             r = self.waiting.popleft()
-            self.admitted_t[r] = self.now
-            self.running.append(r)
+            if np.isnan(self.admitted_t[r]):      # a re-admission keeps its first admission
+                self.admitted_t[r] = self.now
+            self.running.append(r)                # ``running`` stays in admission order
             self.pending.append(r)
         if self.running:
             return "run"
+        if self.waiting:
+            raise RuntimeError("simulator stalled: a waiting request cannot be admitted")
         return "idle" if self.arr_ptr < self.N else "done"
 
     def ctx(self, ids) -> np.ndarray:
@@ -211,7 +221,7 @@ class AdaptiveServer(ArrivalClock):
         segs: list[list[PhaseT]] = []
         if pend:
             segs.append(self._prefill(pend, drafter=mode != "ar"))
-            self.produced[pend] = 1                      # the prefill gives the first token
+            self.produced[pend] = np.maximum(self.produced[pend], 1)   # a first token if fresh
         if mode == "psd":                                # newcomers join the smaller batch
             self.batch[pend] = -1
             for r in pend:
@@ -234,8 +244,9 @@ class AdaptiveServer(ArrivalClock):
     def _prefill(self, ids: list[int], drafter: bool) -> list[PhaseT]:
         """The admissions' prefill on the target, and on the drafter when the step speculates
         or when the drafter's prefill is hidden behind the target's (no longer: it runs at the
-        same time on its own device), as with a small drafter on a GPU of its own."""
-        lengths = self.prompt[ids]
+        same time on its own device), as with a small drafter on a GPU of its own.  A
+        re-admitted (preempted) request recomputes its prompt and the tokens it generated."""
+        lengths = self.prompt[ids] + self.produced[ids]
         tokens = int(lengths.sum())
         out: list[PhaseT] = []
         t_target = 0.0
@@ -329,8 +340,8 @@ class AdaptiveServer(ArrivalClock):
         """Advance the clock to the step's end and apply what it did."""
         ends = step.ends
         end = step.end
-        if self.pending:
-            self.first_t[self.pending] = ends[-1] if self.first_at_end else ends[0]
+        fresh = [r for r in self.pending if np.isnan(self.first_t[r])]   # not re-admissions
+        self.first_t[fresh] = ends[-1] if self.first_at_end else ends[0]
         done = [r for r in self.pending if self.output[r] <= 1]
         for r in done:
             self.finish_t[r] = self.first_t[r]
@@ -375,7 +386,8 @@ class AdaptiveServer(ArrivalClock):
         return RequestRecord(id=int(r), arrival=float(self.arrival[r]),
                              admitted=float(self.admitted_t[r]),
                              first_token=float(self.first_t[r]), finish=float(self.finish_t[r]),
-                             prompt_len=int(self.prompt[r]), output_len=int(self.output[r]))
+                             prompt_len=int(self.prompt[r]), output_len=int(self.output[r]),
+                             preemptions=int(self.kv.preempts[r]))
 
 
 def segment_ends(start: float, step: Step) -> list[float]:

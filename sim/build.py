@@ -147,20 +147,23 @@ def check_adaptive(srv: Any) -> None:
     if srv.k_choices:
         raise ValueError("server.k_choices: not allowed for server.mode = 'adaptive' "
                          "(the policy picks k from adaptive.k_choices)")
-    if srv.kv_blocks:
-        raise ValueError("server.kv_blocks: must be 0 for server.mode = 'adaptive' "
-                         "(no KV limit in the adaptive server)")
 
 
 def _adaptive(config: SimConfig, inp: Inputs) -> tuple[AdaptiveServer, int, dict[str, Any]]:
-    """The adaptive server: the policy ([adaptive], read by SimConfig) picks mode and k."""
+    """The adaptive server: the policy ([adaptive], read by SimConfig) picks mode and k; the
+    KV limit (``sim.adaptive_kv``) reserves the lookahead of the largest k it may pick."""
     from psdlab.analysis.adaptive_policy import AdaptivePolicy
+    from psdlab.sim.adaptive_kv import AdaptiveKV, adaptive_lookahead
+    from psdlab.sim.kv import check_fits
     pcfg = config.policy
     assert pcfg is not None                        # SimConfig reads it for mode = "adaptive"
     if (inp.output < 1).any():
         bad = int(np.flatnonzero(inp.output < 1)[0])
         raise ValueError(f"workload: output_len must be >= 1, got {inp.output[bad]} for "
                          f"request {bad}")
+    srv = config.server
+    lookahead = adaptive_lookahead(pcfg.modes, pcfg.k_choices)
+    check_fits(inp.prompt, inp.output, lookahead, srv.block_size, srv.kv_blocks)
     hosts: dict[str, Any] | None = None
     if inp.step is not None:
         hosts = {m: inp.step_host(m, config.target.device) for m in STEP_MODES}
@@ -171,7 +174,8 @@ def _adaptive(config: SimConfig, inp: Inputs) -> tuple[AdaptiveServer, int, dict
                             target_dev=config.target.device, drafter_dev=inp.drafter_dev,
                             jitter=inp.jitter, hosts=hosts,
                             first_token_at_step_end=config.server.first_token == "step",
-                            cap_proposals=config.server.cap_proposals)
+                            cap_proposals=config.server.cap_proposals,
+                            kv=AdaptiveKV(srv.kv_blocks, srv.block_size, lookahead, inp.n))
     extra: dict[str, Any] = {"policy": dict(vars(pcfg))}
     if config.server.cap_proposals:
         extra["cap_proposals"] = True

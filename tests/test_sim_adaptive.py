@@ -105,7 +105,6 @@ def test_metrics_from_the_trace():
 
 
 @pytest.mark.parametrize("change, msg", [
-    ({"server": {"mode": "adaptive", "m": 4, "kv_blocks": 100}}, "server.kv_blocks: must be 0"),
     ({"server": {"mode": "adaptive", "m": 4, "k_choices": [2]}}, "server.k_choices: not allowed"),
     ({"adaptive": {"hold": 0}}, "adaptive.hold: must be in [1, 10000]"),
     ({"adaptive": {"bogus": 1}}, "adaptive.bogus: unknown field"),
