@@ -179,6 +179,9 @@ def _adaptive(config: SimConfig, inp: Inputs) -> tuple[AdaptiveServer, int, dict
     extra: dict[str, Any] = {"policy": dict(vars(pcfg))}
     if config.server.cap_proposals:
         extra["cap_proposals"] = True
+    if srv.kv_blocks:                              # written only with a limit, as the run had
+        extra.update(kv_blocks=srv.kv_blocks, block_size=srv.block_size,
+                     kv_lookahead=lookahead)
     return server, max(pcfg.k_choices, default=0), extra
 
 

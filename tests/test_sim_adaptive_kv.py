@@ -4,6 +4,8 @@ and the running requests' blocks (the lookahead of the largest k the policy may 
 exceed the capacity; a request that can never fit is the fixed modes' one-line error."""
 from __future__ import annotations
 
+import json
+
 import os
 from collections import Counter
 from pathlib import Path
@@ -106,7 +108,13 @@ def test_no_limit_and_a_limit_never_reached_give_the_same_trace(tmp_path, name):
     for path in ("fast", "simpy"):
         _, free = _run(cfg, tmp_path, "free", path)
         res, big = _run(cfg.replace(server_kv_blocks=roomy), tmp_path, "big", path)
-        assert big.read_bytes() == free.read_bytes()
+        head, rest = big.read_bytes().split(b"\n", 1)
+        free_head, free_rest = free.read_bytes().split(b"\n", 1)
+        assert rest == free_rest                  # every step and request record
+        run = json.loads(head)
+        assert {k: run["extra"].pop(k) for k in ("kv_blocks", "block_size", "kv_lookahead")} \
+            == {"kv_blocks": roomy, "block_size": cfg.server.block_size, "kv_lookahead": look}
+        assert run == json.loads(free_head)       # the header says the limit, and only that
         assert res.counters["preemptions"] == 0
 
 
