@@ -53,6 +53,7 @@ class AdaptiveKV:
     def __init__(self, capacity: int, block_size: int, lookahead: int, n: int):
         self.cap, self.block_size, self.lookahead = int(capacity), int(block_size), lookahead
         self.preempts = np.zeros(n, np.int64)     # per request
+        self.preempted_now: list[int] = []        # at the boundary just passed (step records)
 
     def need(self, server: Any, ids) -> np.ndarray:
         """Blocks each of ``ids`` needs for its next step (0 when its prefill completes it)."""
@@ -77,6 +78,7 @@ class AdaptiveKV:
     def preempt(self, server: Any) -> None:
         """Preempt the most recently admitted running requests (``server.running`` is in
         admission order) until the rest fit."""
+        self.preempted_now = []
         if self.cap <= 0:
             return
         used = self.used(server)
@@ -94,5 +96,6 @@ class AdaptiveKV:
         server.batch[r] = -1
         server.lag[r] = 0                         # its re-admission prefills the drafter anew
         server.waiting.appendleft(r)
+        self.preempted_now.append(r)
         self.preempts[r] += 1
         server.counters["preemptions"] += 1

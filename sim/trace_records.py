@@ -172,13 +172,17 @@ def adaptive_step_records(server, step) -> list[StepRecord]:
             ph = Phase(kind=kind, device=dev, start=s0, end=s0 + dur, seqs=n, tokens=tok,
                        context=ctx)
             (pre if kind == "prefill" else decode).append(ph)
+    preempted = tuple(server.kv.preempted_now)    # on the step's first record, as Core's
     if pre:
-        out.append(StepRecord(index=idx, start=starts[0], end=ends[0], phases=tuple(pre)))
+        out.append(StepRecord(index=idx, start=starts[0], end=ends[0], phases=tuple(pre),
+                              preempted=preempted))
+        preempted = ()
     if decode:
         s0 = ends[0] if pre else starts[0]
         ver = tuple(Verified(req=r, proposed=p, accepted=a, emitted=e)
                     for r, p, a, e in step.verified)
         out.append(StepRecord(index=idx, start=s0, end=ends[-1], phases=tuple(decode),
+                              preempted=preempted,
                               verified=ver, verify_batch=step.verify_batch,
                               draft_batch=step.draft_batch,
                               overlapped=bool(step.verify_batch is not None and ver

@@ -87,6 +87,8 @@ def _check_trace(path: Path, n: int, counters: dict) -> None:
         assert emitted[r.id] + 1 == r.output_len            # + the prefill's first token
         assert r.arrival <= r.admitted <= r.first_token <= r.finish
     assert sum(r.preemptions for r in trace.requests) == counters["preemptions"]
+    by_steps = Counter(r for step in trace.steps for r in step.preempted)
+    assert by_steps == Counter({r.id: r.preemptions for r in trace.requests if r.preemptions})
     assert counters["completions"] == n
 
 
