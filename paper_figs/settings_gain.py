@@ -29,9 +29,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from psdlab.analysis.atomic_write import write_json_and_markdown
 from psdlab.paper_figs import simruns
 from psdlab.sim.costs.engine_step import DRAFT_TERMS, HOST_TERMS, TRANSFER_TERMS
-from psdlab.sim.system_check_results import RunStamp, stamp, write_pair
+from psdlab.sim.system_check_results import RunStamp, stamp
 
 COMMAND = "psdlab systems gain -o results/engine/settings_gain.json"
 ENGINE = simruns.ENGINE            # GPU cost preset of the paper's engine (vllm-eager)
@@ -335,4 +336,4 @@ def settings_gain_markdown(res: SettingsGainResult) -> str:
 
 def write_settings_gain(res: SettingsGainResult, path: str) -> tuple[str, str]:
     """JSON at ``path`` and the markdown beside it (.md), each via a temp file and rename."""
-    return write_pair(res.to_dict(), path, settings_gain_markdown(res))
+    return write_json_and_markdown(res.to_dict(), path, settings_gain_markdown(res))

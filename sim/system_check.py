@@ -32,20 +32,11 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from psdlab.analysis.checks import (
-    check_choice,
-    check_fields,
-    check_int,
-    check_nonnegative,
-    check_positive,
-)
-from psdlab.sim.system_check_results import (
-    SystemCheckResult,
-    SystemCheckSummary,
-    SystemPointResult,
-    stamp,
-    write_pair,
-)
+from psdlab.analysis.atomic_write import write_json_and_markdown
+from psdlab.analysis.checks import (check_choice, check_fields, check_int, check_nonnegative,
+                                    check_positive)
+from psdlab.sim.system_check_results import (SystemCheckResult, SystemCheckSummary,
+                                             SystemPointResult, stamp)
 
 POINTS_TOML = os.path.join(os.path.dirname(os.path.abspath(__file__)), "costs",
                            "public_systems.toml")
@@ -310,4 +301,4 @@ def system_check_markdown(res: SystemCheckResult) -> str:
 
 def write_system_check(res: SystemCheckResult, path: str) -> tuple[str, str]:
     """JSON at ``path`` and the markdown beside it (.md), nothing half-written."""
-    return write_pair(res.to_dict(), path, system_check_markdown(res))
+    return write_json_and_markdown(res.to_dict(), path, system_check_markdown(res))

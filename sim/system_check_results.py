@@ -1,7 +1,7 @@
 """The typed result of ``psdlab systems check`` (``sim.system_check.check``): one row per public
 point, the summary over the fitted, held-out and judge points, and the run's stamp (machine,
 date, commit), each a frozen dataclass; ``to_dict()`` gives the JSON document the command writes
-(keys in the order of the fields).  ``stamp()`` and ``write_pair()`` serve ``psdlab systems
+(keys in the order of the fields).  ``stamp()`` serves ``psdlab systems
 gain`` (``paper_figs.settings_gain``) as well."""
 from __future__ import annotations
 
@@ -48,13 +48,6 @@ def stamp() -> RunStamp:
                         "%Y-%m-%d %H:%M UTC"),
                     commit=commit + (" dirty" if git("status", "--porcelain") else ""),
                     note="pure simulation: the numbers do not depend on the machine")
-
-
-def write_pair(doc: dict[str, Any], path: str, md: str) -> tuple[str, str]:
-    """JSON of ``doc`` at ``path`` and the markdown ``md`` beside it (.md), nothing
-    half-written."""
-    from psdlab.analysis.atomic_write import write_json_and_markdown
-    return write_json_and_markdown(doc, path, md)
 
 
 @dataclass(frozen=True)

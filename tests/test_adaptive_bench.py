@@ -6,8 +6,8 @@ import pytest
 
 from psdlab.analysis.trace import Phase, RunInfo, StepRecord, Trace, Verified
 from psdlab.cli import main
-from psdlab.validation.adaptive.adaptive_results import ConfigRun, FitPoints, LoadRun
-from psdlab.validation.adaptive.bench_adaptive import (BenchPlan, _acceptance, _fit_costs, _judge,
+from psdlab.validation.adaptive.adaptive_results import BenchPlan, ConfigRun, FitPoints, LoadRun
+from psdlab.validation.adaptive.bench_adaptive import (_acceptance, _fit_costs, _judge,
                                                        adaptive_sim_config)
 
 

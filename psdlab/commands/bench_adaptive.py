@@ -30,7 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from psdlab.analysis.checks import check_int
-    from psdlab.validation.adaptive.bench_adaptive import (BenchPlan, format_adaptive_bench_report,
+    from psdlab.validation.adaptive.adaptive_results import BenchPlan
+    from psdlab.validation.adaptive.bench_adaptive import (format_adaptive_bench_report,
                                                            run_adaptive_bench)
     plan = BenchPlan(depth=check_int("--depth", args.depth, 1, 64),
                      k=check_int("--k", args.k, 1, 16), m=check_int("--m", args.m, 2, 64),

@@ -14,7 +14,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "the memory floor; AR, SD-separate and PSD at each m with the closed form "
                     "and the simulator calibrated on round 1, judged on round 2; the lossless "
                     "rule (docs/cuda.md). Writes summary.json and summary.md. --device cpu is "
-                    "the dry run (tiny models). Defaults: psdlab.validation.gpu.bench_gpu.")
+                    "the dry run (tiny models). Defaults: "
+                    "psdlab.validation.gpu.gpu_results.GpuBenchConfig.")
     p.add_argument("--device", default="cuda:0", help="cuda:N, or cpu for the dry run")
     p.add_argument("-o", "--out", default=None, help="output folder (default bench_gpu_out)")
     p.add_argument("--target", default=None, help="HF safetensors directory (default: random)")

@@ -32,11 +32,11 @@ import numpy as np
 
 from psdlab.analysis.adaptive_policy import AcceptanceTracker, AffineCosts, PolicyConfig
 from psdlab.analysis.trace import Trace
-from psdlab.validation.adaptive.adaptive_results import BenchPlan as BenchPlan
 from psdlab.validation.adaptive.adaptive_results import (AdaptiveBenchResult, AdaptiveCalibration,
                                                          AdaptiveJudgement, AdaptivePrediction,
-                                                         AdaptiveRunStats, ConfigRun, FitPoints,
-                                                         LoadResult, LoadRun, PassPooling)
+                                                         AdaptiveRunStats, BenchPlan, ConfigRun,
+                                                         FitPoints, LoadResult, LoadRun,
+                                                         PassPooling)
 
 if TYPE_CHECKING:
     from psdlab.runtime.controller import EngineConfig

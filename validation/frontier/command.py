@@ -27,7 +27,8 @@ def frontier_command(output: str, *, k: int = 4, batch: int = 4, depths: str | N
     """Measure the frontier the options describe into ``output``; the text to print (the
     results as one JSON object with ``as_json``)."""
     from psdlab.validation.frontier.outputs import finite
-    from psdlab.validation.frontier.run_frontier import FrontierPlan, quick_plan, run_frontier
+    from psdlab.validation.frontier.frontier_results import FrontierPlan
+    from psdlab.validation.frontier.run_frontier import quick_plan, run_frontier
     from psdlab.validation.frontier.summary import terminal_summary
     if (target is None) != (draft is None):
         raise ValueError("--target/--draft: give both (model directories) or neither (the "

@@ -33,10 +33,9 @@ from psdlab.analysis.checks import check_int
 from psdlab.analysis.metrics import decode_steps, is_decode_step, summarize
 from psdlab.analysis.trace import Trace
 from psdlab.validation.frontier.frontier_results import (QUICK_DEPTHS, FrontierFiles,
-                                                         FrontierMachine, FrontierResult,
-                                                         FrontierRun, FrontierWorkload)
-from psdlab.validation.frontier.frontier_results import FrontierPlan as FrontierPlan
-from psdlab.validation.frontier.frontier_results import Member as Member
+                                                         FrontierMachine, FrontierPlan,
+                                                         FrontierResult, FrontierRun,
+                                                         FrontierWorkload, Member)
 from psdlab.validation.frontier.theory import FrontierPoint, predict_optima
 from psdlab.validation.frontier.verdicts import judge, measured_table
 

@@ -29,10 +29,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from psdlab.validation.gpu.gpu_results import SECTIONS as SECTIONS
-from psdlab.validation.gpu.gpu_results import GpuBenchConfig as GpuBenchConfig
-from psdlab.validation.gpu.gpu_results import (GpuBenchSummary, GpuSections, InvariantCheck,
-                                               PhaseSpread, RunFigure)
+from psdlab.validation.gpu.gpu_results import (SECTIONS, GpuBenchConfig, GpuBenchSummary,
+                                               GpuSections, InvariantCheck, PhaseSpread,
+                                               RunFigure)
 from psdlab.validation.gpu.lossless import MARGIN_ULPS as MARGIN_ULPS
 from psdlab.validation.gpu.lossless import bf16_spacing as bf16_spacing
 from psdlab.validation.gpu.lossless import divergences as divergences
