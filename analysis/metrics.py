@@ -16,6 +16,10 @@ paper's code counts ``is_prompt_run == 0``):
   that start before the last request is admitted -- the steady state, while requests still
   wait and every batch refills as soon as a sequence finishes; the drain tail after it runs
   ever fewer sequences.  ``steady_decode_steps`` counts them.  None without request records.
+- ``partial`` (only for a partial trace, ``analysis.trace.trace_from_lines``): the requests
+  the run declared and those left out unfinished, the step rows of theirs dropped, the cut
+  last line; every other metric is then over the finished requests (steps kept whole, their
+  rows of unfinished requests dropped: decode tokens and acceptance count finished ones).
 - ``ttft`` = first_token - arrival; ``tpot`` = (finish - first_token) / (output_len - 1) over
   requests with output_len > 1; ``e2e`` = finish - arrival; each as mean/p50/p90/p99.
 - ``acceptance_rate`` (= ``vsr``): accepted / proposed draft tokens over all verified rows;
@@ -217,6 +221,11 @@ def summarize(trace: Trace, *, steps_fraction: float = 1.0) -> dict[str, Any]:
                            "steps": len(trace.steps)}
     req = _request_metrics(trace)
     out.update(req)
+    if trace.left_out is not None:          # a partial trace: what its reader left out
+        lo = trace.left_out
+        out["partial"] = {"requests_declared": lo.declared, "requests_left_out": lo.unfinished,
+                          "rows_dropped": lo.dropped_rows, "cut_line": lo.cut_line,
+                          "cut_byte": lo.cut_byte}
     out.update(_decode_metrics(trace, steps_fraction))
     out.update(_acceptance_metrics(trace))
     out.update(_phase_metrics(trace, req["makespan_s"]))
@@ -228,11 +237,22 @@ def _num(x: Any, scale: float = 1.0, fmt: str = ".4g") -> str:
     return "-" if x is None else format(x * scale, fmt)
 
 
+def _requests(s: dict[str, Any]) -> str:
+    """The request count, with the declared one of a partial trace (``3 of 12 declared, 9
+    unfinished left out``)."""
+    part = s.get("partial")
+    if not part:
+        return str(s["requests"])
+    declared = part["requests_declared"]
+    of = f" of {declared} declared" if declared is not None else ""
+    return f"{s['requests']}{of} ({part['requests_left_out']} unfinished, left out)"
+
+
 def summary_text(s: dict[str, Any]) -> str:
     """`summarize`'s dict as aligned text (times of distributions in milliseconds): what
     `psdlab metrics` and `psdlab simulate` print."""
     lines = [f"run: mode={s['mode']} k={s['k']} m={s['m']} source={s['source']}",
-             f"requests {s['requests']}   output tokens {s['output_tokens']}   "
+             f"requests {_requests(s)}   output tokens {s['output_tokens']}   "
              f"steps {s['steps']} (with prefill {s['prefill_steps']}; decode steps in the "
              f"first {s['steps_fraction']:g}: {s['decode_steps']})",
              f"makespan {_num(s['makespan_s'])} s   throughput {_num(s['throughput_tok_s'])} "

@@ -16,6 +16,8 @@ A trace is JSONL, one record per line, flushed as it is written:
   (0/1 for PSD, None otherwise), preemptions.
 
 Readers validate each record and reject a malformed one with the line number and the field.
+A partial trace (an interrupted run, a file cut at any byte) reads on the requests it
+completed, with one warning naming what was left out (``trace_read.trace_from_lines``).
 """
 from __future__ import annotations
 
@@ -24,15 +26,17 @@ import os
 from dataclasses import asdict
 from typing import IO, Any
 
-from .trace_read import TruncatedTraceWarning, iter_records, parse_record, read_trace
-from .trace_records import (PHASE_KINDS, READABLE_VERSIONS, SCHEMA_VERSION, Phase,
+from .trace_read import (PartialTraceWarning, TruncatedTraceWarning, iter_records, parse_record,
+                         read_trace, trace_from_lines)
+from .trace_records import (PHASE_KINDS, READABLE_VERSIONS, SCHEMA_VERSION, LeftOut, Phase,
                             RequestRecord, RunInfo, StepRecord, Trace, TraceFormatError,
-                            Verified)
+                            Verified, declared_requests)
 
-__all__ = ["PHASE_KINDS", "READABLE_VERSIONS", "SCHEMA_VERSION", "Phase",
+__all__ = ["PHASE_KINDS", "READABLE_VERSIONS", "SCHEMA_VERSION", "LeftOut", "Phase",
            "RequestRecord", "RunInfo", "StepRecord", "Trace", "TraceFormatError", "Verified",
-           "TraceWriter", "TruncatedTraceWarning", "dumps", "iter_records", "parse_record",
-           "read_trace", "record_to_dict", "write_trace"]
+           "TraceWriter", "PartialTraceWarning", "TruncatedTraceWarning", "declared_requests",
+           "dumps", "iter_records", "parse_record", "read_trace", "record_to_dict",
+           "trace_from_lines", "write_trace"]
 
 # The records are in ``trace_records``, the reader in ``trace_read``; this module is the
 # format's one import name (every public name above) and holds the writer.

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Iterator
 
-from .trace_records import (PHASE_KINDS, READABLE_VERSIONS, Phase, RequestRecord, RunInfo,
-                            StepRecord, Trace, TraceFormatError, Verified)
+from .trace_records import (PHASE_KINDS, READABLE_VERSIONS, LeftOut, Phase, RequestRecord,
+                            RunInfo, StepRecord, Trace, TraceFormatError, Verified,
+                            declared_requests)
 
 def _is_finite_number(value: Any) -> bool:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -186,54 +188,133 @@ class TruncatedTraceWarning(UserWarning):
     """The last line of a trace was cut short (a run that crashed mid-write) and was skipped."""
 
 
-def iter_records(lines: Iterable[str | bytes], name: str = "<trace>") -> Iterator[Any]:
-    """Parse and validate records one by one; raises TraceFormatError('name:LINE: ...').
-    Lines may be str or UTF-8 bytes.  A last line that is not valid JSON (a writer that
-    stopped mid-line) ends the trace with one TruncatedTraceWarning instead; an invalid line
-    with records after it is an error."""
+class PartialTraceWarning(TruncatedTraceWarning):
+    """A trace read as partial (``Trace.left_out``): requests declared but not finished, or a
+    last line cut mid-record; the one warning ``read_trace`` gives names what it left out."""
+
+
+@dataclass
+class _Cut:
+    """Where ``_records`` found an invalid line (raised if any line follows it)."""
+    message: str
+    line: int
+    byte: int
+
+
+def _records(lines: Iterable[str | bytes], name: str, cuts: list[_Cut]) -> Iterator[Any]:
+    """``iter_records`` without its warning: a last line that is not JSON, or not UTF-8 and
+    without its newline (a writer that stopped mid-line, a file cut at any byte), is appended
+    to ``cuts``."""
     seen_run = False
-    cut: str | None = None          # the error of an invalid line, raised if any line follows
-    kept = 0
+    cut: _Cut | None = None
+    offset = 0
     for lineno, line in enumerate(lines, start=1):
         where = f"{name}:{lineno}"
+        at, offset = offset, offset + (len(line) if isinstance(line, bytes)
+                                       else len(line.encode("utf-8", "surrogatepass")))
+        if cut is not None and line.strip():
+            raise TraceFormatError(cut.message)
         if isinstance(line, bytes):
             try:
                 line = line.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise TraceFormatError(f"{where}: not valid UTF-8 ({exc.reason} at byte "
-                                       f"{exc.start}); the file may be corrupt") from None
+                message = (f"{where}: not valid UTF-8 ({exc.reason} at byte {exc.start}); the "
+                           f"file may be corrupt")
+                if line.endswith(b"\n"):      # a whole line: corrupt, not cut
+                    raise TraceFormatError(message) from None
+                cut = _Cut(message, lineno, at)      # the last line, cut mid-character
+                continue
         if not line.strip():
             continue
-        if cut is not None:
-            raise TraceFormatError(cut)
         try:
             obj = json.loads(line)
         except (json.JSONDecodeError, RecursionError) as exc:
             why = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
-            cut = f"{where}: not valid JSON ({why}); the file may be truncated or corrupt"
+            cut = _Cut(f"{where}: not valid JSON ({why}); the file may be truncated or corrupt",
+                       lineno, at)
             continue
         record = parse_record(obj, where, after_run=seen_run)
         seen_run = True
-        kept += 1
         yield record
     if cut is not None:
         if not seen_run:
-            raise TraceFormatError(cut)
-        import warnings
-        warnings.warn(f"{cut.split(': not valid JSON')[0]}: last line is cut short (a run that "
-                      f"stopped mid-write?); read the {kept} record(s) before it",
-                      TruncatedTraceWarning, stacklevel=2)
+            raise TraceFormatError(cut.message)
+        cuts.append(cut)
     if not seen_run:
         raise TraceFormatError(f"{name}: empty trace (no 'run' record)")
 
 
+def iter_records(lines: Iterable[str | bytes], name: str = "<trace>") -> Iterator[Any]:
+    """Parse and validate records one by one; raises TraceFormatError('name:LINE: ...').
+    Lines may be str or UTF-8 bytes.  A last line that is not valid JSON or UTF-8 (a writer
+    that stopped mid-line) ends the trace with one TruncatedTraceWarning instead; an invalid
+    line with records after it is an error."""
+    cuts: list[_Cut] = []
+    kept = 0
+    for record in _records(lines, name, cuts):
+        kept += 1
+        yield record
+    if cuts:
+        import warnings
+        warnings.warn(f"{name}:{cuts[0].line}: last line is cut short (a run that stopped "
+                      f"mid-write?); read the {kept} record(s) before it",
+                      TruncatedTraceWarning, stacklevel=2)
+
+
+def _drop_unfinished(steps: list[StepRecord], finished: set[Any]) -> tuple[list[StepRecord],
+                                                                          set[Any], int]:
+    """The steps with the verified and preempted rows of requests not in ``finished`` dropped
+    (phases kept whole); the ids dropped and the rows."""
+    orphans: set[Any] = set()
+    rows = 0
+    out = []
+    for s in steps:
+        bad = [v for v in s.verified if v.req not in finished]
+        gone = [r for r in s.preempted if r not in finished]
+        if bad or gone:
+            orphans.update(v.req for v in bad)
+            orphans.update(gone)
+            rows += len(bad) + len(gone)
+            s = replace(s, verified=tuple(v for v in s.verified if v.req in finished),
+                        preempted=tuple(r for r in s.preempted if r in finished))
+        out.append(s)
+    return out, orphans, rows
+
+
+def trace_from_lines(lines: Iterable[str | bytes], name: str = "<trace>") -> Trace:
+    """A whole trace from its lines, the one place a trace is assembled from records (files
+    read by ``read_trace``, bytes by ``validation.calibrate_files``).
+
+    A partial trace -- a run interrupted (the run record declares more requests than there are
+    request records, ``declared_requests``) or a file cut at any byte (its last line cut
+    mid-record) -- is read on
+    the requests it completed: a cut last line is ignored; the steps are kept whole (their
+    phases are what the passes took) but their verified and preempted rows of requests with
+    no request record are dropped, so every request a step names has its record and every
+    reader sees the same requests.  ``Trace.left_out`` says what was left out and one
+    ``PartialTraceWarning`` names it."""
+    cuts: list[_Cut] = []
+    records = _records(lines, name, cuts)
+    run = next(records)
+    steps: list[StepRecord] = []
+    requests: list[RequestRecord] = []
+    for rec in records:
+        (steps if isinstance(rec, StepRecord) else requests).append(rec)
+    declared = declared_requests(run)
+    left_out = None
+    if cuts or (declared is not None and len(requests) < declared):
+        steps, orphans, rows = _drop_unfinished(steps, {r.id for r in requests})
+        unfinished = max(len(orphans), declared - len(requests) if declared is not None else 0)
+        left_out = LeftOut(name=name, declared=declared, finished=len(requests),
+                           unfinished=unfinished, dropped_rows=rows,
+                           cut_line=cuts[0].line if cuts else None,
+                           cut_byte=cuts[0].byte if cuts else None)
+        import warnings
+        warnings.warn(left_out.message(), PartialTraceWarning, stacklevel=2)
+    return Trace(run=run, steps=steps, requests=requests, left_out=left_out)
+
+
 def read_trace(path: str | os.PathLike) -> Trace:
-    """Read and validate a whole trace file."""
-    name = os.fspath(path)
+    """Read and validate a whole trace file (a partial one as ``trace_from_lines`` says)."""
     with open(path, "rb") as fh:
-        records = iter_records(fh, name)
-        run = next(records)
-        trace = Trace(run=run)
-        for rec in records:
-            (trace.steps if isinstance(rec, StepRecord) else trace.requests).append(rec)
-    return trace
+        return trace_from_lines(fh, os.fspath(path))

@@ -80,9 +80,54 @@ class RequestRecord:
     preemptions: int = 0
 
 
+@dataclass(frozen=True)
+class LeftOut:
+    """What the reader of a partial trace left out (a run interrupted, a file cut short): the
+    requests that did not finish, the verified and preempted rows of theirs it dropped from the
+    steps (the steps themselves, measured, are kept whole), and a last line cut mid-record."""
+    name: str                       # the file (or stream) read
+    declared: int | None            # requests the run record declares (None: it does not say)
+    finished: int                   # request records read
+    unfinished: int                 # requests left out (declared - finished, or those seen
+                                    # in steps without a request record)
+    dropped_rows: int = 0           # verified + preempted rows of unfinished requests dropped
+    cut_line: int | None = None     # the last line, cut mid-record and ignored
+    cut_byte: int | None = None     # the byte offset it starts at
+
+    def message(self) -> str:
+        """One line naming what was left out, e.g. ``t.jsonl: 3 of 12 declared requests
+        finished; 9 left out; last line cut at byte 4711 ignored``."""
+        parts = []
+        if self.declared is not None:
+            parts.append(f"{self.finished} of {self.declared} declared requests finished")
+        else:
+            parts.append(f"{self.finished} request{'' if self.finished == 1 else 's'} "
+                         f"finished")
+        if self.unfinished:
+            rows = (f" (their {self.dropped_rows} verified/preempted rows dropped from the "
+                    f"steps)" if self.dropped_rows else "")
+            parts.append(f"{self.unfinished} left out{rows}")
+        if self.cut_line is not None:
+            parts.append(f"last line (line {self.cut_line}) cut at byte {self.cut_byte} "
+                         f"ignored")
+        return f"{self.name}: " + "; ".join(parts)
+
+
+def declared_requests(run: RunInfo) -> int | None:
+    """The number of requests a run record declares: the simulator's ``extra.requests``, the
+    runtime's ``workload.requests``; None when neither says."""
+    for table in (run.extra, run.workload):
+        value = (table or {}).get("requests")
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    return None
+
+
 @dataclass
 class Trace:
-    """A whole trace in memory."""
+    """A whole trace in memory; ``left_out`` says what a partial one's reader left out (None:
+    the trace is whole)."""
     run: RunInfo
     steps: list[StepRecord] = field(default_factory=list)
     requests: list[RequestRecord] = field(default_factory=list)
+    left_out: LeftOut | None = None

@@ -146,7 +146,8 @@ def test_truncated_last_line_reads_up_to_it_with_one_warning(tmp_path):
     path = tmp_path / "cut.jsonl"
     path.write_text("\n".join(lines)[:-7])
     whole = sample_trace()
-    with pytest.warns(TruncatedTraceWarning, match=rf"cut\.jsonl:{len(lines)}: last line is cut"):
+    with pytest.warns(TruncatedTraceWarning,
+                      match=rf"cut\.jsonl: .*last line \(line {len(lines)}\) cut at byte"):
         cut = read_trace(path)
     assert len(cut.steps) + len(cut.requests) == len(whole.steps) + len(whole.requests) - 1
 

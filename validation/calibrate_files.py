@@ -22,7 +22,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from psdlab.analysis.formats.detect import FORMATS
 from psdlab.analysis.formats.parsing import SNIFF_BYTES
-from psdlab.analysis.trace import StepRecord, Trace, TraceFormatError, iter_records
+from psdlab.analysis.trace import Trace, TraceFormatError, trace_from_lines
 from psdlab.validation.serving_results.replay import BENCH_FORMATS
 from psdlab.validation.importers.minedraft import (convert_line, looks_like_minedraft,
                                                    parse_filename)
@@ -79,12 +79,9 @@ def _minedraft(name: str, lines: list[tuple[int, Any]]) -> list[Trace]:
 
 
 def _psdlab(name: str, data: bytes) -> Trace:
-    """A psdlab trace from its bytes (``analysis.trace.read_trace``'s checks)."""
-    records = iter_records(io.BytesIO(data), name)
-    trace = Trace(run=next(records))
-    for rec in records:
-        (trace.steps if isinstance(rec, StepRecord) else trace.requests).append(rec)
-    return trace
+    """A psdlab trace from its bytes (``analysis.trace.read_trace``'s checks; a partial trace
+    read on its finished requests, with one warning, ``analysis.trace.trace_from_lines``)."""
+    return trace_from_lines(io.BytesIO(data), name)
 
 
 def traces_of(name: str, data: bytes) -> list[Trace]:
