@@ -20,7 +20,9 @@ Modes are plain strings in configs, traces and CSVs; ``Mode`` is their type.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, cast, get_args
+from typing import Any, Literal, Mapping, TypeVar, cast, get_args
+
+_T = TypeVar("_T")
 
 __all__ = ["Mode", "PhaseKey", "StepSegments", "ModeSpec", "MODES", "mode_spec",
            "SERVER_MODES", "TRACE_MODES", "STEP_MODES", "SPEC_MODES", "VLLM_MODES",
@@ -62,6 +64,11 @@ class StepSegments:
             if phase in seg:
                 return i
         raise ValueError(f"phase: {phase!r} is not a segment of {self.segments!r}")
+
+    def ordered(self, by_phase: Mapping[str, _T]) -> list[_T]:
+        """The values of ``by_phase`` (keyed by phase) in the step's order: segment by segment,
+        within a segment as listed; phases it lacks are left out."""
+        return [by_phase[p] for seg in self.segments for p in seg if p in by_phase]
 
     @property
     def count(self) -> int:
@@ -133,7 +140,7 @@ class ModeSpec:
             raise ValueError(f"batches: must be 1 or 2, got {self.batches!r}")
         if (self.overlapped_step is None) != (self.batches == 1):
             raise ValueError("overlapped_step: needed with two batches only")
-        if self.drafting != self.step.has("draft"):
+        if not self.drafting == self.step.has("draft") == self.step.has("prefill_d"):
             raise ValueError(f"step: drafts exactly when the mode has a drafter "
                              f"({self.drafter!r})")
         if self.step.serial_prefill != (self.drafter == "shared"):

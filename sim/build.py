@@ -92,7 +92,7 @@ def draw_inputs(config: SimConfig) -> Inputs:
                                                  config.requests)
     target = CostSpec.from_mapping(config.target.cost, "target.cost").model()
     drafter = acceptance = None
-    if srv.mode != "ar":
+    if srv.spec.drafting:
         assert config.drafter is not None          # SimConfig requires one unless mode = "ar"
         drafter = CostSpec.from_mapping(config.drafter.cost, "drafter.cost").model()
         acceptance = config.acceptance_spec.model()
@@ -119,7 +119,7 @@ def _core(config: SimConfig, inp: Inputs) -> tuple[Core, int, dict[str, Any]]:
 
     srv = config.server
     n = inp.n
-    if srv.mode == "ar":
+    if not srv.spec.drafting:
         karr = np.zeros(n, np.int64)
     elif srv.k_choices:
         karr = np.random.default_rng(inp.s_k).choice(np.asarray(srv.k_choices, np.int64), n)
@@ -133,7 +133,7 @@ def _core(config: SimConfig, inp: Inputs) -> tuple[Core, int, dict[str, Any]]:
                 block_size=srv.block_size, target=inp.target, drafter=inp.drafter,
                 target_dev=config.target.device, drafter_dev=inp.drafter_dev,
                 arrival=inp.arrival, prompt=inp.prompt, output=inp.output, traj=traj,
-                jitter=inp.jitter, cap_proposals=srv.cap_proposals and srv.mode != "ar",
+                jitter=inp.jitter, cap_proposals=srv.cap_proposals and srv.spec.drafting,
                 first_token_at_step_end=srv.first_token == "step",
                 step_host=inp.step_host(srv.mode, config.target.device))
     extra = {"policy": srv.policy, "cap_proposals": srv.cap_proposals,
@@ -188,11 +188,11 @@ def _adaptive(config: SimConfig, inp: Inputs) -> tuple[AdaptiveServer, int, dict
 def build(config: SimConfig) -> Built:
     """The server of a config (no simulation yet) and its trace header."""
     srv = config.server
-    if srv.mode == "adaptive":
+    if srv.spec.policy:
         check_adaptive(srv)
     inp = draw_inputs(config)
     core: Core | AdaptiveServer
-    if srv.mode == "adaptive":
+    if srv.spec.policy:
         core, k, extra = _adaptive(config, inp)
     else:
         core, k, extra = _core(config, inp)
@@ -206,7 +206,7 @@ def build(config: SimConfig) -> Built:
     extra.update({"requests": inp.n, "acceptance": dict(config.acceptance),
                   "costs": {"target": target.describe(),
                             "drafter": drafter.describe() if drafter else None}})
-    if srv.mode != "adaptive" or config.jitter:
+    if not srv.spec.policy or config.jitter:
         extra["jitter"] = dict(config.jitter) if config.jitter else None
     if step is not None:
         extra["engine_step"] = step.describe()

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from psdlab.analysis.modes import mode_spec
 from psdlab.sim.arrival_clock import ArrivalClock
 from psdlab.sim import lanes
 from psdlab.sim.batch_assignment import BatchAssignment
@@ -66,6 +67,8 @@ class Core(ArrivalClock):
                  traj: Trajectories, jitter: JitterStreams, cap_proposals: bool = False,
                  step_host=None, first_token_at_step_end: bool = False):
         self.mode, self.m = mode, m
+        #: the mode's registry entry (``analysis.modes``): batches, drafter, step segments
+        self.spec = mode_spec(mode)
         #: the engine step's host terms (sim.costs.engine_step.StepHost), None: none
         self.step_host = step_host
         #: proposals capped at the output budget (``server.cap_proposals``): one step per plan
@@ -73,11 +76,12 @@ class Core(ArrivalClock):
         #: ``server.first_token = "step"``: a first token is emitted at its step's end
         self.first_at_end = bool(first_token_at_step_end)
         #: draft length per request (0 for AR); k = the largest (passes the drafter may run)
-        self.karr = np.zeros(arrival.size, np.int64) if mode == "ar" else np.asarray(k, np.int64)
+        self.karr = (np.asarray(k, np.int64) if self.spec.drafting
+                     else np.zeros(arrival.size, np.int64))
         self.k = int(self.karr.max()) if self.karr.size else 0
         self.uniform_k = bool(self.karr.size == 0 or (self.karr == self.k).all())
         self.cap, self.block_size = kv_blocks, block_size
-        self.target, self.drafter = target, (None if mode == "ar" else drafter)
+        self.target, self.drafter = target, (drafter if self.spec.drafting else None)
         self.target_dev, self.drafter_dev = target_dev, drafter_dev
         self.arrival, self.prompt, self.output, self.traj = arrival, prompt, output, traj
         self.jitter = jitter
@@ -91,7 +95,7 @@ class Core(ArrivalClock):
         self.finish_t = np.full(n, np.nan)
         self.preempts = np.zeros(n, np.int64)
         self.last_batch = np.full(n, -1, np.int64)
-        self.bm = BatchAssignment(2 if mode == "psd" else 1, m, policy)
+        self.bm = BatchAssignment(self.spec.batches, m, policy)
         self.waiting: deque[int] = deque()
         self.arr_ptr = 0
         self.pending: list[int] = []          # admitted at this boundary: prefill next step
@@ -224,7 +228,7 @@ class Core(ArrivalClock):
     def _choose_plan(self, max_steps: int) -> PhasePlan:
         pl = self.planner
         batches = self.bm.batches
-        if self.mode != "psd":
+        if self.spec.batches == 1:
             if not batches[0]:
                 return pl.prefill_only()
             return pl.sd(None, np.asarray(batches[0], np.int64), max_steps)
@@ -335,7 +339,7 @@ class Core(ArrivalClock):
 
     def _update_ready(self, p: PhasePlan) -> None:
         bm = self.bm
-        if self.mode != "psd" or p.verify_batch is None:
+        if self.spec.batches == 1 or p.verify_batch is None:
             return
         last = p.S - 1
         assert p.draft_batch is not None              # PSD plans carry both

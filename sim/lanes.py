@@ -49,7 +49,7 @@ def eligible(core) -> bool:
     if any(c.traj.nsteps[r] == 0 for r in c.pending):
         return False
     batches = c.bm.batches
-    if c.mode != "psd":
+    if c.spec.batches == 1:
         return bool(batches[0])
     if not batches[0] or not batches[1]:
         return False
@@ -58,7 +58,7 @@ def eligible(core) -> bool:
 
 
 def _order(core) -> tuple[list[int], int]:
-    if core.mode == "psd":
+    if core.spec.batches == 2:
         X = 0 if core.ready[core.bm.batches[0]].all() else 1
         return [X, 1 - X], 2
     return [0], 1

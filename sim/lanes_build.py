@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from psdlab.analysis.modes import StepSegments
 from psdlab.sim.step_plan import PhaseArr, PhasePlan, prefill_time
 
 
@@ -66,8 +67,9 @@ def _row_work(c, ids, idx, mask, ctxm, kmat) -> dict:
             "npass": npass, "cpass": cpass}
 
 
-def _prefill(c, lay, S: int, seg_d: int) -> list[PhaseArr]:
-    """The requests admitted at boundary b are prefilled in step b (pending ones in step 0)."""
+def _prefill(c, lay, S: int, segs: StepSegments) -> dict[str, PhaseArr]:
+    """The requests admitted at boundary b are prefilled in step b (pending ones in step 0),
+    in their segments of ``segs``, keyed by phase."""
     n = np.zeros(S, np.int64)
     tok = np.zeros(S, np.int64)
     new = lay.adm > 0
@@ -80,9 +82,9 @@ def _prefill(c, lay, S: int, seg_d: int) -> list[PhaseArr]:
     n[0] += pend.size
     tok[0] += int(pend_len.sum())
     steps = np.flatnonzero(n > 0)
-    out = []
-    for dev, model, seg, key in ((c.target_dev, c.target, 0, "prefill_t"),
-                                 (c.drafter_dev, c.drafter, seg_d, "prefill_d")):
+    out = {}
+    for dev, model, key in ((c.target_dev, c.target, "prefill_t"),
+                            (c.drafter_dev, c.drafter, "prefill_d")):
         if model is None:
             continue
         dur = np.zeros(S)
@@ -92,7 +94,8 @@ def _prefill(c, lay, S: int, seg_d: int) -> list[PhaseArr]:
             passes[0] += int(model.prefill_passes(pend_len).sum())
             jit = c.jitter_at(key, c.step, S)[steps]
             dur[steps] = prefill_time(model, passes[steps], tok[steps]) * jit
-        out.append(PhaseArr("prefill", dev, seg, dur, n.copy(), tok.copy(), np.zeros(S, np.int64)))
+        out[key] = PhaseArr("prefill", dev, segs.at(key), dur, n.copy(), tok.copy(),
+                            np.zeros(S, np.int64))
     return out
 
 
@@ -113,7 +116,7 @@ def build_plan(c, order: list[int], period: int, lay) -> PhasePlan:
         d_ctx, d_n, d_tok = (pick(key, qd, b, a) for key in ("C", "n", "dtok"))
         npass, cpass = pick("npass", qd, b, a), pick("cpass", qd, b, a)
         vb, db = np.where(even, order[0], order[1]), np.where(even, order[1], order[0])
-        seg_pf_d, seg_d, seg_v = 0, 1, 1
+        segs = c.spec.overlapped_step
     else:
         w = mats[0]
         v_ctx = d_ctx = w["C"][:S]
@@ -121,21 +124,20 @@ def build_plan(c, order: list[int], period: int, lay) -> PhasePlan:
         v_tok, d_tok = w["vtok"][:S], w["dtok"][:S]
         npass, cpass = w["npass"][:, :S], w["cpass"][:, :S]
         vb = db = None
-        seg_pf_d = 1 if c.mode == "sd" else 0
-        seg_d = seg_pf_d + 1
-        seg_v = seg_d + (0 if c.mode == "ar" else 1)
-    phases = _prefill(c, lay, S, seg_pf_d)
-    work = []
-    if c.mode != "ar":
-        work.append(PhaseArr("draft", c.drafter_dev, seg_d,
-                             pl.draft_time(npass, cpass) * c.jitter_at("draft", c.step, S),
-                             d_n, d_tok, d_ctx))
-    work.append(PhaseArr("verify", c.target_dev, seg_v,
-                         pl.verify_time(v_n, v_tok, v_ctx) * c.jitter_at("verify", c.step, S),
-                         v_n, v_tok, v_ctx))
-    phases += work[::-1] if nb == 2 else work      # same phase order as sim.step_plan
-    p = PhasePlan("lanes", S, seg_v + 1, phases, [], np.zeros(S, np.int64), np.zeros(S, np.int64),
-             verify_batch=vb, draft_batch=db, overlapped=nb == 2)
+        segs = c.spec.step
+    assert segs is not None                       # a two-batch mode has its overlapped step
+    phases = _prefill(c, lay, S, segs)
+    if segs.has("draft"):
+        phases["draft"] = PhaseArr("draft", c.drafter_dev, segs.at("draft"),
+                                   pl.draft_time(npass, cpass) * c.jitter_at("draft", c.step, S),
+                                   d_n, d_tok, d_ctx)
+    phases["verify"] = PhaseArr("verify", c.target_dev, segs.at("verify"),
+                                pl.verify_time(v_n, v_tok, v_ctx)
+                                * c.jitter_at("verify", c.step, S), v_n, v_tok, v_ctx)
+    # the mode's segments and phase order, as sim.step_plan
+    p = PhasePlan("lanes", S, segs.count, segs.ordered(phases), [], np.zeros(S, np.int64),
+                  np.zeros(S, np.int64), verify_batch=vb, draft_batch=db,
+                  overlapped=segs.overlapped)
     p.lanes = {"order": order, "period": period, "mats": mats, "layout": lay}
     p.rows = lambda jj: _rows(p, jj)
     c._clock(p)

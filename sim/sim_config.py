@@ -28,8 +28,9 @@ Layout of a config file (see ``sim/configs/*.toml``)::
                   settings, analysis.adaptive_policy; the server: sim.adaptive); read once into
                   ``SimConfig.policy`` (a frozen ``PolicyConfig``)
 
-The drafter's device per mode is one rule here (``drafter_placement``, ``drafter_device``), used
-by the simulator's build and by the capacity planner's device count.
+The drafter's device per mode is one rule here (``drafter_placement``, ``drafter_device``, from
+the mode's ``ModeSpec.drafter`` in ``analysis.modes``), used by the simulator's build and by the
+capacity planner's device count.
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ from typing import Any, Literal, Mapping, cast, overload
 
 from psdlab.analysis.adaptive_policy import PolicyConfig, policy_config
 from psdlab.analysis.checks import check_choice, check_fields, check_int
-from psdlab.analysis.modes import SERVER_MODES, Mode, check_mode
+from psdlab.analysis.modes import MODES, SERVER_MODES, Mode, ModeSpec, check_mode, mode_spec
 from psdlab.analysis.toml_reader import tomllib
 from psdlab.sim.batch_assignment import POLICIES as BATCH_POLICIES
 from psdlab.sim.model_specs import AcceptanceSpec, CostSpec, WorkloadSpec
@@ -55,11 +56,10 @@ OWN_DRAFTER_DEVICE = "sim:drafter"
 
 
 def drafter_placement(mode: Mode) -> str:
-    """Where a mode runs its drafter: "none" (ar), "shared" (co-located sd: the target's
-    devices) or "own" (sd-sep, psd, adaptive: a device of its own)."""
-    if mode == "ar":
-        return "none"
-    return "shared" if mode == "sd" else "own"
+    """Where a mode runs its drafter (its ``ModeSpec.drafter``): "none" (ar), "shared"
+    (co-located sd: the target's devices) or "own" (sd-sep, psd, adaptive: a device of its
+    own)."""
+    return mode_spec(mode).drafter
 
 
 def drafter_device(mode: Mode, target_device: str, drafter_dev: str | None) -> str:
@@ -93,14 +93,14 @@ class ServerConfig:
 
     def __post_init__(self) -> None:
         check_mode("server.mode", self.mode, SERVER_MODES)
-        check_int("server.k", self.k, 1 if self.mode != "ar" else 0, 64)
+        check_int("server.k", self.k, 1 if self.spec.drafting else 0, 64)
         if not isinstance(self.k_choices, (list, tuple)):
             raise ValueError(f"server.k_choices: expected a list of integers, got "
                              f"{self.k_choices!r}")
         object.__setattr__(self, "k_choices", tuple(
             check_int(f"server.k_choices[{i}]", v, 1, 64) for i, v in enumerate(self.k_choices)))
-        if self.k_choices and self.mode == "ar":
-            raise ValueError("server.k_choices: not allowed for server.mode = 'ar'")
+        if self.k_choices and not self.spec.drafting:
+            raise ValueError(f"server.k_choices: not allowed for server.mode = {self.mode!r}")
         check_int("server.m", self.m, 1, 4096)
         check_choice("server.policy", self.policy, tuple(BATCH_POLICIES))
         check_int("server.kv_blocks", self.kv_blocks, 0)
@@ -112,6 +112,11 @@ class ServerConfig:
         check_choice("server.first_token", self.first_token, FIRST_TOKEN)
         from psdlab.sim.costs.engine_step import check_spec
         check_spec(self.engine_step)
+
+    @property
+    def spec(self) -> ModeSpec:
+        """The mode's entry in the registry (``analysis.modes``)."""
+        return mode_spec(self.mode, "server.mode")
 
 
 @dataclass(frozen=True)
@@ -161,13 +166,14 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         check_int("requests", self.requests, 1, 100_000_000)
-        if self.adaptive is not None or self.server.mode == "adaptive":
+        if self.adaptive is not None or self.server.spec.policy:
             object.__setattr__(self, "policy", policy_config(self.adaptive))
-            if self.server.mode != "adaptive":
-                raise ValueError(f"adaptive: only with server.mode = 'adaptive', got "
+            if not self.server.spec.policy:
+                policy_modes = " or ".join(repr(s.name) for s in MODES if s.policy)
+                raise ValueError(f"adaptive: only with server.mode = {policy_modes}, got "
                                  f"{self.server.mode!r}")
         check_int("seed", self.seed, 0)
-        if self.server.mode != "ar" and self.drafter is None:
+        if self.server.spec.drafting and self.drafter is None:
             raise ValueError(f"drafter: missing (required for server.mode = "
                              f"{self.server.mode!r})")
         self._parse_specs()
@@ -180,7 +186,7 @@ class SimConfig:
         object.__setattr__(self, "workload", WorkloadSpec.with_default(
             self.workload, "workload", target.cost_spec.max_model_len))
         object.__setattr__(self, "target", target)
-        if self.server.mode != "ar":
+        if self.server.spec.drafting:
             assert self.drafter is not None          # checked in __post_init__
             object.__setattr__(self, "drafter", _with_cost(self.drafter, "drafter.cost"))
             object.__setattr__(self, "acceptance",

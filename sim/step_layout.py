@@ -29,6 +29,7 @@ import heapq
 import numpy as np
 
 from psdlab.analysis.batch_rule import join
+from psdlab.analysis.modes import StepSegments
 from psdlab.sim.costtable import MASK, NBITS, SHIFT, CostTables
 from psdlab.sim.lanes_build import Layout, attach_rows
 from psdlab.sim.step_plan import PhaseArr, PhasePlan
@@ -73,21 +74,21 @@ def _initial(c, order, period: int, VLEN: int):
     return V, heap, free, size, rec
 
 
-def _kind(c, nb: int) -> str:
-    if nb == 2:
-        return "psd"
-    if c.drafter is None or not c.k:
-        return "ar"
-    return "sd" if c.mode == "sd" else "sdsep"
+def _segments(c, nb: int) -> StepSegments:
+    """The segments of the stretch's steps: the mode's two-batch step with two batches, else
+    its one-batch step (``analysis.modes``)."""
+    segs = c.spec.overlapped_step if nb == 2 else c.spec.step
+    assert segs is not None, "two batches in a one-batch mode"
+    return segs
 
 
 def one_pass_plan(c, order: list[int], period: int, S_max: int) -> PhasePlan:
     """The lanes plan of at most ``S_max`` steps from the current boundary, laid out exactly.
     With ``c.step_detail`` False (no step records wanted) only the clock and the prefills
     are kept: the plan then serves ``commit`` but not ``sim.trace_records.step_records``."""
-    kind = _kind(c, len(order))
-    S, rec, Tl, rows, pf = _sweep(c, order, period, S_max, kind)
-    return _finish(c, order, period, kind, S, rec, Tl, rows, pf)
+    segs = _segments(c, len(order))
+    S, rec, Tl, rows, pf = _sweep(c, order, period, S_max, segs)
+    return _finish(c, order, period, segs, S, rec, Tl, rows, pf)
 
 
 def _jitter(c, S_max: int, has_draft: bool, has_pd: bool):
@@ -131,7 +132,7 @@ def _prefill_durations(tabs: CostTables, s: int, n: int, tok: int, x_t: int, x_d
     return pt, pd
 
 
-def _sweep(c, order: list[int], period: int, S_max: int, kind: str):
+def _sweep(c, order: list[int], period: int, S_max: int, segs: StepSegments):
     """Walk the stretch step by step (module docstring): the steps S it lays out, the lanes'
     records, the clock, the step rows (n_v, C_v, n_d, C_d, t_v, t_d; with c.step_detail) and the
     prefills (step, prompts, tokens, t_dur, d_dur).  The boundaries are ``_lanes``' work."""
@@ -142,7 +143,10 @@ def _sweep(c, order: list[int], period: int, S_max: int, kind: str):
     has_draft, has_pd, detail = tabs.has_draft, c.drafter is not None, c.step_detail
     jit = _jitter(c, S_max, has_draft, has_pd)
     jv, jd = jit[:2] if jit else ([], [])
-    psd, sd_coloc = kind == "psd", kind == "sd"
+    # overlapped (two batches): the row drafted in step s is verified in step s + 1 and a
+    # step lasts max(verify, draft); else draft then verify.  serial_prefill: the drafter's
+    # prefill waits for the target's (one device)
+    psd, sd_coloc = segs.overlapped, segs.serial_prefill
     lanes = _lanes(c, order, period, S_max, V, heap, free, size, rec.append, tabs.extra_passes)
     next_done, ready, _, _ = next(lanes)
     T = c.now
@@ -278,7 +282,7 @@ def _lanes(c, order: list[int], period: int, S_max: int, V, heap, free, size, re
         pfq = (pf_n, pf_tok, pf_xt, pf_xd)
 
 
-def _finish(c, order, period, kind, S, rec, Tl, rows, pf) -> PhasePlan:
+def _finish(c, order, period, segs: StepSegments, S, rec, Tl, rows, pf) -> PhasePlan:
     """The plan of the first S steps from the sweep's records: the layout, then the light plan
     (without step detail) or the full one."""
     arr = np.array(rec, np.int64).reshape(-1, 5)
@@ -291,7 +295,7 @@ def _finish(c, order, period, kind, S, rec, Tl, rows, pf) -> PhasePlan:
     if not c.step_detail:
         return _light(c, order, period, lay, pf)
     cols = list(zip(*rows[:S]))
-    return _assemble(c, order, period, lay, kind, cols, pf)
+    return _assemble(c, order, period, lay, segs, cols, pf)
 
 
 def _prefill_columns(S: int, pf):
@@ -321,34 +325,30 @@ def _light(c, order, period, lay, pf) -> PhasePlan:
     return p
 
 
-def _assemble(c, order, period, lay, kind, cols, pf) -> PhasePlan:
+def _assemble(c, order, period, lay, segs: StepSegments, cols, pf) -> PhasePlan:
 
     S, k = lay.S, c.k
     v_n, v_c, d_n, d_c = (np.asarray(x, np.int64) for x in cols[:4])
     v_dur, d_dur = np.asarray(cols[4], float), np.asarray(cols[5], float)
     pn, ptok, pt, pd = _prefill_columns(S, pf)
-    if kind == "psd":
-        seg_pf_d, seg_d, seg_v = 0, 1, 1
-    else:
-        seg_pf_d = 1 if kind == "sd" else 0
-        seg_d = seg_pf_d + 1
-        seg_v = seg_d + (0 if kind == "ar" else 1)
     zeros = np.zeros(S, np.int64)
-    phases = [PhaseArr("prefill", c.target_dev, 0, pt, pn, ptok, zeros)]
+    phases = {"prefill_t": PhaseArr("prefill", c.target_dev, segs.at("prefill_t"), pt, pn, ptok,
+                                    zeros)}
     if c.drafter is not None:
-        phases.append(PhaseArr("prefill", c.drafter_dev, seg_pf_d, pd, pn.copy(), ptok.copy(),
-                               zeros.copy()))
-    work = []
-    if kind != "ar":
-        work.append(PhaseArr("draft", c.drafter_dev, seg_d, d_dur, d_n, d_n * k, d_c))
-    work.append(PhaseArr("verify", c.target_dev, seg_v, v_dur, v_n, v_n * (k + 1), v_c))
-    phases += work[::-1] if kind == "psd" else work
+        phases["prefill_d"] = PhaseArr("prefill", c.drafter_dev, segs.at("prefill_d"), pd,
+                                       pn.copy(), ptok.copy(), zeros.copy())
+    if segs.has("draft"):
+        phases["draft"] = PhaseArr("draft", c.drafter_dev, segs.at("draft"), d_dur, d_n,
+                                   d_n * k, d_c)
+    phases["verify"] = PhaseArr("verify", c.target_dev, segs.at("verify"), v_dur, v_n,
+                                v_n * (k + 1), v_c)
     vb = db = None
-    if kind == "psd":
+    if len(order) == 2:
         even = (np.arange(S) % 2) == 0
         vb, db = np.where(even, order[0], order[1]), np.where(even, order[1], order[0])
-    p = PhasePlan("lanes", S, seg_v + 1, phases, [], np.zeros(S, np.int64), np.zeros(S, np.int64),
-             verify_batch=vb, draft_batch=db, overlapped=kind == "psd")
+    p = PhasePlan("lanes", S, segs.count, segs.ordered(phases), [], np.zeros(S, np.int64),
+                  np.zeros(S, np.int64), verify_batch=vb, draft_batch=db,
+                  overlapped=segs.overlapped)
     attach_rows(c, p, order, period, lay)
     p.lanes["sweep"] = True            # lay.T is the sweep's clock (tests compare it)
     c._clock(p)

@@ -14,6 +14,11 @@ PSD verify alone          [prefill_t | prefill_d] [verify X]         (other batc
 PSD fallback to SD        as SD on a separate device                 (other batch empty)
 ========================  =======================================================
 
+The segments are data: each mode's ``StepSegments`` in the registry (``analysis.modes``:
+``ModeSpec.step`` for a one-batch step, ``overlapped_step`` for a two-batch one); the regimes
+below read them (which segment each phase runs in, the phases' order, the segment count) and
+never a mode's name.
+
 Prefill (of requests admitted at the plan's first boundary) happens only in its first step;
 later steps have zero-length prefill segments.  Times are accumulated as one running sum over
 all segments, which is exactly what the SimPy processes do (``now + d`` per segment), so the
@@ -35,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from psdlab.analysis.modes import StepSegments
 from psdlab.sim.kv import blocks
 
 
@@ -211,17 +217,19 @@ class Planner:
         idx = np.minimum(f[None, :] + np.arange(Q)[:, None], last[None, :])
         return f, c.traj.ctx[idx]
 
-    def _prefill_phases(self, S: int, seg_t: int, seg_d: int) -> list[PhaseArr]:
+    def _prefill_phases(self, S: int, segs: StepSegments) -> dict[str, PhaseArr]:
+        """The prefill of the requests admitted at this boundary, on the target and (when the
+        mode has one) the drafter, in their segments of ``segs``, keyed by phase."""
         c = self.c
         ids = np.asarray(c.pending, dtype=np.int64)
         n = ids.size
         if n == 0:
-            return []
+            return {}
         lengths = c.prefill_tokens(ids)
         tokens = int(lengths.sum())
-        out = []
-        for kind_dev, model, seg, key in ((c.target_dev, c.target, seg_t, "prefill_t"),
-                                          (c.drafter_dev, c.drafter, seg_d, "prefill_d")):
+        out = {}
+        for kind_dev, model, key in ((c.target_dev, c.target, "prefill_t"),
+                                     (c.drafter_dev, c.drafter, "prefill_d")):
             if model is None:
                 continue
             dur = np.zeros(S)
@@ -232,7 +240,8 @@ class Planner:
             seqs[0] = n
             toks = np.zeros(S, np.int64)
             toks[0] = tokens
-            out.append(PhaseArr("prefill", kind_dev, seg, dur, seqs, toks, np.zeros(S, np.int64)))
+            out[key] = PhaseArr("prefill", kind_dev, segs.at(key), dur, seqs, toks,
+                                np.zeros(S, np.int64))
         return out
 
     def _kv_cut(self, S: int, per_boundary) -> int:
@@ -255,23 +264,20 @@ class Planner:
             B = blocks(M, self._lookahead(ids)[None, :], c.block_size).sum(axis=1)
             S = self._kv_cut(S, lambda j: B[j])
         w = self.set_work(ids, M[:S])
-        ar = c.mode == "ar"
-        seg_pf_t, seg_pf_d = 0, (1 if c.mode == "sd" else 0)
-        seg_d = seg_pf_d + 1
-        seg_v = seg_d + (0 if ar else 1)
-        phases = self._prefill_phases(S, seg_pf_t, seg_pf_d)
+        segs = c.spec.step
+        phases = self._prefill_phases(S, segs)
         nn = np.full(S, w.n, np.int64)
-        if not ar:
-            phases.append(PhaseArr("draft", c.drafter_dev, seg_d,
-                                   self.draft_time(w.npass, w.cpass)
-                                   * c.jitter_at("draft", c.step, S),
-                                   np.asarray(w.npass[0, :S], np.int64), w.dtok[:S], w.C))
-        phases.append(PhaseArr("verify", c.target_dev, seg_v,
-                               self.verify_time(w.n, w.vtok[:S], w.C)
-                               * c.jitter_at("verify", c.step, S),
-                               nn, w.vtok[:S], w.C))
+        if segs.has("draft"):
+            phases["draft"] = PhaseArr("draft", c.drafter_dev, segs.at("draft"),
+                                       self.draft_time(w.npass, w.cpass)
+                                       * c.jitter_at("draft", c.step, S),
+                                       np.asarray(w.npass[0, :S], np.int64), w.dtok[:S], w.C)
+        phases["verify"] = PhaseArr("verify", c.target_dev, segs.at("verify"),
+                                    self.verify_time(w.n, w.vtok[:S], w.C)
+                                    * c.jitter_at("verify", c.step, S),
+                                    nn, w.vtok[:S], w.C)
         vb = None if batch is None else np.full(S, batch)
-        return PhasePlan("sd", S, seg_v + 1, phases, [VerifySet(batch, ids, f)],
+        return PhasePlan("sd", S, segs.count, segs.ordered(phases), [VerifySet(batch, ids, f)],
                     np.zeros(S, np.int64), np.arange(S), verify_batch=vb, draft_batch=vb)
 
     def overlap(self, X: int, idsX: np.ndarray, allX: bool, Y: int, idsY: np.ndarray,
@@ -299,14 +305,16 @@ class Planner:
         npass = np.where(even[None, :], wY.npass[:, qd], wX.npass[:, qd])
         d_n = npass[0]
         cpass = np.where(even[None, :], wY.cpass[:, qd], wX.cpass[:, qd])
-        phases = self._prefill_phases(S, 0, 0)
-        phases.append(PhaseArr("verify", c.target_dev, 1,
-                               self.verify_time(v_n, v_tok, v_ctx)
-                               * c.jitter_at("verify", c.step, S), v_n, v_tok, v_ctx))
-        phases.append(PhaseArr("draft", c.drafter_dev, 1,
-                               self.draft_time(npass, cpass) * c.jitter_at("draft", c.step, S),
-                               d_n, d_tok, d_ctx))
-        return PhasePlan("overlap", S, 2, phases, [VerifySet(X, idsX, fX), VerifySet(Y, idsY, fY)],
+        segs = self._two_batch()
+        phases = self._prefill_phases(S, segs)
+        phases["verify"] = PhaseArr("verify", c.target_dev, segs.at("verify"),
+                                    self.verify_time(v_n, v_tok, v_ctx)
+                                    * c.jitter_at("verify", c.step, S), v_n, v_tok, v_ctx)
+        phases["draft"] = PhaseArr("draft", c.drafter_dev, segs.at("draft"),
+                                   self.draft_time(npass, cpass)
+                                   * c.jitter_at("draft", c.step, S), d_n, d_tok, d_ctx)
+        return PhasePlan("overlap", S, segs.count, segs.ordered(phases),
+                         [VerifySet(X, idsX, fX), VerifySet(Y, idsY, fY)],
                     np.where(even, 0, 1), j // 2, verify_batch=np.where(even, X, Y),
                     draft_batch=np.where(even, Y, X), overlapped=True)
 
@@ -315,11 +323,14 @@ class Planner:
         c = self.c
         _, M = self._ctx_rows(idsY, 1)
         w = self.set_work(idsY, M)
-        phases = self._prefill_phases(1, 0, 0)
-        phases.append(PhaseArr("draft", c.drafter_dev, 1,
-                               self.draft_time(w.npass, w.cpass) * c.jitter_at("draft", c.step, 1),
-                               np.asarray(w.npass[0, :1], np.int64), w.dtok[:1], w.C))
-        return PhasePlan("startup", 1, 2, phases, [], np.array([-1]), np.array([0]),
+        segs = self._two_batch()
+        phases = self._prefill_phases(1, segs)
+        phases["draft"] = PhaseArr("draft", c.drafter_dev, segs.at("draft"),
+                                   self.draft_time(w.npass, w.cpass)
+                                   * c.jitter_at("draft", c.step, 1),
+                                   np.asarray(w.npass[0, :1], np.int64), w.dtok[:1], w.C)
+        return PhasePlan("startup", 1, segs.count, segs.ordered(phases), [], np.array([-1]),
+                         np.array([0]),
                     verify_batch=np.array([-1]), draft_batch=np.array([Y]))
 
     def verify_alone(self, X: int, idsX: np.ndarray) -> PhasePlan:
@@ -328,15 +339,24 @@ class Planner:
         f, M = self._ctx_rows(idsX, 1)
         w = self.set_work(idsX, M)
         n = np.array([w.n])
-        phases = self._prefill_phases(1, 0, 0)
-        phases.append(PhaseArr("verify", c.target_dev, 1,
-                               self.verify_time(n, w.vtok[:1], w.C)
-                               * c.jitter_at("verify", c.step, 1), n, w.vtok[:1], w.C))
-        return PhasePlan("verify", 1, 2, phases, [VerifySet(X, idsX, f)], np.array([0]),
+        segs = self._two_batch()
+        phases = self._prefill_phases(1, segs)
+        phases["verify"] = PhaseArr("verify", c.target_dev, segs.at("verify"),
+                                    self.verify_time(n, w.vtok[:1], w.C)
+                                    * c.jitter_at("verify", c.step, 1), n, w.vtok[:1], w.C)
+        return PhasePlan("verify", 1, segs.count, segs.ordered(phases), [VerifySet(X, idsX, f)],
+                         np.array([0]),
                     np.array([0]), verify_batch=np.array([X]), draft_batch=np.array([-1]))
 
     def prefill_only(self) -> PhasePlan:
-        c = self.c
-        seg_d = 1 if c.mode == "sd" else 0
-        phases = self._prefill_phases(1, 0, seg_d)
-        return PhasePlan("prefill", 1, seg_d + 1, phases, [], np.array([-1]), np.array([0]))
+        """Only the admissions' prefill (no batch has a sequence to decode)."""
+        segs = self.c.spec.step
+        phases = self._prefill_phases(1, segs)
+        return PhasePlan("prefill", 1, segs.prefill_count, segs.ordered(phases), [],
+                         np.array([-1]), np.array([0]))
+
+    def _two_batch(self) -> StepSegments:
+        """The segments of a two-batch step (the mode's ``overlapped_step``)."""
+        segs = self.c.spec.overlapped_step
+        assert segs is not None, "a two-batch plan of a one-batch mode"
+        return segs

@@ -93,7 +93,7 @@ def request_record(core, r: int) -> RequestRecord:
                          admitted=float(core.admitted_t[r]), first_token=float(core.first_t[r]),
                          finish=float(core.finish_t[r]), prompt_len=int(core.prompt[r]),
                          output_len=int(core.output[r]),
-                         batch=b if core.mode == "psd" and b >= 0 else None,
+                         batch=b if core.spec.batches == 2 and b >= 0 else None,
                          preemptions=int(core.preempts[r]))
 
 
@@ -144,7 +144,8 @@ class Sink:
         ids = np.asarray(self._done, dtype=np.int64)
         self._done = []
         batch = core.last_batch[ids]
-        batch = [b if core.mode == "psd" and b >= 0 else None for b in batch.tolist()]
+        two = core.spec.batches == 2
+        batch = [b if two and b >= 0 else None for b in batch.tolist()]
         cols = zip(ids.tolist(), core.arrival[ids].tolist(), core.admitted_t[ids].tolist(),
                    core.first_t[ids].tolist(), core.finish_t[ids].tolist(),
                    core.prompt[ids].tolist(), core.output[ids].tolist(), batch,

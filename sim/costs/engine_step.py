@@ -45,6 +45,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from psdlab.analysis.checks import check_fields, check_nonnegative, check_range
+from psdlab.analysis.modes import mode_spec
 
 from .catalog import _read_toml
 from .step_jitter import Jitter, make_jitter
@@ -245,7 +246,7 @@ class StepHost:
         self.fixed = step.host_fixed_s + step.host_per_tp_rank_s * int(getattr(rf, "tp", 1))
         self.separate = bool(separate)
         self.prob_s = prob_seconds_per_token(step, drafter) if self.separate else 0.0
-        self.both = mode == "psd" and step.single_driver
+        self.both = mode_spec(mode).overlap and step.single_driver
         #: the API server's per-token work that runs in the engine's own process (served
         #: runs only): every sequence streams at least one token per step
         self.api_serial = (step.api_per_token_s * (1.0 - step.api_overlap)
