@@ -5,13 +5,28 @@ For every combination of mode x k x m x drafter (x replicas) in the config's ``[
 
 1. Simulate a Poisson workload of ``plan.requests`` requests (the config's workload lengths)
    at rate r and check the SLO (``plan.slo``, e.g. ``{ttft_p99 = 2.0, tpot_p50 = 0.05}``:
-   each ``<ttft|tpot|e2e>_<mean|p50|p90|p99>`` must be <= its bound, seconds).
-2. Find the highest sustainable r by bisection: an offline run gives the saturated throughput
-   C; the bracket starts at [0, 1.2 C] (widened by doubling if 1.2 C still passes) and is
-   halved ``plan.iterations`` times.  All rates use the same seed (common random numbers), and
-   bisection assumes the SLO metrics grow with the rate -- true of queueing, but a noisy run can
-   break it near the boundary; more requests make it smoother.
-3. Replicas: R independent replicas behind a random (Poisson-splitting) load balancer each see
+   each ``<ttft|tpot|e2e>_<mean|p50|p90|p99>`` must be <= its bound, seconds) on the steady
+   part of the trial: the requests by arrival order less the first ``WARMUP_SHARE`` (the
+   system still filling) and the last ``DRAIN_SHARE`` (it empties after the last arrival),
+   ``steady_metrics``.
+2. The saturated capacity C: an offline run of the same configuration (every request waiting
+   at once), its output tokens per second in its steady window -- from the first completion
+   to the last admission, while every slot refills as soon as it frees -- over the mean
+   output length (``steady_capacity``; the whole run's requests / makespan, drain included,
+   is the CSV's ``offline_req_s``).  No rate above C is sustainable (the queue grows without
+   bound), so the search never goes above it: a trial at C that meets the SLO makes the rate
+   C (``bound = "capacity"``: capped, the SLO did not bind below saturation in a trial of
+   this length; at C itself the queue is only critically stable, so read it as an upper
+   bound), else [0, C] is halved ``plan.iterations`` times by bisection (``bound = "slo"``;
+   ``"none"`` when even the lowest rate tried misses the SLO: rate 0).  The trials of one
+   seed share its random numbers; bisection assumes the SLO metrics grow with the rate --
+   true of queueing, but a noisy run can break it near the boundary; more requests make it
+   smoother.
+3. Seeds: steps 1-2 run once per seed (``plan.seeds``, the config's seed and the next ones);
+   a row is the mean over them with a 95 % Student-t interval (``seed_interval``), in the CSV's
+   ``max_rate_lo_req_s`` / ``max_rate_hi_req_s``.  Two configurations tie when their
+   difference is within ``sqrt(h1^2 + h2^2)`` of the half-widths (``rates_tie``).
+4. Replicas: R independent replicas behind a random (Poisson-splitting) load balancer each see
    rate r / R, so R replicas sustain R times the one-replica rate with the same per-replica
    latency -- computed, not simulated.  Devices per replica: the target's tensor-parallel degree
    (cost spec ``tp``, default 1) plus the drafter's for ``sd-sep`` and ``psd`` (its own device);
@@ -28,15 +43,24 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
 from psdlab.analysis.checks import check_fields, check_int, check_positive
 from psdlab.analysis.modes import SERVER_MODES, Mode, check_mode
+from psdlab.analysis.trace import Trace
 from psdlab.sim.plan_rows import ConfigResult, PlanCombo, PlanRow
 from psdlab.sim.sim_config import SimConfig, SimModel, drafter_placement
 
 SLO_METRICS = ("ttft", "tpot", "e2e")
 SLO_STATS = ("mean", "p50", "p90", "p99")
 _PLAN_KEYS = ("modes", "k", "m", "drafters", "replicas", "slo", "requests", "iterations",
-              "jobs", "csv")
+              "jobs", "csv", "seeds")
+#: requests left out of a trial's SLO percentiles, by arrival order: the first share (warm-up:
+#: the system fills) and the last (drain: it empties after the last arrival)
+WARMUP_SHARE = 0.2
+DRAIN_SHARE = 0.1
+#: the two-sided confidence of a row's interval over seeds
+CONFIDENCE = 0.95
 
 
 @dataclass(frozen=True)
@@ -51,6 +75,7 @@ class PlanSpec:
     iterations: int = 7
     jobs: int = 1
     csv: str | None = None
+    seeds: int = 3
 
 
 def _int_list(raw: Any, name: str, lo: int) -> tuple[int, ...]:
@@ -105,7 +130,8 @@ def parse_plan(raw: Mapping[str, Any] | None, cfg: SimConfig) -> PlanSpec:
                     slo=parse_slo(raw.get("slo")),
                     requests=check_int("plan.requests", raw.get("requests", 300), 10),
                     iterations=check_int("plan.iterations", raw.get("iterations", 7), 1, 40),
-                    jobs=check_int("plan.jobs", raw.get("jobs", 1), 1, 256), csv=csv)
+                    jobs=check_int("plan.jobs", raw.get("jobs", 1), 1, 256), csv=csv,
+                    seeds=check_int("plan.seeds", raw.get("seeds", 3), 1, 100))
 
 
 def combos(spec: PlanSpec) -> list[PlanCombo]:
@@ -189,8 +215,71 @@ def meets_slo(metrics: Mapping[str, Any], spec: PlanSpec) -> bool:
     return True
 
 
-def evaluate_combo(cfg: SimConfig, spec: PlanSpec, combo: PlanCombo) -> ConfigResult:
-    """Highest sustainable Poisson rate of one configuration (one replica)."""
+def steady_requests(n: int) -> tuple[int, int]:
+    """The requests (by arrival order, ``[first, stop)``) a trial of ``n`` judges the SLO on:
+    all but the first ``WARMUP_SHARE`` and the last ``DRAIN_SHARE`` of them."""
+    first = int(math.floor(WARMUP_SHARE * n))
+    stop = n - int(math.floor(DRAIN_SHARE * n))
+    return first, max(stop, first + 1)
+
+
+def steady_metrics(trace: Trace) -> dict[str, Any]:
+    """TTFT, TPOT and e2e percentiles (``analysis.stats.percentiles``, the definitions of
+    ``analysis.metrics``) over the steady requests of a trial (``steady_requests``)."""
+    from psdlab.analysis.stats import percentiles
+
+    reqs = sorted(trace.requests, key=lambda r: (r.arrival, str(r.id)))
+    first, stop = steady_requests(len(reqs))
+    kept = reqs[first:stop]
+    arrival = np.array([r.arrival for r in kept], dtype=float)
+    first_tok = np.array([r.first_token for r in kept], dtype=float)
+    finish = np.array([r.finish for r in kept], dtype=float)
+    out_len = np.array([r.output_len for r in kept], dtype=float)
+    multi = out_len > 1
+    return {"requests": len(kept), "ttft": percentiles(first_tok - arrival),
+            "tpot": percentiles((finish[multi] - first_tok[multi]) / (out_len[multi] - 1)),
+            "e2e": percentiles(finish - arrival)}
+
+
+def steady_capacity(trace: Trace) -> float:
+    """The saturated request rate of an offline run: its output tokens per second in the
+    steady window, from the first completion (every slot filled, refilled as it frees) to the
+    last admission (the queue empties), over the mean output length of its requests -- the
+    highest Poisson rate whose tokens the server keeps up with.  A request's tokens count as
+    emitted evenly between its first token and its finish.  The whole run's requests /
+    makespan where no request waited for a slot (no window)."""
+    reqs = trace.requests
+    first = np.array([r.first_token for r in reqs], dtype=float)
+    finish = np.array([r.finish for r in reqs], dtype=float)
+    out_len = np.array([r.output_len for r in reqs], dtype=float)
+    start = float(np.min(np.array([r.arrival for r in reqs], dtype=float)))
+    t0, t1 = float(finish.min()), max(r.admitted for r in reqs)
+    if not t1 > t0:
+        return len(reqs) / (float(finish.max()) - start)
+    span = np.maximum(finish - first, 0.0)
+    inside = np.clip(np.minimum(finish, t1) - np.maximum(first, t0), 0.0, None)
+    share = np.divide(inside, span, out=np.zeros_like(span), where=span > 0)
+    tokens = float(np.sum((out_len - 1) * share) + np.count_nonzero((first >= t0)
+                                                                     & (first <= t1)))
+    return tokens / (t1 - t0) / float(out_len.mean())
+
+
+@dataclass(frozen=True)
+class SeedSearch:
+    """One seed's search of one configuration: its offline capacity (steady window, and the
+    whole run's requests / makespan), the highest rate meeting the SLO (never above the
+    capacity), what bounds it, the throughput and SLO values there, and the SLO values of the
+    lowest rate tried (what comes closest when no rate meets it)."""
+    capacity_req_s: float
+    offline_req_s: float
+    rate_req_s: float
+    bound: str                                   # "capacity", "slo" or "none"
+    tok_s: float | None
+    slo: tuple[tuple[str, float | None], ...]
+    lowest: tuple[tuple[str, float | None], ...]
+
+
+def _search_seed(cfg: SimConfig, spec: PlanSpec, combo: PlanCombo, seed: int) -> SeedSearch:
     from psdlab.sim.costtable import TableShare
     from psdlab.sim.simulation import simulate
 
@@ -199,35 +288,89 @@ def evaluate_combo(cfg: SimConfig, spec: PlanSpec, combo: PlanCombo) -> ConfigRe
     # offline run's config parsed the cost and acceptance tables and built their models once
     # (sim.model_specs); each trial replaces its workload alone and reuses them
     tables = None if os.environ.get("PSDLAB_PLAN_REUSE") == "0" else TableShare()
-    base = _variant(cfg, spec, combo, offline_workload, n)
+    base = _variant(cfg.replace(seed=seed), spec, combo, offline_workload, n)
     offline = simulate(base, tables=tables)
-    capacity = n / offline.makespan_s
+    capacity = steady_capacity(offline.trace)
 
-    def trial(rate: float):
+    def trial(rate: float) -> tuple[bool, dict[str, Any], float | None]:
         res = simulate(base.replace(workload=at_rate(rate)), tables=tables)
-        return meets_slo(res.metrics, spec), res.metrics
+        steady = steady_metrics(res.trace)
+        return meets_slo(steady, spec), steady, res.metrics["throughput_tok_s"]
 
-    lo, hi, best = 0.0, 1.2 * capacity, None
-    ok, metrics = trial(hi)
-    while ok and hi < 1e3 * capacity:
-        lo, best, hi = hi, metrics, 2 * hi
-        ok, metrics = trial(hi)
-    for _ in range(spec.iterations):
-        mid = 0.5 * (lo + hi)
-        ok, metrics = trial(mid)
-        if ok:
-            lo, best = mid, metrics
-        else:
-            hi = mid
+    ok, metrics, tok_s = trial(capacity)
+    lo, best, bound = (capacity, (metrics, tok_s), "capacity") if ok else (0.0, None, "slo")
+    lowest = metrics
+    if not ok:
+        hi = capacity
+        for _ in range(spec.iterations):
+            mid = 0.5 * (lo + hi)
+            ok, metrics, tok_s = trial(mid)
+            if ok:
+                lo, best = mid, (metrics, tok_s)
+            else:
+                hi, lowest = mid, metrics
+        if best is None:
+            bound = "none"
+    return SeedSearch(capacity_req_s=capacity, offline_req_s=n / offline.makespan_s,
+                      rate_req_s=lo, bound=bound, tok_s=best[1] if best else 0.0,
+                      slo=tuple(slo_values(best[0] if best else {}, spec).items()),
+                      lowest=tuple(slo_values(lowest, spec).items()))
+
+
+def seed_interval(values: Sequence[float]) -> tuple[float | None, float | None]:
+    """The ``CONFIDENCE`` Student-t interval of the mean of ``values`` (one per seed); (None,
+    None) for a single value."""
+    if len(values) < 2:
+        return None, None
+    from scipy import stats
+
+    arr = np.asarray(values, dtype=float)
+    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, arr.size - 1) * arr.std(ddof=1)
+                 / math.sqrt(arr.size))
+    mean = float(arr.mean())
+    return mean - half, mean + half
+
+
+def rates_tie(a: float, a_lo: float | None, a_hi: float | None, b: float, b_lo: float | None,
+              b_hi: float | None) -> bool:
+    """Whether two rates (each with its interval) are within their uncertainty of each other:
+    |a - b| <= sqrt(ha^2 + hb^2), h a half-width; exact equality without intervals."""
+    if a_lo is None or a_hi is None or b_lo is None or b_hi is None:
+        return a == b
+    ha, hb = 0.5 * (a_hi - a_lo), 0.5 * (b_hi - b_lo)
+    return abs(a - b) <= math.hypot(ha, hb)
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return float(np.mean(known)) if known else None
+
+
+def _bound(bounds: Sequence[str]) -> str:
+    return bounds[0] if len(set(bounds)) == 1 else "mixed"
+
+
+def evaluate_combo(cfg: SimConfig, spec: PlanSpec, combo: PlanCombo) -> ConfigResult:
+    """Highest sustainable Poisson rate of one configuration (one replica): the mean over
+    ``plan.seeds`` seeds of each seed's search (``_search_seed``), with its interval."""
+    runs = [_search_seed(cfg, spec, combo, cfg.seed + i) for i in range(spec.seeds)]
+    rates = [r.rate_req_s for r in runs]
+    lo, hi = seed_interval(rates)
     drafter = combo.drafter
+    keys = [key for key, _ in runs[0].slo]
     return ConfigResult(
         mode=combo.mode, k=combo.k, m=combo.m, drafter=drafter.name if drafter else "",
-        capacity_req_s=capacity, max_rate_req_s=lo,
-        tok_s=best["throughput_tok_s"] if best else 0.0,
+        capacity_req_s=float(np.mean([r.capacity_req_s for r in runs])),
+        max_rate_req_s=float(np.mean(rates)),
+        tok_s=_mean([r.tok_s for r in runs]),
         devices_per_replica=devices_per_replica(cfg, combo.mode, drafter),
         cost_model=cfg.target.cost_spec.label + (
             f" + {drafter.cost_spec.label}" if drafter else ""),
-        slo=tuple(slo_values(best or {}, spec).items()))
+        slo=tuple((key, _mean([dict(r.slo)[key] for r in runs])) for key in keys),
+        max_rate_lo_req_s=None if lo is None else max(lo, 0.0), max_rate_hi_req_s=hi,
+        seeds=spec.seeds, bound=_bound([r.bound for r in runs]),
+        offline_req_s=float(np.mean([r.offline_req_s for r in runs])),
+        slo_lowest=tuple((key, _mean([dict(r.lowest)[key] for r in runs])) for key in keys))
 
 
 def expand_replicas(results: list[ConfigResult], spec: PlanSpec) -> list[PlanRow]:
@@ -239,7 +382,8 @@ def mark_pareto(rows: list[PlanRow]) -> list[PlanRow]:
     """The rows with their Pareto flags: over (devices: fewer better, total sustainable rate:
     higher better)."""
     points = [(r.devices, r.total_rate_req_s) for r in rows]
-    return [dataclasses.replace(row, pareto=not any(
+    # a row that sustains nothing (no rate meets the SLO) is on no front
+    return [dataclasses.replace(row, pareto=ar_ > 0 and not any(
         bd <= ad and br >= ar_ and (bd < ad or br > ar_) for bd, br in points))
         for row, (ad, ar_) in zip(rows, points)]
 
@@ -274,12 +418,17 @@ def run_capacity_plan(cfg: SimConfig, spec: PlanSpec, jobs: int = 1, progress: b
 COLUMNS = ("mode", "k", "m", "drafter", "replicas", "devices", "total_rate_req_s",
            "max_rate_req_s", "tok_s", "tok_s_per_device", "capacity_req_s", "pareto",
            "cost_model")
+#: the columns after the SLO ones (issue 52): the rate's interval over seeds, the seeds, what
+#: bounds the rate (capacity, slo, none, mixed) and the offline run's requests / makespan
+TAIL_COLUMNS = ("max_rate_lo_req_s", "max_rate_hi_req_s", "seeds", "bound", "offline_req_s")
 
 
 def write_plan_csv(rows: Sequence[Mapping[str, Any]], path: str) -> None:
     import csv
     rows = [r.to_csv_row() if isinstance(r, PlanRow) else r for r in rows]
-    keys = list(COLUMNS) + sorted({k for r in rows for k in r} - set(COLUMNS))
+    present = {k for r in rows for k in r}
+    keys = (list(COLUMNS) + sorted(present - set(COLUMNS) - set(TAIL_COLUMNS))
+            + [k for k in TAIL_COLUMNS if k in present])
     with open(path, "w", newline="", encoding="utf-8") as fh:
         w = csv.DictWriter(fh, fieldnames=keys)
         w.writeheader()
@@ -290,16 +439,27 @@ def format_plan_table(rows: Sequence[Mapping[str, Any]], only_pareto: bool = Tru
     rows = [r.to_csv_row() if isinstance(r, PlanRow) else r for r in rows]
     shown = [r for r in rows if r["pareto"] or not only_pareto]
     shown.sort(key=lambda r: (r["devices"], -r["total_rate_req_s"]))
-    slo_keys = sorted({k for r in rows for k in r} - set(COLUMNS) - {"devices_per_replica"})
+    slo_keys = sorted({k for r in rows for k in r} - set(COLUMNS) - set(TAIL_COLUMNS)
+                      - {"devices_per_replica"})
     head = (f"{'mode':<7}{'k':>3}{'m':>5} {'drafter':<14}{'repl':>5}{'dev':>5}"
-            f"{'rate req/s':>12}{'tok/s/dev':>11}" + "".join(f"{k:>11}" for k in slo_keys))
+            f"{'rate req/s':>12}{'+-95%':>8}{'bound':>9}{'tok/s/dev':>11}"
+            + "".join(f"{k:>11}" for k in slo_keys))
     lines = [head]
     for r in shown:
         lines.append(f"{r['mode']:<7}{r['k']:>3}{r['m']:>5} {r['drafter'][:13]:<14}"
                      f"{r['replicas']:>5}{r['devices']:>5}{r['total_rate_req_s']:>12.3f}"
+                     f"{_half(r):>8}{str(r.get('bound', '')):>9}"
                      f"{r['tok_s_per_device']:>11.1f}"
                      + "".join(f"{_fmt(r.get(k)):>11}" for k in slo_keys))
     return "\n".join(lines)
+
+
+def _half(row: Mapping[str, Any]) -> str:
+    """The half-width of a row's interval over all its replicas ("-": one seed)."""
+    lo, hi = row.get("max_rate_lo_req_s"), row.get("max_rate_hi_req_s")
+    if lo is None or hi is None:
+        return "-"
+    return f"{0.5 * (hi - lo) * row['replicas']:.3f}"
 
 
 def _fmt(x) -> str:

@@ -41,11 +41,13 @@ def plan_command(opts: PlanOptions) -> str:
     """Run the capacity plan the options describe, write its files; the text to print.
     A configuration that failed raises `sweep_backends.SweepTaskError` (nothing written)."""
     from psdlab.analysis.checks import check_int
-    from psdlab.sim.capacity import parse_plan, run_capacity_plan, trial_requests, write_plan_csv
+    from psdlab.sim.capacity import (parse_plan, run_capacity_plan, steady_requests,
+                                     trial_requests, write_plan_csv)
     from psdlab.sim.plan_figure import make_figure, save, workload_label
-    from psdlab.sim.plan_report import (PlanContext, build_report, format_plan_report, slo_text,
-                                        write_plan_outputs)
-    from psdlab.sim.policy_search import format_policy_report as policy_text, plan_thresholds
+    from psdlab.sim.plan_report import (PlanContext, best_per_load, build_report, check_slo_met,
+                                        format_plan_report, slo_text, write_plan_outputs)
+    from psdlab.sim.policy_search import format_policy_report as policy_text
+    from psdlab.sim.policy_search import plan_thresholds, policy_agreement
     from psdlab.sim.sim_config import config_from_dict, read_toml
     from psdlab.sim.simulate_command import file_workload
     from psdlab.sim.vllm_k_table import k_table
@@ -65,6 +67,7 @@ def plan_command(opts: PlanOptions) -> str:
         raise ValueError("--k-table-drafter: only with --vllm-k-table")
     rows = run_capacity_plan(cfg, spec, jobs, progress=sys.stderr.isatty() and not opts.as_json,
                              backend=opts.backend, address=opts.address)
+    check_slo_met(spec, rows)         # nothing meets the SLO: one line, exit 2, no file
     per_trial = trial_requests(cfg, spec)
     ctx = PlanContext(cfg, spec, rows, show_all=opts.show_all,
                       k_table_drafter=opts.k_table_drafter, k_table_by=opts.k_table_by)
@@ -83,20 +86,28 @@ def plan_command(opts: PlanOptions) -> str:
         writers[opts.vllm_k_table] = lambda tmp: _write_text(tmp, text)
     # the adaptive policy's thresholds; computed before anything is written, so that a failure
     # here leaves no file behind
-    policy = plan_thresholds(cfg.replace(server_m=max(spec.ms)))
+    policy = plan_thresholds(cfg.replace(server_m=max(spec.ms)), spec.modes, spec.ks)
+    agreement = None if policy is None else policy_agreement(policy, best_per_load(rows))
     write_plan_outputs(writers)
     if opts.as_json:
         return json.dumps({"rows": [r.to_csv_row() for r in rows], "csv": csv_path,
                            "png": png_path,
                            "adaptive_policy": None if policy is None else policy.to_dict(),
+                           "adaptive_agreement": None if agreement is None
+                           else agreement.strip(),
                            "vllm_k_table": opts.vllm_k_table,
                            "sections": [{"name": s.name, "title": s.title, "data": s.data}
                                         for s in sections]}, sort_keys=True)
+    first, stop = steady_requests(per_trial)
     lines = [f"SLO: {slo_text(spec)}; {per_trial} requests per trial, {spec.iterations} "
              f"bisection steps; backend {opts.backend}",
+             f"steady state: the SLO judged on requests {first + 1}..{stop} of each trial by "
+             f"arrival (warm-up and drain left out); rates never above the offline steady "
+             f"capacity (bound 'capacity': capped there, the SLO did not bind); mean and 95% "
+             f"interval over {spec.seeds} seed{'s' if spec.seeds > 1 else ''}",
              format_plan_report(sections)]
-    if policy is not None:
-        lines.append(policy_text(policy))
+    if policy is not None and agreement is not None:
+        lines += [policy_text(policy), agreement]
     for label, path in (("csv", csv_path), ("png", png_path),
                         ("vllm k table", opts.vllm_k_table)):
         if path:

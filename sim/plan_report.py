@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from psdlab.sim.capacity import PlanSpec, format_plan_table
+from psdlab.sim.plan_rows import PlanRow
 from psdlab.sim.sim_config import SimConfig
 
 
@@ -47,6 +48,26 @@ def slo_text(spec: PlanSpec) -> str:
     return ", ".join(f"{mt}_{st} <= {b:g} s" for mt, st, b in spec.slo)
 
 
+def check_slo_met(spec: PlanSpec, rows: Sequence[PlanRow]) -> None:
+    """A one-line ``slo:`` ValueError when no configuration meets the SLO at any rate tried
+    (every row's rate 0), naming the SLO value that came closest at the lowest rate tried."""
+    if not rows or any(r.result.max_rate_req_s > 0 for r in rows):
+        return
+    closest = ""
+    for mt, st, bound in spec.slo:
+        key = f"{mt}_{st}"
+        seen = [(v, r.result) for r in rows for k, v in r.result.slo_lowest
+                if k == key and v is not None]
+        if seen and min(v for v, _ in seen) > bound:
+            value, res = min(seen, key=lambda vr: vr[0])
+            label = res.mode if res.mode == "ar" else f"{res.mode} k={res.k}"
+            closest = (f" (closest: {key} {value:.4g} s, {label} m={res.m} at the lowest "
+                       f"rate tried)")
+            break
+    raise ValueError(f"slo: no configuration meets {slo_text(spec)} at any request rate "
+                     f"tried{closest}")
+
+
 def pareto_section(ctx: PlanContext) -> Section:
     shown = [dict(r) for r in ctx.rows if r["pareto"] or ctx.show_all]
     title = "all configurations" if ctx.show_all else "Pareto set (devices vs sustainable rate)"
@@ -56,7 +77,12 @@ def pareto_section(ctx: PlanContext) -> Section:
 
 def best_per_load(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per batch size m: the best configuration of each mode (highest one-replica sustainable
-    rate; ties: smaller k) and the winner over the modes by sustainable rate per device."""
+    rate; ties: smaller k), the winner over the modes by sustainable rate per device (None
+    when no configuration at m meets the SLO) and the modes that tie with it: their rate per
+    device within the uncertainty of the winner's (``sim.capacity.rates_tie`` over the
+    intervals across seeds)."""
+    from psdlab.sim.capacity import rates_tie
+
     out = []
     for m in sorted({r["m"] for r in rows}):
         per_mode: dict[str, Mapping[str, Any]] = {}
@@ -66,14 +92,52 @@ def best_per_load(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             cur = per_mode.get(r["mode"])
             if cur is None or (r["max_rate_req_s"], -r["k"]) > (cur["max_rate_req_s"], -cur["k"]):
                 per_mode[r["mode"]] = r
-        best = [{"mode": r["mode"], "k": r["k"], "drafter": r["drafter"],
-                 "devices_per_replica": r["devices_per_replica"],
-                 "max_rate_req_s": r["max_rate_req_s"],
-                 "rate_per_device": r["max_rate_req_s"] / r["devices_per_replica"],
-                 "tok_s_per_device": r["tok_s_per_device"]} for r in per_mode.values()]
-        winner = max(best, key=lambda b: b["rate_per_device"])
-        out.append({"m": m, "per_mode": best, "winner": winner})
+        best = [_best_entry(r) for r in per_mode.values()]
+        top = max(best, key=lambda b: b["rate_per_device"])
+        winner = top if top["rate_per_device"] > 0 else None
+        ties = [] if winner is None else [
+            b["mode"] for b in best if b is not winner and b["rate_per_device"] > 0
+            and rates_tie(winner["rate_per_device"], winner["rate_per_device_lo"],
+                          winner["rate_per_device_hi"], b["rate_per_device"],
+                          b["rate_per_device_lo"], b["rate_per_device_hi"])]
+        out.append({"m": m, "per_mode": best, "winner": winner, "ties": ties})
     return out
+
+
+def _best_entry(r: Mapping[str, Any]) -> dict[str, Any]:
+    dev = r["devices_per_replica"]
+    lo, hi = r.get("max_rate_lo_req_s"), r.get("max_rate_hi_req_s")
+    return {"mode": r["mode"], "k": r["k"], "drafter": r["drafter"],
+            "devices_per_replica": dev, "max_rate_req_s": r["max_rate_req_s"],
+            "rate_per_device": r["max_rate_req_s"] / dev,
+            "rate_per_device_lo": None if lo is None else lo / dev,
+            "rate_per_device_hi": None if hi is None else hi / dev,
+            "bound": r.get("bound"), "tok_s_per_device": r["tok_s_per_device"]}
+
+
+def _label(b: Mapping[str, Any]) -> str:
+    return b["mode"] if b["mode"] == "ar" else f"{b['mode']} k={b['k']}"
+
+
+def _with_interval(b: Mapping[str, Any]) -> str:
+    lo, hi = b["rate_per_device_lo"], b["rate_per_device_hi"]
+    span = "" if lo is None or hi is None else f" [{lo:.3f}, {hi:.3f}]"
+    return f"{_label(b)} {b['rate_per_device']:.3f}{span}"
+
+
+def recommendation(level: Mapping[str, Any]) -> str:
+    """One load level's verdict in words: the winner, or the modes that tie ("SD and PSD tie
+    at m = 16"), or that nothing meets the SLO there; rates per device with their intervals."""
+    m, winner = level["m"], level["winner"]
+    if winner is None:
+        return f"m = {m}: no configuration meets the SLO"
+    tied = [b for b in level["per_mode"] if b["mode"] in level["ties"]]
+    if not tied:
+        return f"m = {m}: {_with_interval(winner)} req/s per device is best"
+    names = [winner["mode"].upper()] + [b["mode"].upper() for b in tied]
+    rates = "; ".join(_with_interval(b) for b in [winner, *tied])
+    return (f"{', '.join(names[:-1])} and {names[-1]} tie at m = {m} (req/s per device, "
+            f"95% over seeds: {rates})")
 
 
 def best_per_load_section(ctx: PlanContext) -> Section:
@@ -82,10 +146,12 @@ def best_per_load_section(ctx: PlanContext) -> Section:
              f"{'req/s/dev':>11}{'tok/s/dev':>11}"]
     for level in data:
         for b in level["per_mode"]:
-            mark = "  <- best" if b is level["winner"] else ""
+            mark = ("  <- best" if b is level["winner"]
+                    else "  <- tie" if b["mode"] in level["ties"] else "")
             lines.append(f"{level['m']:>5}  {b['mode']:<7}{b['k']:>3} {b['drafter'][:13]:<14}"
                          f"{b['devices_per_replica']:>4}{b['max_rate_req_s']:>12.3f}"
                          f"{b['rate_per_device']:>11.3f}{b['tok_s_per_device']:>11.1f}{mark}")
+    lines += [recommendation(level) for level in data]
     return Section("best_per_load", "best fixed configuration per load (batch size m; one "
                    "replica; best = highest sustainable rate per device)", "\n".join(lines),
                    data)

@@ -36,7 +36,9 @@ class PlanCombo:
 
 @dataclass(frozen=True)
 class ConfigResult:
-    """What one configuration (one replica) sustains under the SLO."""
+    """What one configuration (one replica) sustains under the SLO: the means over seeds
+    (``sim.capacity.evaluate_combo``), ``max_rate_*`` never above ``capacity_req_s`` (the
+    offline steady-state capacity), and the rate's interval over seeds."""
     mode: str
     k: int
     m: int
@@ -48,13 +50,28 @@ class ConfigResult:
     cost_model: str
     #: (SLO column, its value at the highest sustainable rate), in the SLO's order
     slo: tuple[tuple[str, float | None], ...] = ()
+    #: the rate's interval over seeds (None: one seed)
+    max_rate_lo_req_s: float | None = None
+    max_rate_hi_req_s: float | None = None
+    seeds: int = 1
+    #: what bounds the rate: "capacity" (capped: the SLO held at the offline capacity), "slo",
+    #: "none" (no rate tried met the SLO: 0), "mixed" (the seeds differ)
+    bound: str = "slo"
+    #: the offline run's requests / makespan (its drain included: below ``capacity_req_s``)
+    offline_req_s: float | None = None
+    #: (SLO column, its value at the lowest rate tried), what comes closest when none meets it
+    slo_lowest: tuple[tuple[str, float | None], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """The flat dict (columns in the order the plan always wrote them)."""
+        """The flat dict (columns in the order the plan always wrote them, then those of
+        ``sim.capacity.TAIL_COLUMNS``)."""
         return {"mode": self.mode, "k": self.k, "m": self.m, "drafter": self.drafter,
                 "capacity_req_s": self.capacity_req_s, "max_rate_req_s": self.max_rate_req_s,
                 "tok_s": self.tok_s, "devices_per_replica": self.devices_per_replica,
-                "cost_model": self.cost_model, **dict(self.slo)}
+                "cost_model": self.cost_model, **dict(self.slo),
+                "max_rate_lo_req_s": self.max_rate_lo_req_s,
+                "max_rate_hi_req_s": self.max_rate_hi_req_s, "seeds": self.seeds,
+                "bound": self.bound, "offline_req_s": self.offline_req_s}
 
 
 @dataclass(frozen=True, eq=False)

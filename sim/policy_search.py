@@ -276,15 +276,52 @@ def policy_report(cfg, rates: Sequence[float] | None = None) -> PolicyReport:
                         loads=load_sweep(cfg, rates) if rates else None)
 
 
-def plan_thresholds(cfg) -> PolicyReport | None:
+def plan_thresholds(cfg, modes: Sequence[str] | None = None,
+                    ks: Sequence[int] | None = None) -> PolicyReport | None:
     """For ``psdlab plan``: the policy's thresholds by batch size up to the largest m the plan
-    tries (default settings unless the config has an [adaptive] table); None without a
-    drafter."""
+    tries (default settings unless the config has an [adaptive] table), choosing among the
+    plan's ``modes`` (those the policy can pick step by step) and ``ks`` where the [adaptive]
+    table does not name its own ``modes`` / ``k_choices``; None without a drafter or without
+    a speculative mode to choose."""
+    from psdlab.analysis.modes import STEP_MODES
     if cfg.drafter is None:
         return None
+    adaptive = dict(cfg.adaptive or {})
+    if modes is not None and "modes" not in adaptive:
+        adaptive["modes"] = [m for m in modes if m in STEP_MODES]
+    if ks is not None and "k_choices" not in adaptive:
+        adaptive["k_choices"] = sorted(set(ks))
+    if not any(m != "ar" for m in adaptive.get("modes", STEP_MODES)):
+        return None
     return PolicyReport(thresholds=policy_thresholds(
-        cfg.replace(adaptive=dict(cfg.adaptive or {}), server_mode="adaptive",
-                    server_k_choices=())))
+        cfg.replace(adaptive=adaptive, server_mode="adaptive", server_k_choices=())))
+
+
+def policy_agreement(report: PolicyReport, levels: Sequence[Mapping[str, Any]]) -> str:
+    """One line: whether the policy's choice at n = m running sequences is the plan tables'
+    best fixed configuration at each swept m (or one tied with it: ``levels`` as
+    ``sim.plan_report.best_per_load`` gives them), and where it is not, which the tables
+    pick."""
+    per_n = {c.n: c.choice for c in report.thresholds.per_n}
+    agree, differ = [], []
+    for level in levels:
+        winner = level["winner"]
+        if winner is None or not per_n:
+            continue
+        n = min(level["m"], max(per_n))
+        picks = [b for b in level["per_mode"] if b is winner or b["mode"] in level["ties"]]
+        labels = ["ar" if b["mode"] == "ar" else f"{b['mode']}{b['k']}" for b in picks]
+        if per_n[n] in labels:
+            agree.append(str(level["m"]))
+        else:
+            differ.append(f"m = {level['m']}: the tables' best {' or '.join(labels)}, the "
+                          f"policy {per_n[n]} at n = {n}")
+    if not differ:
+        return (f"  the policy agrees with the tables at m = {', '.join(agree)}" if agree
+                else "  the tables have no configuration meeting the SLO to compare with")
+    return ("  the policy differs from the tables (" + "; ".join(differ) + "): the tables "
+            "simulate each fixed configuration under the SLO per device, the policy ranks "
+            "one step's predicted tokens/s; for a fixed configuration follow the tables")
 
 
 def format_policy_report(report: PolicyReport) -> str:
