@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Hashable, Sequence
 
 from psdlab.analysis.checks import check_choice, check_int, check_range
-from psdlab.analysis.modes import SERVER_MODES, Mode, check_mode
+from psdlab.analysis.modes import SERVER_MODES, Mode, ModeSpec, check_mode, mode_spec
 from psdlab.analysis.trace import RunInfo
 from psdlab.runtime.devices import COMPILE_MODES
 from psdlab.runtime.drafter_build import preferred_dtype, runnable_dtype
@@ -96,28 +96,37 @@ class EngineConfig:
             check_choice("drafter_dtype", self.drafter_dtype, ("float32", "float16", "bfloat16"))
         if self.controlled_alpha is not None:
             check_range("controlled_alpha", self.controlled_alpha, 0.0, 1.0)
-            if self.temperature != 0.0 or self.mode == "ar":
+            if self.temperature != 0.0 or not self.spec.drafting:
                 raise ValueError("controlled_alpha: needs greedy decoding (temperature 0) and a "
                                  f"drafting mode, got temperature {self.temperature}, mode "
                                  f"{self.mode}")
 
     @property
+    def spec(self) -> ModeSpec:
+        """The mode's entry in the registry (``analysis.modes``)."""
+        return mode_spec(self.mode)
+
+    @property
     def slots(self) -> int:
-        return self.max_num_seqs or (2 * self.batch if self.mode == "psd" else self.batch)
+        """Sequences the workers hold: ``max_num_seqs``, else m per batch in flight
+        (``ModeSpec.held_per_m``)."""
+        return self.max_num_seqs or self.spec.held_per_m * self.batch
 
 
 
 def _labels(cfg: EngineConfig) -> tuple[str, str, int | None, int | None]:
-    """Trace device labels and CPU cores of (drafter, target)."""
+    """Trace device labels and CPU cores of (drafter, target): a drafter that shares the
+    target's device (``ModeSpec.drafter``) gets the target's label and core."""
+    shared = cfg.spec.drafter == "shared"
     if cfg.device.startswith("cuda"):
-        if cfg.mode == "sd":
+        if shared:
             return cfg.device, cfg.device, None, None
         if cfg.drafter_device not in (None, cfg.device):
             return cfg.drafter_device, cfg.device, None, None
         return f"{cfg.device}/s1", f"{cfg.device}/s0", None, None
     if cfg.backend == "inline":
         return "cpu:inline", "cpu:inline", None, None
-    d_core = cfg.target_core if cfg.mode == "sd" else cfg.drafter_core
+    d_core = cfg.target_core if shared else cfg.drafter_core
     return f"cpu:{d_core}", f"cpu:{cfg.target_core}", d_core, cfg.target_core
 
 
@@ -126,7 +135,7 @@ class Engine:
 
     def __init__(self, cfg: EngineConfig, target: ModelSpec, drafter: ModelSpec | None = None,
                  tokenizer: Any = None):
-        if cfg.mode != "ar" and drafter is None:
+        if cfg.spec.drafting and drafter is None:
             raise ValueError(f"draft: mode {cfg.mode} needs a drafter model")
         self.cfg, self.target_spec, self.drafter_spec = cfg, target, drafter
         self.tokenizer = tokenizer
@@ -139,11 +148,12 @@ class Engine:
                             passes=cfg.passes, uniform=cfg.batch_invariant,
                             static_widths=(((cfg.k + 1, False),) if cfg.batch_invariant else
                                            ((1, False), (cfg.k + 1, False))))
-        streams = cfg.device.startswith("cuda") and cfg.mode != "sd"
-        d_device = cfg.device if cfg.mode == "sd" else (cfg.drafter_device or cfg.device)
+        shared = cfg.spec.drafter == "shared"          # co-located: no streams of its own
+        streams = cfg.device.startswith("cuda") and not shared
+        d_device = cfg.device if shared else (cfg.drafter_device or cfg.device)
         spin = cfg.idle_spin_s if d_core != t_core else 0.0
         specs = [WorkerSpec("target", base, t_label, core=t_core, stream=streams, spin_s=spin)]
-        if cfg.mode != "ar":
+        if cfg.spec.drafting:
             assert drafter is not None                   # checked at the top
             self.drafter_dtype = cfg.drafter_dtype or runnable_dtype(
                 preferred_dtype(drafter.path) or cfg.dtype, d_device)
@@ -201,9 +211,9 @@ class Engine:
         if config.slots > self.cfg.slots:
             raise ValueError(f"config: needs {config.slots} slots, the workers hold "
                              f"{self.cfg.slots}")
-        if (config.mode == "sd") != (self.cfg.mode == "sd"):
+        if (config.spec.drafter == "shared") != (self.cfg.spec.drafter == "shared"):
             raise ValueError("mode: sd (co-located) and separate devices need new workers")
-        if config.mode != "ar" and self.drafter is None:
+        if config.spec.drafting and self.drafter is None:
             raise ValueError(f"mode: {config.mode} needs a drafter; these workers have none")
 
     def run_info(self, n: int, extra: dict[str, Any] | None, loop: Any) -> RunInfo:
@@ -229,7 +239,7 @@ class Engine:
         if loop.controlled is not None:
             more.update(loop.controlled.labels())
         more.update(extra or {})
-        return RunInfo(mode=cfg.mode, k=0 if cfg.mode == "ar" else cfg.k, m=cfg.batch,
+        return RunInfo(mode=cfg.mode, k=cfg.k if cfg.spec.drafting else 0, m=cfg.batch,
                        source="runtime", devices=devices, models=models,
                        workload={"requests": n, "max_new_tokens": cfg.max_new_tokens,
                                  "arrivals": "offline" if all(r.arrival == 0 for r in

@@ -42,14 +42,15 @@ class _Loop:
             self.controlled = ControlledProposer(self.cfg.controlled_alpha, reference,
                                                  engine.vocab_size, seed=self.cfg.seed)
         self.target = engine.target
-        self.drafter = engine.drafter if self.cfg.mode != "ar" else None
+        spec = self.cfg.spec                            # the mode's registry entry
+        self.drafter = engine.drafter if spec.drafting else None
         self.waiting = deque(sorted(requests, key=lambda r: r.arrival))
         self.active: dict[Hashable, Seq] = {}
         self.free = list(range(self.cfg.slots))
-        self.psd = self.cfg.mode in ("psd", "adaptive")
+        self.psd = spec.batches == 2                    # two batches (psd; adaptive's PSD steps)
         self.k = self.cfg.k                             # draft length of the next drafting
         self.adaptive = None                            # --mode adaptive: chooses each step
-        if self.cfg.mode == "adaptive":
+        if spec.policy:
             from psdlab.runtime.adaptive_driver import AdaptiveDriver
             self.adaptive = AdaptiveDriver(self.cfg, self)
         self.bm = BatchManager(self.cfg.batch) if self.psd else None
