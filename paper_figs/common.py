@@ -18,13 +18,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from psdlab.analysis.figure_style import FIGURE_DPI  # noqa: E402
+from psdlab.analysis.figure_style import FIGURE_DPI, MODE_COLORS  # noqa: E402
 
 Tick = Callable[[int], None]
 
-#: one colour per mode / batch, used by every figure
-COLORS = {"sd": "#d62728", "sd-iso": "#ff9896", "sd-sep": "#9467bd", "psd": "#1f77b4",
-          "ar": "#7f7f7f", "batch0": "#1f77b4", "batch1": "#ff7f0e",
+#: one colour per mode (the registry's, ``analysis.figure_style.MODE_COLORS``) / batch / phase,
+#: used by every figure
+COLORS = {**MODE_COLORS, "sd-iso": "#ff9896", "batch0": "#1f77b4", "batch1": "#ff7f0e",
           "draft": "#2ca02c", "verify": "#8c564b"}
 
 

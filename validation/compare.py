@@ -35,7 +35,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from psdlab.analysis.modes import TRACE_MODES
+from psdlab.analysis.modes import TRACE_MODES, mode_spec
 from psdlab.analysis.metrics import summarize
 from psdlab.analysis.trace import Trace
 from psdlab.sim.costs.fitted import FitFile
@@ -141,14 +141,16 @@ def trace_sim_config(trace: Trace, model: str | FitFile, replay_path: str, *, se
     mode = run.mode
     if mode not in TRACE_MODES:
         raise ValueError(f"trace: mode {mode!r} cannot be replayed")
+    spec = mode_spec(mode)
     params = params or ReplayParams()
     acc: dict[str, Any] = {"name": "none"}
-    if mode != "ar":
+    if spec.drafting:
         acc = acceptance or acceptance_spec(read_model(model))
     t_scale, d_scale = decode_scales(trace, model, params, overlap_share)
-    server = ServerConfig(mode=mode, k=max(run.k, 1) if mode != "ar" else 0, m=run.m,
-                          policy="rebalance" if mode == "psd" else "paper",
-                          cap_proposals=bool(params.draft_cap) and mode != "ar")
+    # two batches: the runtime's batch manager rebalances them (runtime.batch_manager)
+    server = ServerConfig(mode=mode, k=max(run.k, 1) if spec.drafting else 0, m=run.m,
+                          policy="rebalance" if spec.batches == 2 else "paper",
+                          cap_proposals=bool(params.draft_cap) and spec.drafting)
     devices = run.devices or {}
     target = SimModel(name=str((run.models or {}).get("target", "target")),
                       device=str(devices.get("target", "sim:target")),
@@ -158,7 +160,7 @@ def trace_sim_config(trace: Trace, model: str | FitFile, replay_path: str, *, se
                                                    prefill_scale=params.prefill_target,
                                                    prefill_overhead=params.prefill_overhead(mode)))
     drafter = None
-    if mode != "ar":
+    if spec.drafting:
         drafter = SimModel(name=str((run.models or {}).get("drafter", "drafter")),
                            device=str(devices.get("drafter", "sim:drafter")),
                            cost=sc.calibrated_cost_spec(model, "drafter", scale=d_scale,
@@ -185,7 +187,7 @@ def predict_trace(trace: Trace, model: str | FitFile, *, seeds: Sequence[int] = 
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         replay = write_replay(trace, Path(tmp) / "workload.csv")
         share = None
-        if trace.run.mode == "psd":
+        if trace.run.mode in TRACE_MODES and mode_spec(trace.run.mode).overlap:
             # the contention applies to overlapped steps only: one pass to see which share
             # of the replay's decode time overlaps, then the seeds with that share
             probe = simulate(trace_sim_config(trace, model, replay, seed=seeds[0],

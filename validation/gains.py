@@ -34,12 +34,21 @@ from typing import Any, Sequence
 import numpy as np
 
 from psdlab.analysis.metrics import decode_steps, steady_steps
+from psdlab.analysis.modes import MODES, SERVER_MODES, mode_spec
 from psdlab.analysis.theory import expected_max
 from psdlab.analysis.trace import Trace
 from psdlab.sim.costs.fitted import FitFile
 from psdlab.validation.compare import Row
 
-PAIRED_MODES = ({"sd", "sd-sep"}, "psd")
+#: the mode whose gain the closed form predicts (the registry's mode with a ``gain_over``:
+#: psd); its serial twin on the same devices is ``gain_over[0]`` (sd-sep)
+GAIN_SPEC = next(s for s in MODES if s.gain_over)
+
+
+def _gain_over(mode: str) -> tuple[str, ...]:
+    """The modes a gain of ``mode`` pairs with (``ModeSpec.gain_over``; none for a name the
+    registry lacks, as an imported trace may carry)."""
+    return mode_spec(mode).gain_over if mode in SERVER_MODES else ()
 
 
 def workload_key(trace: Trace) -> tuple:
@@ -49,14 +58,15 @@ def workload_key(trace: Trace) -> tuple:
 
 
 def pair_traces(named: Sequence[tuple[str, Trace]]) -> list[tuple[str, str]]:
-    """(SD name, PSD name) for every SD and PSD trace of the same workload (first match)."""
-    sds = [(n, t) for n, t in named if t.run.mode in PAIRED_MODES[0]]
+    """(SD name, PSD name) for every SD and PSD trace of the same workload (first match): a
+    trace of a mode with a ``gain_over`` and one of a mode it lists."""
     pairs, used = [], set()
     for name, tr in named:
-        if tr.run.mode != PAIRED_MODES[1]:
+        over = _gain_over(tr.run.mode)
+        if not over:
             continue
         key = workload_key(tr)
-        for sd_name, sd in sds:
+        for sd_name, sd in ((n, t) for n, t in named if t.run.mode in over):
             if sd_name not in used and workload_key(sd) == key:
                 pairs.append((sd_name, name))
                 used.add(sd_name)
@@ -198,9 +208,9 @@ def predicted_closed_form(sd: Trace, model: str | FitFile, params: Any,
     if draft is None or verify is None:
         return None
     ts, vs = params.serial_drafter * draft, params.serial_target * verify
-    st, sdr = params.scales("psd", draft, verify)
+    st, sdr = params.scales(GAIN_SPEC.name, draft, verify)
     tp, vp = sdr * draft, st * verify
-    o_s, o_p = params.overhead("sd-sep"), params.overhead("psd")
+    o_s, o_p = params.overhead(GAIN_SPEC.gain_over[0]), params.overhead(GAIN_SPEC.name)
     cv = float(params.jitter_cv)
     emitted = 1.0
     if acceptance is not None:
