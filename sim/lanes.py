@@ -49,8 +49,8 @@ def eligible(core) -> bool:
     if any(c.traj.nsteps[r] == 0 for r in c.pending):
         return False
     batches = c.bm.batches
-    if c.spec.batches == 1:
-        return bool(batches[0])
+    if c.spec.batches == 1:          # lanes lay out serial one-batch steps (draft, then verify)
+        return bool(batches[0]) and not c.spec.step.overlapped
     if not batches[0] or not batches[1]:
         return False
     r0, r1 = c.ready[batches[0]], c.ready[batches[1]]
