@@ -114,8 +114,8 @@ class CostSpec(TableSpec):
     @property
     def max_model_len(self) -> int | None:
         """The context length of the catalog model a gpu / roofline table names
-        (``sim/costs/models.toml``); None for an inline model, another cost model or an entry
-        without one."""
+        (``sim/costs/models.toml``), or of the config.json it names (``max_position_embeddings``);
+        None for an inline model, another cost model or an entry without one."""
         name = self.catalog_model
         if self.name not in ("gpu", "roofline") or name is None:
             return None
@@ -125,6 +125,11 @@ class CostSpec(TableSpec):
             if key in (entry_name, entry.hf_id.lower()):
                 value = getattr(entry, "max_model_len", None)
                 return int(value) if value else None
+        from psdlab.sim.costs.catalog import get_model
+        from psdlab.sim.costs.hf_config import config_path
+        if config_path(name) is not None:   # a config.json: its max_position_embeddings
+            value = get_model(name, f"{self.where}.model").max_model_len
+            return int(value) if value else None
         return None
 
     def _make(self) -> Any:

@@ -205,7 +205,7 @@ def _replace(flag, value):
 
 
 @pytest.mark.parametrize("flag, value", [
-    ("--model", "qwen9"), ("--hardware", "l4"), ("--tp", "3"), ("--tp", "0"), ("--dtype", "fp4"),
+    ("--model", "qwen9"), ("--hardware", "l3"), ("--tp", "3"), ("--tp", "0"), ("--dtype", "fp4"),
     ("--engine", "fast"), ("--seqs", "0"), ("--tokens", "8"), ("--context", "-1"),
     ("--seqs", None),
 ])

@@ -23,10 +23,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "sim/costs/public_measurements.toml with the prediction of its engine's "
                     "preset, the error and whether the preset was fitted on it, and the "
                     "MineDraft per-step PSD/SD gains; --out FILE also writes that as markdown.")
-    p.add_argument("--model", help="catalog model (sim/costs/models.toml), e.g. qwen3-32b")
+    p.add_argument("--model", help="catalog model (sim/costs/models.toml), e.g. qwen3-32b, or "
+                                   "a model's config.json (or a folder holding one)")
     p.add_argument("--hardware", help="catalog GPU (sim/costs/hardware.toml), e.g. l40")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (default 1)")
-    p.add_argument("--dtype", default="bf16", help="weights: bf16, fp16, fp8, int8, w4a16")
+    p.add_argument("--dtype", help="weights: bf16, fp16, fp8, int8, w4a16, w8a16 (default: "
+                                   "the model's own, e.g. a quantised config.json's, else bf16)")
     p.add_argument("--engine", default="vllm-cudagraph",
                    help="engine preset or 'ideal' (default vllm-cudagraph)")
     p.add_argument("--link", help="interconnect for TP collectives: pcie or nvlink "

@@ -18,8 +18,8 @@ from .base import make_cost_model
 from .gpu import GpuCost, engine_presets
 from .roofline import RooflineCost
 from .public_check import (MINEDRAFT_DRAFTS, MINEDRAFT_VERIFY, CostCheckRow, MinedraftGain,
-                           check_rows, minedraft_gains, minedraft_step, per_step_gain,
-                           point_by_id)
+                           borrowed_efficiencies, check_rows, minedraft_gains, minedraft_step,
+                           per_step_gain, point_by_id)
 
 COMMAND = "psdlab cost --check --out results/gpu_cost_check.md"
 
@@ -39,15 +39,22 @@ class OnePass:
     terms: tuple[tuple[str, float], ...]         # (term, seconds), without the total
     bound: str                                   # compute | memory
     cost: Mapping[str, Any]                      # the cost model's describe()
+    #: what the engine preset's efficiencies are borrowed from on a part it was not fitted
+    #: on ("" when fitted on it, or the ideal roofline); public_check.borrowed_efficiencies
+    borrowed: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
-                "terms": dict(self.terms), "cost": dict(self.cost)}
+        out = {**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
+               "terms": dict(self.terms), "cost": dict(self.cost)}
+        if not self.borrowed:                    # the fitted parts' JSON as before
+            del out["borrowed"]
+        return out
 
 
-def one_pass(*, model: str, hardware: str, tp: int, dtype: str, engine: str,
+def one_pass(*, model: str, hardware: str, tp: int, dtype: str | None, engine: str,
              link: str | None, seqs: int, tokens: int, context: int) -> OnePass:
-    """Seconds of one pass and its terms; ValueError naming the flag (``--tp: ...``)."""
+    """Seconds of one pass and its terms; ValueError naming the flag (``--tp: ...``).
+    ``dtype`` None: the model's own weight format (a quantised config.json's), else bf16."""
     seqs = check_int("--seqs", seqs, 1, 10**6)
     tokens = check_int("--tokens", tokens, 1, 10**7)
     if tokens < seqs:
@@ -56,7 +63,9 @@ def one_pass(*, model: str, hardware: str, tp: int, dtype: str, engine: str,
     context = check_int("--context", context, 0, 10**10)
     tp = check_int("--tp", tp, 1, 64)
     spec: dict[str, str | int] = {"name": "gpu", "model": model, "hardware": hardware, "tp": tp,
-                                  "dtype": dtype, "engine": engine}
+                                  "engine": engine}
+    if dtype is not None:
+        spec["dtype"] = dtype
     if link is not None:
         spec["link"] = link
     try:
@@ -67,16 +76,19 @@ def one_pass(*, model: str, hardware: str, tp: int, dtype: str, engine: str,
     assert isinstance(cost, (GpuCost, RooflineCost))     # what a "gpu" spec makes
     seconds = cost.forward_time(seqs, tokens, context)
     parts = cost.breakdown(seqs, tokens, context)
+    borrowed = ""
     if isinstance(cost, GpuCost):
         bound = parts.pop("bound")
         terms = {k: v for k, v in parts.items() if k != "total"}
+        borrowed = borrowed_efficiencies(cost.engine, cost.roofline.hardware.name)
     else:
         bound = "compute" if parts["compute"] > parts["memory"] else "memory"
         terms = {k: v for k, v in parts.items() if k != "total"}
     desc = cost.describe()
     return OnePass(seconds=seconds, model=desc["model"], hardware=desc["hardware"], tp=tp,
-                   dtype=dtype, engine=engine, seqs=seqs, tokens=tokens, context=context,
-                   terms=tuple(terms.items()), bound=bound, cost=desc)
+                   dtype=desc["dtype"], engine=engine, seqs=seqs, tokens=tokens,
+                   context=context, terms=tuple(terms.items()), bound=bound, cost=desc,
+                   borrowed=borrowed)
 
 
 SETTING_DRAFTERS = ("qwen3-0.6b", "qwen3-1.7b", "qwen3-4b")
@@ -238,7 +250,8 @@ def one_pass_text(out: OnePass) -> str:
     return (f"{out.model} on {out.tp}x {out.hardware} ({out.dtype}, "
             f"{out.engine}): {out.seconds * 1e3:.3f} ms for {out.seqs} seqs x "
             f"{out.tokens} tokens, context {out.context}"
-            + (f" [{terms}; {out.bound}-bound]" if terms else ""))
+            + (f" [{terms}; {out.bound}-bound]" if terms else "")
+            + (f" ({out.borrowed})" if out.borrowed else ""))
 
 
 def check_command(out: str | None = None, as_json: bool = False) -> str:

@@ -184,7 +184,7 @@ class GpuCost(CostModel):
         rf, e, m, p = self.roofline, self.engine, self.roofline.model, self.roofline.tp
         params = m.attn_params_per_layer + m.mlp_params_per_layer(True)
         q, kv = m.heads * m.head_dim, m.kv_heads * m.head_dim
-        inter = m.experts_active * m.expert_intermediate if m.is_moe else m.intermediate
+        inter = m.active_intermediate
         act = 2 * ACT_BYTES * (((q + 2 * kv) + q + 3 * inter) / p + 4 * m.hidden)
         compute = (2.0 * params / p / rf.hardware.peak_flops(rf.dtype)
                    * (tokens + e.compute_half_tokens) / e.compute_eff)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .catalog import _read_toml
-from .gpu import IDEAL_PRESET, GpuCost, engine_presets, gpu_cost
+from .gpu import IDEAL_PRESET, EnginePreset, GpuCost, engine_presets, gpu_cost
 
 POINTS_TOML = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                            "public_measurements.toml")
@@ -80,6 +80,24 @@ def predict_seconds(point: PublicPoint, engine: Any = None) -> float:
 
 def fitted_presets(point_id: str) -> list[str]:
     return sorted(name for name, pr in engine_presets().items() if point_id in pr.fitted_on)
+
+
+def fit_hardware(fitted_on: tuple[str, ...]) -> tuple[str, ...]:
+    """The catalog hardware of the public points a preset was fitted on (sorted, unique)."""
+    by_id = {p.id: p for p in public_points()}
+    return tuple(sorted({by_id[i].hardware for i in fitted_on if i in by_id}))
+
+
+def borrowed_efficiencies(engine: EnginePreset, hardware: str) -> str:
+    """"" when ``engine`` was fitted on points of ``hardware`` (a catalog name); otherwise what
+    a pass on that part borrows: the preset's efficiencies as fitted on other parts."""
+    fitted = fit_hardware(engine.fitted_on)
+    if hardware in fitted:
+        return ""
+    if not fitted:
+        return f"{engine.name} was fitted on no public point: its efficiencies are assumed"
+    return (f"no {engine.name} fit on {hardware}: its efficiencies are borrowed from its fit "
+            f"on {', '.join(fitted)}")
 
 
 @dataclass(frozen=True)

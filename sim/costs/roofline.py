@@ -6,10 +6,12 @@ Spec::
      "kv_dtype": "bf16", "efficiency": {"compute": 1.0, "memory": 1.0, "network": 1.0},
      "overhead": 0.0, "allreduce_latency": 0.0, "check_memory": true}
 
-``model`` and ``hardware`` name catalog entries (catalog.py) or are inline dicts with the same
-fields.  ``dtype`` is the weight/compute format: bf16, fp16, fp8, int8 (W8A8) or w4a16
-(4-bit weight-only, fp16 math).  Activations are 2 bytes; the KV cache is ``kv_dtype`` (bf16 by
-default, as vLLM's "auto" keeps it for fp8 weights; fp8 gives 1 byte).
+``model`` and ``hardware`` name catalog entries (catalog.py), a model's config.json
+(hf_config.py) or are inline dicts with the same fields.  ``dtype`` is the weight/compute
+format: bf16, fp16, fp8, int8 (W8A8), w4a16 or w8a16 (4- or 8-bit weight-only, fp16 math);
+without one, the model's own (a quantised config.json's ``weight_dtype``), else bf16.
+Activations are 2 bytes; the KV cache is ``kv_dtype`` (bf16 by default, as vLLM's "auto" keeps
+it for fp8 weights; fp8 gives 1 byte).
 
 For a pass over T new tokens of S sequences whose caches hold C tokens, per GPU of a TP group p:
 
@@ -28,9 +30,11 @@ For a pass over T new tokens of S sequences whose caches hold C tokens, per GPU 
 - time     = max(compute, memory) + comm + overhead.  Compute and memory overlap (roofline);
   communication does not.
 
-MoE (e.g. Qwen3-235B-A22B): FLOPs count the active experts only (top-k per token); the weights
-read per pass are the attention, router and LM head plus the *distinct experts touched*, with
-routing taken as uniform and independent: E[touched per layer] = E (1 - (1 - k/E)^T).  Real
+MoE (e.g. Qwen3-235B-A22B): FLOPs count the active experts only (top-k per token, plus any
+shared experts); the weights read per pass are the attention, router, shared experts, dense
+layers' MLPs and LM head plus, per MoE layer, the *distinct experts touched*, with routing
+taken as uniform and independent: E[touched per layer] = E (1 - (1 - k/E)^T)
+(``expected_experts_touched``).  Real
 routing is skewed, so this overstates the experts read at small T a little and is exact at
 T = 1 and for large T (all E).
 
@@ -55,6 +59,16 @@ from .catalog import DTYPES, HardwareSpec, ModelShape, get_hardware, get_model
 ACT_BYTES = 2.0
 KV_DTYPES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 EFFICIENCY_KEYS = ("compute", "memory", "network")
+
+
+def expected_experts_touched(experts: int, per_token: int, tokens):
+    """Expected distinct experts among ``experts`` that ``tokens`` tokens touch when each picks
+    ``per_token`` of them uniformly and independently: E (1 - (1 - K/E)^T) per layer (K at
+    T = 1, E as T grows; 0 at T = 0).  ``tokens`` is a float or a numpy array."""
+    keep = 1.0 - per_token / experts
+    if type(tokens) is float or type(tokens) is int:
+        return experts * (1.0 - keep ** tokens) if tokens > 0 else 0.0
+    return experts * (1.0 - np.power(keep, tokens))
 
 
 @dataclass(frozen=True)
@@ -99,19 +113,23 @@ class RooflineCost(CostModel):
 
     def _coefficients(self) -> dict[str, float]:
         m, p = self.model, self.tp
-        n_layers_active = m.layers * (m.attn_params_per_layer + m.mlp_params_per_layer(True))
+        n_layers_active = m.layers * m.attn_params_per_layer + m.mlp_params(True)
         peak = self.hardware.peak_flops(self.dtype) * self.eff_compute
         bw = self.hardware.memory_bw * self.eff_memory
         q, kv = m.heads * m.head_dim, m.kv_heads * m.head_dim
-        inter = m.experts_active * m.expert_intermediate if m.is_moe else m.intermediate
-        split = (q + 2 * kv) + q + 3 * inter             # projection outputs (split p ways)
         replicated = 4 * m.hidden                        # hidden-sized vectors (replicated)
-        act_per_token = 2 * ACT_BYTES * m.layers * (split / p + replicated)
+        # (layers, intermediate width a token computes): MoE layers and dense layers apart
+        groups = [(m.layers, m.active_intermediate)] if not m.dense_layers else [
+            (m.moe_layers, m.active_intermediate), (m.dense_layers, m.intermediate)]
+        act_per_token = sum(2 * ACT_BYTES * n * (((q + 2 * kv) + q + 3 * inter) / p
+                                                 + replicated)      # projections split p ways
+                            for n, inter in groups)
         act_per_token += ACT_BYTES * m.vocab / p         # logits written
         lm_head = m.lm_head_params
         if m.is_moe:
-            fixed_params = m.layers * (m.attn_params_per_layer + m.hidden * m.experts
-                                       + m.norm_params_per_layer) + lm_head
+            fixed_params = (m.layers * (m.attn_params_per_layer + m.norm_params_per_layer)
+                            + m.moe_layers * (m.hidden * m.experts + m.shared_expert_params)
+                            + m.dense_layers * m.dense_mlp_params + lm_head)
         else:
             fixed_params = m.layers * m.layer_params() + lm_head
         link = self.hardware.link_bw * self.eff_network
@@ -120,7 +138,7 @@ class RooflineCost(CostModel):
             "flop_linear": 2.0 * (n_layers_active + lm_head) / p / peak,     # s per token
             "flop_attn": 4.0 * m.layers * q / p / peak,                       # s per token pair
             "mem_fixed": fixed_params * self.weight_bytes / p / bw,           # s per pass
-            "mem_expert": m.layers * m.expert_params * self.weight_bytes / p / bw,
+            "mem_expert": m.moe_layers * m.expert_params * self.weight_bytes / p / bw,
             "mem_ctx": self.kv_bytes_per_token_per_gpu() / bw,                # s per ctx token
             "mem_tok": (self.kv_bytes_per_token_per_gpu() + act_per_token) / bw,
             "comm_tok": 0.0 if p == 1 else (2 * m.layers * ring * m.hidden * ACT_BYTES
@@ -134,10 +152,7 @@ class RooflineCost(CostModel):
     # ------------------------------------------------------------------ the formula
     def _experts_touched(self, t):
         m = self.model
-        keep = 1.0 - m.experts_active / m.experts
-        if type(t) is float:
-            return m.experts * (1.0 - keep ** t) if t > 0 else 0.0
-        return m.experts * (1.0 - np.power(keep, t))
+        return expected_experts_touched(m.experts, m.experts_active, t)
 
     def _parts(self, s, t, c):
         k = self._c
@@ -183,7 +198,8 @@ def _make_roofline(spec: Mapping[str, Any], where: str) -> RooflineCost:
     if model.heads % tp:
         raise ValueError(f"{where}.tp: must divide {model.name}'s {model.heads} attention "
                          f"heads, got {tp}")
-    dtype = check_choice(f"{where}.dtype", spec.get("dtype", "bf16"), tuple(DTYPES))
+    dtype = check_choice(f"{where}.dtype", spec.get("dtype", model.weight_dtype or "bf16"),
+                         tuple(DTYPES))
     hardware.peak_flops(dtype, where)
     kv_dtype = check_choice(f"{where}.kv_dtype", spec.get("kv_dtype", "bf16"), tuple(KV_DTYPES))
     eff = spec.get("efficiency", {}) or {}
