@@ -238,15 +238,24 @@ def _table(raw: Mapping[str, Any], name: str, *, required: bool) -> dict[str, An
 
 
 def _resolve_paths(spec: Any, base_dir: str) -> Any:
-    """Make relative ``path`` / ``trace`` file names in a spec relative to the config file."""
+    """Make relative ``path`` / ``trace`` file names in a spec relative to the config file, and
+    a cost table's ``model`` when it names a config.json (a ``.json`` file, or a folder beside
+    the config holding one: sim/costs/hf_config.py); a catalog name stays as it is."""
     if isinstance(spec, dict):
         out = {}
         for key, value in spec.items():
-            if key in ("path", "trace") and isinstance(value, str) and not os.path.isabs(value):
+            if isinstance(value, str) and not os.path.isabs(value) and (
+                    key in ("path", "trace") or key == "model" and _names_config(value, base_dir)):
                 value = os.path.join(base_dir, value)
             out[key] = _resolve_paths(value, base_dir)
         return out
     return spec
+
+
+def _names_config(value: str, base_dir: str) -> bool:
+    """Whether a ``model`` value names a config.json relative to the config file."""
+    return value.lower().endswith(".json") or os.path.isfile(
+        os.path.join(base_dir, value, "config.json"))
 
 
 @overload

@@ -311,3 +311,52 @@ def test_fixtures_are_real_format_config_files():
         if name.endswith(".json"):
             cfg = json.loads((DATA / name).read_text())
             assert cfg["architectures"][0].endswith("ForCausalLM") and "model_type" in cfg
+
+
+# ---------------------------------------------------------------------------- config tables
+
+_SIM = """seed = 0
+requests = 6
+[server]
+mode = "sd"
+k = 2
+m = 4
+[target]
+name = "qwen3-30b-a3b"
+cost = {{ name = "gpu", model = "{target}", hardware = "h100", engine = "vllm-cudagraph" }}
+[drafter]
+name = "llama-3.2-1b"
+cost = {{ name = "gpu", model = "{drafter}", hardware = "l4", engine = "vllm-cudagraph" }}
+[acceptance]
+name = "geometric"
+alpha = 0.7
+[workload]
+name = "offline"
+prompt = {{ name = "fixed", value = 64 }}
+output = {{ name = "fixed", value = 16 }}
+"""
+
+
+def test_a_config_table_names_config_json_files_relative_to_itself(tmp_path, monkeypatch):
+    from psdlab.sim.sim_config import load_config
+    (tmp_path / "qwen3-30b-a3b.json").write_text((DATA / "qwen3-30b-a3b.json").read_text())
+    (tmp_path / "draft").mkdir()
+    (tmp_path / "draft" / "config.json").write_text((DATA / "llama-3.2-1b.json").read_text())
+    cfg_path = tmp_path / "sim.toml"
+    cfg_path.write_text(_SIM.format(target="qwen3-30b-a3b.json", drafter="draft"))
+    monkeypatch.chdir(tmp_path.parent)                  # not the config's folder
+    cfg = load_config(cfg_path)
+    assert cfg.target.cost_spec.max_model_len == 40960
+    by_name = load_config_text(tmp_path, _SIM.format(target="qwen3-30b-a3b",
+                                                     drafter="llama-3.2-1b"))
+    for role in ("target", "drafter"):
+        a, b = getattr(cfg, role).cost_spec.model(), getattr(by_name, role).cost_spec.model()
+        assert a.forward_time(4, 12, 400) == b.forward_time(4, 12, 400)
+    assert main(["simulate", str(cfg_path), "--trace", str(tmp_path / "t.jsonl")]) == 0
+
+
+def load_config_text(tmp_path: Path, text: str):
+    from psdlab.sim.sim_config import load_config
+    path = tmp_path / "by_name.toml"
+    path.write_text(text)
+    return load_config(path)
