@@ -17,6 +17,14 @@ def test_default_plan_holds_out_other_prompts_k_and_arrivals():
     held = [r for r in plan.runs if r.role == "validate"]
     ref = [r for r in plan.runs if r.role == "reference"]
     assert {r.k for r in cal if r.mode != "ar"} == {2, 4}
+    # PSD predicted before it runs: no PSD run is calibrated on, the co-run probe stands
+    # for its overlapped steps, and every PSD run is held out (two k, offline and Poisson)
+    assert {r.mode for r in cal} == {"ar", "sd-sep"} and plan.corun_probe
+    psd = [r for r in plan.runs if r.mode == "psd"]
+    assert {r.role for r in psd} <= {"validate", "reference"}
+    assert len({r.k for r in psd if r.role == "validate"}) >= 2
+    assert {r.arrivals for r in psd if r.role == "validate"} == {"offline", "poisson"}
+    assert {r.k for r in held if r.mode == "sd-sep"} - {r.k for r in cal}  # an unseen SD k
     assert len({r.batch for r in cal}) == 1 and {r.arrivals for r in cal} == {"offline"}
     assert {r.prompts for r in cal} == {"calibration"}
     assert {r.prompts for r in held + ref} == {"heldout"}
@@ -41,7 +49,8 @@ def test_plan_repeats_in_seeded_rounds_with_pairs_back_to_back(repeats, seed):
     assert len(plan.runs) == n * repeats and len({r.name for r in plan.runs}) == len(plan.runs)
     for i in range(repeats):                  # every round runs every configuration once
         assert sorted(configs[i * n:(i + 1) * n]) == sorted(set(configs))
-    paired = {r.workload for r in plan.runs if r.mode == "sd-sep"}
+    paired = ({r.workload for r in plan.runs if r.mode == "sd-sep"}
+              & {r.workload for r in plan.runs if r.mode == "psd"})
     for i, r in enumerate(plan.runs):         # SD and PSD of one workload back to back
         if r.workload in paired:
             mates = [j for j, x in enumerate(plan.runs) if x.workload == r.workload
@@ -59,12 +68,12 @@ def test_default_plan_runs_held_out_configs_more_often():
     reps = {}
     for r in plan.runs:
         reps[r.config] = reps.get(r.config, 0) + 1
-    assert {reps[r.config] for r in plan.runs if r.role == "calibrate"} == {2}
+    assert {reps[r.config] for r in plan.runs if r.role == "calibrate"} == {3}
     assert {reps[r.config] for r in plan.runs if r.role == "validate"
             and r.arrivals == "offline"} == {7}
     assert {reps[r.config] for r in plan.runs if r.arrivals == "poisson"} == {7}
     assert {reps[r.config] for r in plan.runs if r.role == "reference"} == {1}
-    assert plan.max_new_tokens == 16 and len(plan.runs) == 40
+    assert plan.max_new_tokens == 16 and len(plan.runs) == 39
     # calibration in the first and last of the seven rounds, so both groups sit, on
     # average, in the middle of the demo: a steady drift of the machine favours neither
     pos = {}
@@ -74,10 +83,11 @@ def test_default_plan_runs_held_out_configs_more_often():
     assert abs(sum(pos["calibrate"]) / len(pos["calibrate"]) - mid) < 4
     assert abs(sum(pos["validate"]) / len(pos["validate"]) - mid) < 4
     rounds = [r.rep for r in plan.runs if r.role == "calibrate"]
-    assert sorted(set(rounds)) == [1, 2] and len(rounds) == 10
+    assert sorted(set(rounds)) == [1, 2, 3] and len(rounds) == 9
     cal_pos = [i for i, r in enumerate(plan.runs) if r.role == "calibrate"]
     assert min(cal_pos) < len(plan.runs) / 5 and max(cal_pos) > 4 * len(plan.runs) / 5
-    paired = {r.workload for r in plan.runs if r.mode == "sd-sep"}
+    paired = ({r.workload for r in plan.runs if r.mode == "sd-sep"}
+              & {r.workload for r in plan.runs if r.mode == "psd"})
     for i, r in enumerate(plan.runs):         # pairs stay back to back in every round
         if r.workload in paired:
             assert sum(1 for j in (i - 1, i + 1) if 0 <= j < len(plan.runs)
@@ -121,13 +131,19 @@ def test_quick_demo_end_to_end(quick_demo):
     for f in ("report.md", "model.json", "demo.json", "comparison.csv", "summary.csv",
               "runs.csv", "predicted_vs_measured.png"):
         assert (out / f).is_file(), f
-    assert len(result.headline) >= 3
-    assert result.headline[0].startswith("measured PSD/SD gain")
-    assert result.headline[2].startswith("error")
+    assert len(result.headline) >= 4
+    assert result.headline[0].startswith("PSD predicted before it ran: calibrated on sd-sep")
+    assert result.headline[1].startswith("measured PSD/SD gain")
+    assert result.headline[3].startswith("error")
     assert any("same batch size m" in line for line in result.headline[3:])
     model = json.loads((out / "model.json").read_text())
     assert set(model["meta"]["calibration"]["k"]) == {2, 4}          # fitted on k 2, 4 only
     assert "replay" in model["meta"]
+    # the co-run probe ran beside the traces and PSD's overlapped steps rest on it alone
+    corun = json.loads((out / "traces" / "corun_probe.json").read_text())
+    assert corun["format"] == "psdlab.corun-probe"
+    assert model["meta"]["contention"]["source"] == "probe"
+    assert not [t for t in model["meta"]["calibration"]["traces"] if t.startswith("psd")]
     # the context probe ran before the runs, beside their traces, and fixed both slopes
     probe = json.loads((out / "traces" / "context_probe.json").read_text())
     assert model["meta"]["context_probe"] == probe and probe["seqs"] == plan.max_batch

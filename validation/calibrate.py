@@ -57,6 +57,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from psdlab.analysis.chunking import chunkings_from
+from psdlab.analysis.contention import (Contention, CorunProbe, default_contention, fit_corun,
+                                        layout_of)
 from psdlab.analysis.trace import Phase, Trace
 from psdlab.validation.acceptance.fit import fit_acceptance
 from psdlab.validation.cost_tables import (MIN_TABLE, draft_table, phase_context,  # noqa: F401
@@ -191,12 +193,60 @@ def serial_groups(traces: Sequence[Trace]) -> tuple[dict[str, list[tuple[Phase, 
     return serial, skipped, notes
 
 
+def overlaps(trace: Trace) -> bool:
+    """Whether a trace has overlapped steps (PSD, or an adaptive run that chose PSD)."""
+    return any(s.overlapped for s in trace.steps)
+
+
+def non_psd(traces: Sequence[Trace], names: Sequence[str] | None = None
+            ) -> tuple[list[Trace], list[str], list[str]]:
+    """(traces, names, names left out): the traces without overlapped steps, what a
+    prediction of PSD before it runs may read (``names``: the traces' names, or their
+    indices)."""
+    keep = [i for i, t in enumerate(traces) if not overlaps(t)]
+    left = [f"trace {i}" for i in range(len(traces)) if i not in keep]
+    if names is None or len(names) != len(traces):     # names of files, not of traces
+        return [traces[i] for i in keep], list(names or []), left
+    return ([traces[i] for i in keep], [names[i] for i in keep],
+            [n for i, n in enumerate(names) if i not in keep])
+
+
+def psd_inputs(traces: Sequence[Trace], corun: CorunProbe | None) -> Contention | None:
+    """What PSD's overlapped steps rest on when no calibration trace overlapped: the co-run
+    probe's fit (``corun``), else the stated default of the traces' device layout
+    (``analysis.contention.DEFAULTS``); None when the traces' own PSD steps calibrate it."""
+    if corun is not None:
+        return fit_corun(corun)
+    if any(overlaps(t) for t in traces):
+        return None
+    drafting = [t for t in traces if t.run.devices.get("drafter")] or list(traces)
+    return default_contention(layout_of(drafting[0].run.devices))
+
+
+def contention_note(contention: Contention) -> str:
+    """The calibration's note on what PSD's overlapped steps rest on."""
+    return (f"psd: contention target {contention.target:.3f}, drafter {contention.drafter:.3f}, "
+            f"controller overhead SD-sep's less {1e3 * contention.host_saving_s:.3f} ms "
+            f"({contention.source}: {contention.why}); no PSD run was read")
+
+
 def calibrate(traces: Sequence[Trace], *, holdout: float = 0.2, seed: int = 0,
-              context_probe: Mapping[str, Any] | None = None) -> Calibration:
+              context_probe: Mapping[str, Any] | None = None,
+              corun: CorunProbe | None = None) -> Calibration:
     """Fit cost and acceptance models to traces (module docstring); ``context_probe``: a
-    ``runtime.context_timing`` result, which fixes the decode fits' context slopes."""
+    ``runtime.context_timing`` result, which fixes the decode fits' context slopes;
+    ``corun``: a co-run probe's record (``analysis.contention``), which predicts PSD's
+    overlapped steps without a PSD run: traces with overlapped steps are then left out
+    (a note names how many), so the calibration is the same whether or not they are given."""
     if not traces:
         raise ValueError("traces: need at least one trace")
+    left_out: list[str] = []
+    if corun is not None:
+        traces, _, left_out = non_psd(traces)
+        if not traces:
+            raise ValueError("traces: every trace has overlapped (PSD) steps; with a co-run "
+                             "probe the calibration reads AR and SD runs only")
+    contention = psd_inputs(traces, corun)
     traces = [with_draft_forwards(t) for t in traces]
     groups, skipped, group_notes = serial_groups(traces)
     if not any(groups.values()):
@@ -217,13 +267,22 @@ def calibrate(traces: Sequence[Trace], *, holdout: float = 0.2, seed: int = 0,
                       ks=tuple(sorted({t.run.k for t in traces})),
                       ms=tuple(sorted({t.run.m for t in traces})), skipped_phases=skipped,
                       notes=tuple(notes), warnings=tuple(warnings))
-    replay = replay_params_of(cal, traces)
+    replay = replay_params_of(cal, traces, contention)
+    if contention is not None:
+        chunk_notes_psd: tuple[str, ...] = (contention_note(contention),)
+        if left_out:
+            chunk_notes_psd += (f"psd: {len(left_out)} trace(s) with overlapped steps left out "
+                                f"(the co-run probe stands for them)",)
+    else:
+        chunk_notes_psd = ()
     chunking, chunk_notes = prefill_chunking(traces)
+    chunk_notes = chunk_notes_psd + chunk_notes
     return replace(cal, replay=replay, verify_table=verify_table(traces, replay.overlap_target),
                    draft_table=draft_table(traces, phase_overhead(fits["draft"])
                                            if "draft" in fits else 0.0),
                    prefill_chunking=chunking, notes=cal.notes + chunk_notes,
-                   context_probe=dict(context_probe) if context_probe else None)
+                   context_probe=dict(context_probe) if context_probe else None,
+                   contention=contention)
 
 
 def prefill_chunking(traces: Sequence[Trace]) -> tuple[dict[str, list[int]], tuple[str, ...]]:

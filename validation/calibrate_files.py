@@ -20,6 +20,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
+from psdlab.analysis.contention import CorunProbe
 from psdlab.analysis.formats.detect import FORMATS
 from psdlab.analysis.formats.parsing import SNIFF_BYTES
 from psdlab.analysis.trace import Trace, TraceFormatError, trace_from_lines
@@ -129,17 +130,24 @@ def calibrate_to_file(path: str | os.PathLike, traces: Sequence[Trace], names: S
                       *, holdout: float = 0.2, seed: int = 0,
                       context_probe: Mapping[str, Any] | None = None,
                       pool: Mapping[str, str] | None = None,
-                      select_acceptance: bool = True) -> dict[str, Any]:
+                      select_acceptance: bool = True,
+                      corun: CorunProbe | None = None) -> dict[str, Any]:
     """Calibrate on loaded traces and write the model file (module docstring); ``names``: the
     trace files as the file records them; ``context_probe``: a ``runtime.context_timing``
     result; ``pool``: the acceptance pool's patterns; ``select_acceptance``: choose the
     acceptance model for new prompts by cross-validation (the file's default acceptance then;
-    on the traces with real verified rows only, ``with_rows``; none: no selection).
+    on the traces with real verified rows only, ``with_rows``; none: no selection);
+    ``corun``: a co-run probe's record: PSD is then predicted from it and the non-PSD traces
+    alone (the traces with overlapped steps and their names are left out before anything is
+    fitted, so the file is byte-identical whether or not they were given).
     Returns the object written."""
     from psdlab.validation.acceptance.cross_validation import select
-    from psdlab.validation.calibrate import calibrate
+    from psdlab.validation.calibrate import calibrate, non_psd
     from psdlab.validation.model_file import write_model
-    cal = calibrate(traces, holdout=holdout, seed=seed, context_probe=context_probe)
+    if corun is not None:
+        traces, names, _ = non_psd(traces, names)
+    cal = calibrate(traces, holdout=holdout, seed=seed, context_probe=context_probe,
+                    corun=corun)
     rows = with_rows(traces)
     transfer = None
     if select_acceptance and cal.acceptance is not None and rows:

@@ -29,6 +29,10 @@ class BenchOptions:
     target_config: str | None = None
     draft_config: str | None = None
 
+    def __post_init__(self) -> None:
+        from psdlab.analysis.checks import check_int
+        check_int("--bootstrap", self.bootstrap, 2, 10_000)   # the documented range
+
     def given(self) -> bool:
         """Whether any option that only bench results take was given."""
         return bool(self.metrics_before or self.metrics_after or self.config
@@ -197,6 +201,7 @@ def default_pool(first_trace: str) -> dict[str, str] | None:
 
 def calibrate_command(paths: Sequence[str], output: str, *, holdout: float = 0.2,
                       seed: int = 0, context_probe: str | None = None,
+                      corun_probe: str | None = None,
                       acceptance_pool: str | None = None, select_acceptance: bool = True,
                       as_json: bool = False, bench: BenchOptions = BenchOptions()
                       ) -> Printout:
@@ -208,6 +213,7 @@ def calibrate_command(paths: Sequence[str], output: str, *, holdout: float = 0.2
     from psdlab.validation.acceptance.pool import read_pool
     from psdlab.validation.calibrate_files import calibrate_to_file, read_inputs
     from psdlab.validation.context_slopes import read_probe, read_probe_file
+    from psdlab.validation.corun_file import read_corun, read_corun_file
     inputs = read_inputs(paths)
     if inputs.bench:
         return _calibrate_bench(paths, output, seed, bench, as_json)
@@ -217,6 +223,15 @@ def calibrate_command(paths: Sequence[str], output: str, *, holdout: float = 0.2
     holdout = check_range("--holdout", holdout, 0.0, 0.9)
     probe = (read_probe_file(context_probe) if context_probe else
              read_probe(os.path.dirname(os.path.abspath(paths[0]))))
+    corun = (None if corun_probe == "none" else read_corun_file(corun_probe) if corun_probe
+             else read_corun(os.path.dirname(os.path.abspath(paths[0]))))
+    err: list[str] = []
+    if corun is not None:
+        from psdlab.validation.calibrate import non_psd
+        left = non_psd(inputs.traces, list(paths))[2]
+        if left:
+            err.append(f"calibrate: {len(left)} trace(s) with overlapped (PSD) steps left out "
+                       f"({', '.join(left)}): PSD is predicted from the co-run probe")
     pool = None
     if select_acceptance:
         if acceptance_pool and not os.path.isfile(acceptance_pool):
@@ -224,5 +239,7 @@ def calibrate_command(paths: Sequence[str], output: str, *, holdout: float = 0.2
         pool = read_pool(acceptance_pool) if acceptance_pool else default_pool(paths[0])
     model = calibrate_to_file(output, inputs.traces, list(paths), holdout=holdout, seed=seed,
                               context_probe=probe, pool=pool,
-                              select_acceptance=select_acceptance)
-    return model_printout(model, len(inputs.traces), output, as_json)
+                              select_acceptance=select_acceptance, corun=corun)
+    out = model_printout(model, len(inputs.traces), output, as_json)
+    out.err[:0] = err
+    return out

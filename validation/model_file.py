@@ -116,6 +116,7 @@ def meta_doc(cal: Calibration, *, traces: Sequence[str] = (), holdout: float = 0
            if cal.verify_table or cal.draft_table else {}),
         **({"prefill_chunking": dict(cal.prefill_chunking)} if cal.prefill_chunking else {}),
         **({"context_probe": dict(cal.context_probe)} if cal.context_probe else {}),
+        **({"contention": cal.contention.to_dict()} if cal.contention is not None else {}),
         "calibration": {"traces": list(traces), "sources": list(cal.sources),
                         "k": list(cal.ks), "m": list(cal.ms), "holdout": holdout, "seed": seed,
                         "notes": list(cal.notes), "warnings": list(cal.warnings)},

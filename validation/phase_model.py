@@ -12,6 +12,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from psdlab.analysis.contention import Contention
 from psdlab.analysis.trace import Phase, Trace
 from psdlab.sim.costs.affine import AFFINE_TERMS
 from psdlab.validation.acceptance.fit import AcceptanceFit
@@ -45,6 +46,10 @@ class Calibration:
     draft_table: tuple[tuple[int, int, float, int, float], ...] = ()   # one drafting pass
     prefill_chunking: dict[str, list[int]] = field(default_factory=dict)   # role: [chunk, leave]
     context_probe: dict[str, Any] | None = None     # runtime.context_timing's result, if used
+    #: what PSD's overlapped steps rest on when no calibration trace overlapped
+    #: (``analysis.contention``: a co-run probe's fit or a stated default); None: fitted on
+    #: the traces' own overlapped phases
+    contention: Contention | None = None
 
 
 @dataclass(frozen=True)

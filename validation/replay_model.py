@@ -49,6 +49,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from psdlab.analysis.contention import C_RANGE, Contention
 from psdlab.analysis.trace import Trace
 from psdlab.validation.phase_model import (calibration_view, predict_phases, serial_only,
                                            with_draft_forwards)
@@ -117,8 +118,6 @@ class ReplayParams:
 
 #: fewest overlapped phases of a role for a run's own contention estimate (``fit_contention``)
 MIN_PHASES = 5
-#: contention coefficients are clipped to this range (c < 0: faster while overlapped)
-C_RANGE = (-0.5, 0.9)
 
 
 def contention_scales(draft: float, verify: float, c_d: float,
@@ -300,9 +299,13 @@ def replay_params(traces: Sequence[Trace], model: Mapping[str, Any]) -> ReplayPa
                             [with_draft_forwards(t) for t in traces])
 
 
-def replay_params_of(cal: Any, traces: Sequence[Trace]) -> ReplayParams:
+def replay_params_of(cal: Any, traces: Sequence[Trace],
+                     contention: Contention | None = None) -> ReplayParams:
     """Overlap contention and scales, overheads and spread of a Calibration's fits on
-    (calibration) traces (module doc)."""
+    (calibration) traces (module doc).  ``contention`` (``analysis.contention``: a co-run
+    probe's fit or a stated default) replaces what overlapped phases would say: the
+    contention, the overlap factors and PSD's controller overhead (SD-sep's less the host
+    time a co-run hides); it is what a prediction of PSD from non-PSD runs rests on."""
     serial_tr = [serial_only(t) for t in traces]
     serial = _scales(cal, serial_tr)
     ref = serial_reference(traces)
@@ -312,6 +315,12 @@ def replay_params_of(cal: Any, traces: Sequence[Trace]) -> ReplayParams:
     o_serial, o_over, o_ar = step_overheads(traces)
     c_t, c_d = _contention(solo_rows)
     pre_drafting, pre_ar = prefill_overheads(traces)
+    if contention is not None:
+        c_t = float(np.clip(contention.target, *C_RANGE))
+        c_d = float(np.clip(contention.drafter, *C_RANGE))
+        over = {"verify": ser_t * contention.overlap_target,
+                "draft": ser_d * contention.overlap_drafter}
+        o_over = max(o_serial - contention.host_saving_s, 0.0)
     return ReplayParams(overhead_serial=o_serial, overhead_overlapped=o_over,
                         overhead_ar=o_ar,
                         serial_target=ser_t, serial_drafter=ser_d,

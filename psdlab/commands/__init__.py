@@ -9,6 +9,7 @@ COMMANDS: list[str] = [
     "metrics",
     "timeline",
     "calibrate",
+    "probe",
     "theory",
     "simulate",
     "bench-sim",

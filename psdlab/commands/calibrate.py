@@ -41,6 +41,12 @@ def register(subparsers) -> None:
                         "traces by psdlab demo: the same passes timed at two contexts); fixes "
                         "the decode fits' context slopes (default: the context_probe.json in "
                         "the first trace's folder, when there is one)")
+    p.add_argument("--corun-probe", metavar="FILE", default=None,
+                   help="a co-run probe's record (corun_probe.json: psdlab probe, or written "
+                        "beside the traces by psdlab demo): PSD is then predicted from it and "
+                        "the AR / SD traces alone, traces with overlapped (PSD) steps are left "
+                        "out (default: the corun_probe.json in the first trace's folder, when "
+                        "there is one; 'none': never)")
     p.add_argument("--holdout", type=float, default=0.2, metavar="F",
                    help="fraction of phases held out to measure the fit error, in [0, 0.9] "
                         "(default 0.2; 0 = no held-out error)")
@@ -87,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
     from psdlab.validation.calibrate_report import BenchOptions, calibrate_command
     printout = calibrate_command(
         args.traces, args.output, holdout=args.holdout, seed=args.seed,
-        context_probe=args.context_probe, acceptance_pool=args.acceptance_pool,
+        context_probe=args.context_probe, corun_probe=args.corun_probe,
+        acceptance_pool=args.acceptance_pool,
         select_acceptance=not args.no_acceptance_selection, as_json=args.json,
         bench=BenchOptions(metrics_before=args.metrics_before, metrics_after=args.metrics_after,
                            config=args.config, bootstrap=args.bootstrap,

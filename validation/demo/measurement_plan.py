@@ -31,6 +31,9 @@ between repeats is reported as the noise floor.  A warm-up run (not traced) prec
 ``MeasurementPlan.probe``: before the runs, the demo measures the acceptance pool untimed
 (``validation.demo.pool_probe``: the greedy match patterns of calibration-side prompts no timed run
 serves), which the acceptance fit takes beside the calibration runs.
+``MeasurementPlan.corun_probe``: after it, the co-run probe (``runtime.corun_probe``;
+``corun_probe.json`` beside the traces): both models' passes alone and at once, which is what
+the calibration predicts PSD's overlapped steps from, no PSD run being calibrated on.
 ``MeasurementPlan.context_probe``: after the warm-up, the workers time one verification and one
 drafting phase at two contexts far apart (``runtime.context_timing``; ``context_probe.json`` beside
 the traces), which fixes the cost model's context slope (``validation.calibrate``).
@@ -56,6 +59,7 @@ from typing import Any, Callable, Sequence
 
 from psdlab.analysis.checks import check_int, check_range
 from psdlab.validation.context_slopes import write_probe
+from psdlab.validation.corun_file import write_corun
 from psdlab.validation.demo.prompt_sides import PROMPT_SIDES, prompt_windows, side_prompts, window
 from psdlab.validation.demo.run_order import ROLES as ROLES
 from psdlab.validation.demo.run_order import RUN_MODES as RUN_MODES
@@ -77,6 +81,7 @@ class MeasurementPlan:
     # measure the acceptance pool first (validation.demo.pool_probe)
     probe: bool = False
     context_probe: bool = False         # time passes at two contexts first (runtime.context_timing)
+    corun_probe: bool = False           # time both models' passes at once (runtime.corun_probe)
 
     def __post_init__(self) -> None:
         check_int("num_prompts", self.num_prompts, 1)
@@ -129,20 +134,28 @@ def _ho(specs: list[RunSpec], role: str = "validate") -> list[RunSpec]:
 #: left a 12-19% chance that noise alone breaks its 5% bound on one of four runs): the judged
 #: pairs get seven each, which the budget buys by
 #: shorter requests (``DEMO_MAX_NEW_TOKENS``; what sets the noise of a median is how many
-#: prompts it averages, not how long each is served).  Calibration runs twice and the
+#: prompts it averages, not how long each is served).  Calibration (AR and SD-sep only) runs
+#: three times and the
 #: references once: the acceptance pool's probe (``validation.demo.prompt_sides``) needs the
 #: time the other runs would take.
-REPEATS = {"calibrate": 2, "validate": 7, "poisson": 7, "reference": 1}
+REPEATS = {"calibrate": 3, "validate": 7, "poisson": 7, "reference": 1}
 #: new tokens a demo request asks for at most (each its own seeded length down to half)
 DEMO_MAX_NEW_TOKENS = 16
 
 
+def _sd(k: int, m: int, role: str) -> list[RunSpec]:
+    return [RunSpec(f"sd_k{k}_m{m}", "sd-sep", k, m, role=role)]
+
+
 def default_plan(quick: bool = False, repeats: int | None = None, seed: int = 0) -> MeasurementPlan:
-    """Calibrate on the calibration prompts at k in {2, 4}, m = 4, offline (and AR); judge on
-    the held-out prompts at k = 3 offline and k = 4 under Poisson arrivals (each an SD/PSD
-    pair); report, unjudged, AR at m = 4 and PSD at k = 3 with two batches of m = 2 on the
-    held-out prompts (the same concurrency, 4 requests in flight, as SD and AR at m = 4: the
-    iso-concurrency comparison).  Every configuration ``repeats`` times in seeded random
+    """PSD predicted before it runs: calibrate on the calibration prompts with AR and SD-sep
+    (drafter on its own core, no overlap) at k in {2, 4}, m = 4, offline, plus the co-run
+    probe (``runtime.corun_probe``: what overlapping the two models' passes costs, measured
+    without PSD); no PSD run is calibrated on.  Judge on the held-out prompts at k = 3 offline
+    (SD-sep at a k the calibration did not see, and PSD) and k = 4 under Poisson arrivals
+    (each an SD/PSD pair); report, unjudged, AR at m = 4 and PSD at k = 3 with two batches of
+    m = 2 on the held-out prompts (the same concurrency, 4 requests in flight, as SD and AR at
+    m = 4: the iso-concurrency comparison).  Every configuration ``repeats`` times in seeded random
     rounds (module docstring); default ``REPEATS``: the judged held-out pairs seven times
     each (each is judged on its own median, whose noise -- run-to-run and which prompts the
     repeats drew -- is what the bounds are judged against), calibration three times (the
@@ -151,13 +164,13 @@ def default_plan(quick: bool = False, repeats: int | None = None, seed: int = 0)
     (first and last); requests of up to ``DEMO_MAX_NEW_TOKENS`` tokens.  ``quick``: a short
     plan for tests and smoke runs (m = 2, k in {2, 4} calibrated, k = 3 held out)."""
     if quick:
-        blocks = [_pair(2, 2, "calibrate"), _pair(4, 2, "calibrate"),
+        blocks = [_sd(2, 2, "calibrate"), _sd(4, 2, "calibrate"),
                   _ho(_pair(3, 2, "validate"))]
         return MeasurementPlan(runs=repeated_order(blocks, repeats or 1, seed), num_prompts=4,
                     max_new_tokens=12, poisson_from="sd_k4_m2", seed=seed, probe=True,
-                    context_probe=True)
-    blocks = [[RunSpec("ar_m4", "ar", 0, 4, role="calibrate")], _pair(4, 4, "calibrate"),
-              _pair(2, 4, "calibrate"), _ho(_pair(3, 4, "validate")),
+                    context_probe=True, corun_probe=True)
+    blocks = [[RunSpec("ar_m4", "ar", 0, 4, role="calibrate")], _sd(4, 4, "calibrate"),
+              _sd(2, 4, "calibrate"), _ho(_pair(3, 4, "validate")),
               _ho(_pair(4, 4, "validate", "poisson")),
               _ho([RunSpec("ar_m4", "ar", 0, 4)], "reference"),
               _ho([RunSpec("psd_k3_m2", "psd", 3, 2)], "reference")]
@@ -165,7 +178,8 @@ def default_plan(quick: bool = False, repeats: int | None = None, seed: int = 0)
               [REPEATS["poisson" if b[0].arrivals == "poisson" else b[0].role]
                for b in blocks])
     return MeasurementPlan(runs=repeated_order(blocks, counts, seed, first="sd_k4_m4"),
-                max_new_tokens=DEMO_MAX_NEW_TOKENS, seed=seed, probe=True, context_probe=True)
+                max_new_tokens=DEMO_MAX_NEW_TOKENS, seed=seed, probe=True, context_probe=True,
+                corun_probe=True)
 
 
 # ---------------------------------------------------------------------------- requests
@@ -198,6 +212,21 @@ def probe_contexts(plan: MeasurementPlan, eng: Any, slots: int) -> dict[str, Any
     from psdlab.runtime.context_timing import context_probe
     ks = [r.k for r in plan.runs if r.role == "calibrate" and r.mode != "ar"] or [1]
     return context_probe(eng.target, eng.drafter, seqs=plan.max_batch, k=max(ks), slots=slots)
+
+
+def probe_corun(plan: MeasurementPlan, eng: Any, slots: int) -> Any:
+    """``runtime.corun_probe`` on the engine's workers at the plan's largest batch, every k
+    of its calibration runs and the context of a typical prompt (its result is calibration
+    data: ``analysis.contention``); a ``CorunProbe``."""
+    from psdlab.runtime.corun_probe import corun_probe
+    ks = sorted({r.k for r in plan.runs if r.role == "calibrate" and r.mode != "ar"}) or [1]
+    return corun_probe(eng.target, eng.drafter, seqs=plan.max_batch, ks=ks,
+                       context=CORUN_CONTEXT, reps=CORUN_REPS, slots=slots)
+
+
+#: the co-run probe's context (tokens a sequence; about a demo prompt's length) and repeats
+CORUN_CONTEXT = 64
+CORUN_REPS = 12
 
 
 def _warm_up(eng: Any, plan: MeasurementPlan, base: Any, sides: dict[str, Any],
@@ -294,6 +323,8 @@ def run_measurements(plan: MeasurementPlan, target_dir: str, drafter_dir: str,
         reference = _warm_up(eng, plan, base, sides, lengths)
         if plan.context_probe:
             write_probe(out, probe_contexts(plan, eng, base.slots))
+        if plan.corun_probe:
+            write_corun(out, probe_corun(plan, eng, base.slots))
         walls: dict[str, float] = {}
         skip: set[str] = set()
         admitted: set[str] = set()           # blocks already judged to fit run whole

@@ -42,6 +42,7 @@ from psdlab.analysis.trace import Trace, read_trace
 from psdlab.sim.costs.fitted import FitFile
 from psdlab.validation.calibrate_files import calibrate_to_file
 from psdlab.validation.context_slopes import read_probe
+from psdlab.validation.corun_file import read_corun
 from psdlab.validation.demo.diagnostic_replays import diagnostic_acceptance
 from psdlab.validation.demo.measurement_plan import (Measured, MeasurementPlan, default_plan,
                                                      run_measurements)
@@ -145,11 +146,27 @@ def calibrate_runs(measured: Sequence[Measured], out_dir: str,
         raise ValueError("plan: no calibration runs")
     loaded = load_runs(cal, traces)
     path = os.path.join(out_dir, "model.json")
-    probe = read_probe(os.path.dirname(os.path.abspath(cal[0].path)))
+    folder = os.path.dirname(os.path.abspath(cal[0].path))
     calibrate_to_file(path, [loaded[m.path] for m in cal],
                       [os.path.basename(m.path) for m in cal], holdout=0.2, seed=0,
-                      context_probe=probe, pool=pool)
+                      context_probe=read_probe(folder), pool=pool, corun=read_corun(folder))
     return load_fit_file(path)
+
+
+def before_it_ran(model: Mapping[str, Any], measured: Sequence[Measured]) -> list[str]:
+    """The verdict's first line when no PSD run was calibrated on: what PSD's prediction
+    rests on (the calibration modes and k, the co-run probe or a stated default); none when
+    the calibration read PSD runs."""
+    cal = [m.spec for m in measured if m.spec.role == "calibrate"]
+    contention = (model.get("meta") or {}).get("contention")
+    if contention is None or any(s.mode == "psd" for s in cal):
+        return []
+    modes = sorted({s.mode for s in cal})
+    ks = sorted({s.k for s in cal if s.k > 0})
+    inputs = ("the co-run probe" if contention.get("source") == "probe" else
+              f"the stated default contention ({contention.get('source')})")
+    return [f"PSD predicted before it ran: calibrated on {', '.join(modes)} runs "
+            f"(k {', '.join(map(str, ks))}) and {inputs}; no PSD run shaped the prediction"]
 
 
 def headline(validation: Any, held_out: set[str]) -> list[str]:
@@ -255,7 +272,8 @@ def analyse(out_dir: str, measured: Sequence[Measured], plan: MeasurementPlan, t
     cal_cfgs = {n for n, r in roles.items() if r == "calibrate"}
     roles.update({m.spec.name: m.spec.role for m in measured})
     comparisons = headline_comparisons(concurrency_rows(validation, roles))
-    lines = headline(validation, held) + headline_lines(comparisons)
+    lines = (before_it_ran(model.doc, measured) + headline(validation, held)
+             + headline_lines(comparisons))
     selection = (model.doc.get("meta") or {}).get("acceptance_transfer")
     alternatives: list[tuple[str, Any]] = []
     sections: list[str] = []
