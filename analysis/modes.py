@@ -54,11 +54,11 @@ class StepSegments:
         if not self.has("prefill_t") or not self.has("verify"):
             raise ValueError("segments: a step needs prefill_t and verify")
 
-    def has(self, phase: PhaseKey) -> bool:
+    def has(self, phase: str) -> bool:
         """Whether the step runs ``phase``."""
         return any(phase in seg for seg in self.segments)
 
-    def at(self, phase: PhaseKey) -> int:
+    def at(self, phase: str) -> int:
         """The segment ``phase`` runs in (a one-line ValueError when the step has none)."""
         for i, seg in enumerate(self.segments):
             if phase in seg:

@@ -53,7 +53,7 @@ def test_segment_lookups_agree_with_the_layout(order, cuts):
         segs[-1].append(phase)
     s = StepSegments(tuple(tuple(g) for g in segs))  # type: ignore[arg-type]
     for i, g in enumerate(segs):
-        assert all(s.at(p) == i for p in g)          # type: ignore[arg-type]
+        assert all(s.at(p) == i for p in g)
     assert s.count == len(segs)
     assert s.prefill_count == 1 + max(s.at("prefill_t"), s.at("prefill_d"))
     assert s.overlapped == (s.at("draft") == s.at("verify"))
@@ -96,3 +96,18 @@ def test_simulated_steps_follow_the_modes_segments(mode, path):
     assert (False, True, spec.drafting) in kinds          # a step that prefilled and decoded
     if spec.overlap:
         assert (True, False, True) in kinds               # an overlapped decode step
+
+
+@pytest.mark.parametrize("spec", MODES, ids=lambda s: s.name)
+def test_engine_places_the_drafter_and_sizes_its_slots_by_the_spec(spec):
+    """The runtime's controller reads the registry: a drafter that shares the target's
+    device gets its label and core (CPU and CUDA), the workers hold held_per_m x m slots."""
+    from psdlab.runtime.controller import EngineConfig, _labels
+    cpu = EngineConfig(mode=spec.name, batch=3, drafter_core=0, target_core=1)
+    d, t, d_core, t_core = _labels(cpu)
+    assert (d == t) == (d_core == t_core) == (spec.drafter == "shared")
+    cuda = EngineConfig(mode=spec.name, batch=3, device="cuda:0", drafter_device="cuda:1",
+                        backend="thread")
+    d, t, _, _ = _labels(cuda)
+    assert (d == t) == (spec.drafter == "shared")
+    assert cpu.slots == 3 * spec.held_per_m
