@@ -296,7 +296,7 @@ def config_from_dict(raw: Mapping[str, Any], base_dir: str = ".") -> SimConfig:
     target = _model(_table(raw, "target", required=True), "target", "sim:target")
     # the drafter's device is resolved per mode by the engine (co-located for mode = "sd")
     drafter = _model(_table(raw, "drafter", required=False), "drafter", "sim:drafter")
-    acceptance = _table(raw, "acceptance", required=server.mode != "ar") or {"name": "none"}
+    acceptance = _table(raw, "acceptance", required=server.spec.drafting) or {"name": "none"}
     workload = _table(raw, "workload", required=True)
     trace_raw = _table(raw, "trace", required=False) or {}
     check_fields(trace_raw, "trace", optional=("path", "level"), named=False)
