@@ -41,7 +41,7 @@ def sweep_config(requests: int, iterations: int) -> dict[str, Any]:
     cost = dict(raw["drafter"]["cost"])
     raw["plan"].update(
         modes=["sd", "psd"], k=list(range(1, 11)), m=list(M), replicas=[1, 2],
-        requests=requests, iterations=iterations,
+        requests=requests, iterations=iterations, seeds=1,
         drafters=[{"name": f"{model}-a{alpha:g}", "cost": {**cost, "model": model},
                    "acceptance": {"name": "geometric", "alpha": alpha}}
                   for model, alpha in DRAFTERS])

@@ -9,7 +9,9 @@ import json
 import os
 import sys
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
+
+from psdlab.sim.plan_rows import PlanRow
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,17 @@ class PlanOptions:
 def _write_text(path: str, text: str) -> None:
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(text)
+
+
+def capped_note(rows: Sequence[PlanRow], per_trial: int) -> list[str]:
+    """The line that says how many rows rest on the capacity cap (none: no line)."""
+    capped = sum(1 for r in rows if r.replicas == rows[0].replicas
+                 and r.result.bound in ("capacity", "mixed"))
+    if not capped:
+        return []
+    return [f"capped: {capped} configuration{'s' if capped > 1 else ''} met the SLO at "
+            f"the capacity itself (bound capacity or mixed) in trials of {per_trial} requests; "
+            f"longer trials (--requests) may find a lower rate"]
 
 
 def plan_command(opts: PlanOptions) -> str:
@@ -105,7 +118,7 @@ def plan_command(opts: PlanOptions) -> str:
              f"arrival (warm-up and drain left out); rates never above the offline steady "
              f"capacity (bound 'capacity': capped there, the SLO did not bind); mean and 95% "
              f"interval over {spec.seeds} seed{'s' if spec.seeds > 1 else ''}",
-             format_plan_report(sections)]
+             *capped_note(rows, per_trial), format_plan_report(sections)]
     if policy is not None and agreement is not None:
         lines += [policy_text(policy), agreement]
     for label, path in (("csv", csv_path), ("png", png_path),
