@@ -67,13 +67,39 @@ def check_choice(name: str, value: Any, choices) -> Any:
     return value
 
 
+#: what a field of each Python type accepts from a config table, and how the error says it
+_KINDS: dict[type, tuple[tuple[type, ...], str]] = {
+    bool: ((bool,), "true or false"), int: ((int,), "an integer"),
+    float: ((int, float), "a number"), str: ((str,), "a string"),
+    list: ((list, tuple), "a list"), tuple: ((list, tuple), "a list"),
+    dict: ((dict,), "a table")}
+
+
+def _kind_error(value: Any, kinds: tuple[type, ...]) -> str | None:
+    """Why ``value`` is none of ``kinds`` (None: it is one); a bool is not a number."""
+    accepted = [t for t in kinds if t in _KINDS]
+    if not accepted or value is None and type(None) in kinds:
+        return None
+    for t in accepted:
+        ok, _ = _KINDS[t]
+        if isinstance(value, ok) and not (isinstance(value, bool) and bool not in kinds):
+            return None
+    what = " or ".join(dict.fromkeys(_KINDS[t][1] for t in accepted))
+    got = f"the string {value!r}" if isinstance(value, str) else repr(value)
+    return f"expected {what}, got {got}"
+
+
 def check_fields(table: Mapping[str, Any], where: str, required: Sequence[str] = (),
-                 optional: Sequence[str] = (), *, named: bool = True) -> None:
+                 optional: Sequence[str] = (), *, named: bool = True,
+                 types: Mapping[str, type | tuple[type, ...]] | None = None) -> None:
     """A config table's fields, the one rule every table is checked by: an unknown field or a
     missing required one is a one-line error ``WHERE.FIELD: ...`` that lists the allowed fields
     (``where = ""``: a top-level table, ``FIELD: ...``).
     ``named``: a registry-chosen table (cost, acceptance, workload, length models), whose
-    ``name`` is always allowed and named in the message."""
+    ``name`` is always allowed and named in the message.
+    ``types``: a field's Python type (or types; ``type(None)`` allows none) that its value must
+    have: ``WHERE.FIELD: expected true or false, got the string 'false'`` (a TOML string is not
+    a bool, a bool not a number, a string not a list); fields not named are not checked."""
     allowed = tuple(required) + tuple(optional)
     name = table.get("name") if named else None
     owner = f" for {name!r}" if named else ""
@@ -86,3 +112,49 @@ def check_fields(table: Mapping[str, Any], where: str, required: Sequence[str] =
         if key not in table:
             raise ValueError(f"{prefix}{key}: missing" + (f" (required by {name!r})" if named
                                                           else ""))
+    for key, kinds in (types or {}).items():
+        if key in table:
+            why = _kind_error(table[key], kinds if isinstance(kinds, tuple) else (kinds,))
+            if why:
+                raise ValueError(f"{prefix}{key}: {why}")
+
+
+def check_output_path(name: str, path: Any, *, folder: bool = False) -> str:
+    """An output path checked before any work is done (nothing is created): the nearest
+    existing folder on its way is a folder one may write in, and the path itself is not an
+    existing folder (``folder=False``: a file) or an existing file (``folder=True``).  The error
+    is one line naming the option, ``--trace: Not a directory: afile``."""
+    import os
+    text = os.fspath(path)
+    if not text:
+        raise ValueError(f"{name}: empty path")
+    full = os.path.abspath(text)
+    if folder and os.path.exists(full) and not os.path.isdir(full):
+        raise ValueError(f"{name}: Not a directory: {text}")
+    if not folder and os.path.isdir(full):
+        raise ValueError(f"{name}: Is a directory: {text}")
+    parent = os.path.dirname(full)
+    while not os.path.exists(parent) and os.path.dirname(parent) != parent:
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise ValueError(f"{name}: Not a directory: {parent}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"{name}: Permission denied: {parent}")
+    return text
+
+
+def field_types(cls: type) -> dict[str, tuple[type, ...]]:
+    """A dataclass's fields as ``check_fields``' ``types``: each field's annotated type(s)
+    (``float | None`` -> ``(float, NoneType)``, ``tuple[str, ...]`` -> ``(tuple,)``)."""
+    import dataclasses
+    import types as _types
+    import typing
+    hints = typing.get_type_hints(cls)
+    out: dict[str, tuple[type, ...]] = {}
+    for f in dataclasses.fields(cls):
+        hint = hints.get(f.name)
+        union = typing.get_origin(hint) in (typing.Union, _types.UnionType)
+        args = typing.get_args(hint) if union else (hint,)
+        out[f.name] = tuple(typing.get_origin(a) or a for a in args
+                            if isinstance(typing.get_origin(a) or a, type))
+    return out

@@ -262,7 +262,7 @@ def summary_text(s: dict[str, Any]) -> str:
              "", f"{'ms':<6}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}"]
     for key in ("ttft", "tpot", "e2e"):
         d = s[key]
-        lines.append(f"{key:<6}" + "".join(f"{_num(d[q], 1e3, '.3f'):>10}"
+        lines.append(f"{key:<6}" + "".join(f"{' ' + _num(d[q], 1e3, '.3f'):>10}"
                                           for q in ("mean", "p50", "p90", "p99")))
     lines += ["",
               f"acceptance rate (VSR) {_num(s['acceptance_rate'])}   mean acceptance length "

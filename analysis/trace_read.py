@@ -215,12 +215,13 @@ def _records(lines: Iterable[str | bytes], name: str, cuts: list[_Cut]) -> Itera
         if cut is not None and line.strip():
             raise TraceFormatError(cut.message)
         if isinstance(line, bytes):
+            raw = line
             try:
-                line = line.decode("utf-8")
+                line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
                 message = (f"{where}: not valid UTF-8 ({exc.reason} at byte {exc.start}); the "
                            f"file may be corrupt")
-                if line.endswith(b"\n"):      # a whole line: corrupt, not cut
+                if raw.endswith(b"\n"):       # a whole line: corrupt, not cut
                     raise TraceFormatError(message) from None
                 cut = _Cut(message, lineno, at)      # the last line, cut mid-character
                 continue

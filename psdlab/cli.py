@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from psdlab import __version__
@@ -14,8 +15,24 @@ class UsageError(Exception):
     """Raised by a command for bad input it detects itself; printed as one line."""
 
 
+class _ArgumentError(Exception):
+    """An argparse error, raised by ``_Parser.error`` so ``main`` prints it as one line."""
+
+    def __init__(self, prog: str, message: str):
+        super().__init__(message)
+        self.prog = prog
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line, ``psdlab SUBCMD: error: ...`` (exit code
+    2), without the usage block; its subparsers are of this class too."""
+
+    def error(self, message: str):
+        raise _ArgumentError(self.prog, " ".join(str(message).split()))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="psdlab",
         description="Batch-parallel speculative decoding: theory, simulation, real runs, "
                     "validation.")
@@ -37,9 +54,64 @@ def _one_line_warnings(command: str) -> None:
     warnings.showwarning = show
 
 
+def _option_of(parser: argparse.ArgumentParser, args: argparse.Namespace,
+               filename: str) -> str | None:
+    """The option whose path the failing ``filename`` is, e.g. ``--trace`` for
+    ``afile/t.jsonl``: that path itself first, else a path through it (``afile`` for ``-o
+    afile/x``), a file inside it, or the temporary file beside it that an atomic write makes
+    (``.p.csv.123.tmp``); None when no option names it."""
+    target = os.path.abspath(filename)
+    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    actions = sub.choices[args.command]._actions if sub and args.command in sub.choices else []
+    paths = []
+    for action in actions:
+        value = getattr(args, action.dest, None)
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(v, (str, os.PathLike)) and os.fspath(v):
+                name = max(action.option_strings, key=len, default=None) or (
+                    action.metavar if isinstance(action.metavar, str) else action.dest.upper())
+                paths.append((os.path.abspath(os.fspath(v)), name))
+    rules = (lambda p: p == target,
+             lambda p: p.startswith(target + os.sep),
+             lambda p: (os.path.dirname(p) == os.path.dirname(target)
+                        and os.path.basename(target).startswith(
+                            (os.path.basename(p) + ".", "." + os.path.basename(p)))),
+             lambda p: target.startswith(p + os.sep))
+    for rule in rules:
+        for path, name in paths:
+            if rule(path):
+                return name
+    return None
+
+
+def _os_message(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                exc: OSError) -> str:
+    """An OSError on a path as one line naming the option: ``--trace: Not a directory:
+    afile/t.jsonl`` (a folder that cannot be made because a file has its name is said so)."""
+    if not exc.filename:
+        return " ".join(str(exc).split()) or type(exc).__name__
+    filename = os.fspath(exc.filename)
+    why = exc.strerror or type(exc).__name__
+    if isinstance(exc, FileExistsError) and os.path.isfile(filename):
+        why = "Not a directory (a file has its name)"
+    option = _option_of(parser, args, filename)
+    return f"{option}: {why}: {filename}" if option else f"{why}: {filename}"
+
+
+def _command_of(argv: list[str] | None) -> str | None:
+    """The subcommand named in ``argv`` (for errors the top-level parser reports)."""
+    return next((a for a in (sys.argv[1:] if argv is None else argv) if a in COMMANDS), None)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except _ArgumentError as exc:
+        command = _command_of(argv)
+        prog = f"psdlab {command}" if exc.prog == "psdlab" and command else exc.prog
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -49,11 +121,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"psdlab {args.command}: interrupted", file=sys.stderr)
         return 130
-    except (ValueError, UsageError, FileNotFoundError, IsADirectoryError, PermissionError) as exc:
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if (isinstance(exc, (FileNotFoundError, IsADirectoryError, PermissionError))
-                and exc.filename):
-            message = f"{exc.strerror}: {exc.filename}"
+    except BrokenPipeError:             # the reader went away (`psdlab ... | head`): quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except OSError as exc:
+        print(f"psdlab {args.command}: error: {_os_message(parser, args, exc)}", file=sys.stderr)
+        return 2
+    except (ValueError, UsageError, _ArgumentError) as exc:
+        message = " ".join(str(exc).split()) or type(exc).__name__
         print(f"psdlab {args.command}: error: {message}", file=sys.stderr)
         return 2
 

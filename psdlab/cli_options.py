@@ -36,7 +36,8 @@ def add_override_args(p: argparse.ArgumentParser) -> None:
     """Options that override fields of the config file (`psdlab simulate`)."""
     from psdlab.analysis.modes import TRACE_MODES
 
-    p.add_argument("--mode", choices=TRACE_MODES, help="server.mode")
+    p.add_argument("--mode", choices=TRACE_MODES,
+                   help="server.mode (adaptive: set server.mode = \"adaptive\" in the config)")
     p.add_argument("--k", type=int, help="server.k: draft tokens per step")
     p.add_argument("--m", type=int, help="server.m: max sequences (per batch for psd)")
     p.add_argument("--policy", choices=("paper", "rebalance"), help="server.policy (psd)")

@@ -75,7 +75,7 @@ class EngineConfig:
     def __post_init__(self) -> None:
         check_mode("mode", self.mode, SERVER_MODES)
         check_int("k", self.k, minimum=1, maximum=64)
-        check_int("batch", self.batch, minimum=1)
+        check_int("batch", self.batch, 1, 4096)         # as the simulator's server.m
         if self.max_num_seqs is not None:
             check_int("max_num_seqs", self.max_num_seqs, minimum=1)
         check_int("max_new_tokens", self.max_new_tokens, minimum=1)

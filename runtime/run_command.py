@@ -11,6 +11,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from psdlab.analysis.json_out import finite_json
 from psdlab.analysis.modes import STEP_MODES
 
 
@@ -84,6 +85,12 @@ def serve_command(args: Any) -> RunPrintout:
         check_int("num_prompts", args.num_prompts, minimum=1)
     if args.format is not None and args.prompts is None:
         raise ValueError("--format: only with --prompts")
+    from psdlab.analysis.checks import check_output_path
+    from psdlab.runtime.requests import arrival_times
+    check_output_path("--trace", args.trace)        # outputs and arrivals checked before the
+    if args.outputs:                                # models load (nothing is written yet)
+        check_output_path("--outputs", args.outputs)
+    arrival_times(args.arrivals, 0)
     run_engine_config(args, None)                   # validate arguments before loading models
     from psdlab.runtime import run_setup as session
     models = session.resolve_models(args.target, args.draft, args.mode != "ar",
@@ -126,7 +133,7 @@ def _report(args: Any, result) -> list[str]:
     if adaptive is not None:
         summary["adaptive"] = adaptive
     if args.json:
-        return [json.dumps(summary, default=str)]
+        return [finite_json(summary, default=str)]
     keys = ("requests", "output_tokens", "decode_throughput_tok_s", "throughput_tok_s",
             "mean_acceptance_length", "acceptance_rate", "mean_draft_time_s",
             "mean_verify_time_s", "draft_hidden_fraction")
@@ -172,8 +179,12 @@ def bench_runtime_command(args: Any) -> str:
     from psdlab.runtime.overlap_bench import (bench_runtime, cycle_requests,
                                               format_overlap_report)
     from psdlab.runtime.runner import ModelSpec
+    from psdlab.analysis.checks import check_output_path, check_range
     check_int("num_prompts", args.num_prompts, minimum=1)
     check_int("rounds", args.rounds, minimum=1)
+    check_range("--steps-fraction", args.steps_fraction, 0.0, 1.0, lo_open=True)
+    if args.trace_dir:
+        check_output_path("--trace-dir", args.trace_dir, folder=True)
     drafter_device = args.drafter_device
     base = EngineConfig(mode="psd", k=args.k, batch=args.batch, max_new_tokens=args.max_new_tokens,
                         ignore_eos=True, max_len=args.max_len,
@@ -191,4 +202,4 @@ def bench_runtime_command(args: Any) -> str:
     fig = bench_runtime(ModelSpec(models.target), ModelSpec(models.drafter), requests, base,
                         args.trace_dir, tokenizer, quiet=args.json, rounds=args.rounds,
                         steps_fraction=args.steps_fraction)
-    return json.dumps(fig) if args.json else format_overlap_report(fig)
+    return finite_json(fig) if args.json else format_overlap_report(fig)

@@ -74,6 +74,10 @@ def load_requests(path: str | None, tokenizer: Any, arrivals: str = "offline",
         else:
             prompts = load_prompts(path)
         items = _tokenized(prompts[:limit], tokenizer)
+    if limit is not None and len(items) < limit:
+        import warnings
+        warnings.warn(f"--num-prompts {limit}: the prompts file has {len(items)}; running those "
+                      f"{len(items)}", stacklevel=2)
     times = arrival_times(arrivals, len(items), seed)
     return [Request(i, tuple(ids), t, text) for (i, ids, text), t in zip(items, times)]
 

@@ -3,11 +3,12 @@ command line's overrides, the simulation, the trace (and the Perfetto timeline a
 result it asks for) and the text it prints.  The command module only parses and prints."""
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import dataclass
 from typing import Any
+
+from psdlab.analysis.json_out import finite_json
 
 RESULT_FORMATS = ("psdlab", "vllm-bench")
 
@@ -128,7 +129,7 @@ def simulate_command(opts: SimulateOptions) -> str:
     if opts.results_format == "vllm-bench":
         summary["result_file"] = _write_vllm_bench(opts, cfg, result)
     if opts.as_json:
-        return json.dumps(summary, sort_keys=True)
+        return finite_json(summary, sort_keys=True)
     lines = [summary_text(summary),
              f"trace: {result.trace_path or '(not written)'}   simulated {result.events} events "
              f"in {result.wall_s:.2f} s"]

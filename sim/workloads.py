@@ -204,7 +204,8 @@ def _read_file(path: str, fmt: str | None) -> FileWorkload:
 def requests_from_file(spec: Mapping[str, Any], where: str = "workload") -> RequestSet:
     """The requests of a file in a format ``analysis.formats`` reads (detected by content, or
     ``format``): arrivals in ``[start, end)`` seconds of the file (default: all), re-based to 0
-    and divided by ``rate_scale``; a length of 0 (a failed or empty request) counts as 1."""
+    and divided by ``rate_scale``; a prompt length of 0 counts as 1, an output length of 0 (a
+    failed or empty request) is a one-line error naming the first such request."""
     fmt = spec.get("format")
     wl = _read_file(str(spec["path"]), None if fmt in (None, "") else str(fmt))
     start = check_nonnegative(f"{where}.start", spec.get("start", 0.0))
@@ -220,9 +221,15 @@ def requests_from_file(spec: Mapping[str, Any], where: str = "workload") -> Requ
     if spec.get("max_model_len") is not None:
         wl = refuse_too_long(wl, check_int(f"{where}.max_model_len", spec["max_model_len"],
                                            minimum=2), where)
+    empty = [r for r in wl.records if r.output_len < 1]
+    if empty:
+        raise ValueError(f"{where}.path: {spec['path']}: output length 0 in {len(empty)} of "
+                         f"{len(wl.records)} requests (first: {empty[0].source}); a request "
+                         f"emits at least one token: drop the failed or empty ones from the "
+                         f"file")
     return RequestSet(np.array([r.arrival_s for r in wl.records], dtype=float),
                       np.array([max(1, r.input_len) for r in wl.records], dtype=np.int64),
-                      np.array([max(1, r.output_len) for r in wl.records], dtype=np.int64))
+                      np.array([r.output_len for r in wl.records], dtype=np.int64))
 
 
 def mean_rate(arrival: Any) -> float:

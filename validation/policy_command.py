@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 import os
 from collections.abc import Sequence
+
+from psdlab.analysis.json_out import finite_json
 
 
 def parse_rates(text: str) -> list[float]:
     """'0.5,2' -> [0.5, 2.0]; each a rate > 0 (one-line error naming --rates)."""
     from psdlab.analysis.checks import check_positive
+    if not text.strip():
+        raise ValueError("--rates: empty; expected comma-separated rates > 0 (e.g. 0.5,2)")
     out = []
     for item in text.split(","):
         try:
@@ -36,6 +39,9 @@ def policy_command(config: str, rates: str | None = None, max_n: int | None = No
     from psdlab.sim.sim_config import load_config
     from psdlab.validation.results_file import git_info, machine_info
 
+    from psdlab.analysis.checks import check_output_path
+    if output:
+        check_output_path("--output", output)       # before the simulations run
     cfg = load_config(config)
     if cfg.adaptive is None:
         cfg = cfg.replace(adaptive={}, server_mode="adaptive")
@@ -43,7 +49,7 @@ def policy_command(config: str, rates: str | None = None, max_n: int | None = No
         cfg = cfg.replace(server_m=check_int("--m", m, 1, 4096))
     if requests is not None:
         cfg = cfg.replace(requests=check_int("--requests", requests, 10, 100_000))
-    rate_list: Sequence[float] | None = parse_rates(rates) if rates else None
+    rate_list: Sequence[float] | None = parse_rates(rates) if rates is not None else None
     load0 = list(os.getloadavg())
     report = policy_report(cfg, rate_list)
     if max_n is not None:
@@ -54,5 +60,5 @@ def policy_command(config: str, rates: str | None = None, max_n: int | None = No
            "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "git": git_info()}
     if output:
-        write_text(output, json.dumps(doc, indent=1, sort_keys=True))
-    return json.dumps(doc, sort_keys=True) if as_json else format_policy_report(report)
+        write_text(output, finite_json(doc, indent=1, sort_keys=True))
+    return finite_json(doc, sort_keys=True) if as_json else format_policy_report(report)

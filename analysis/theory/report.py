@@ -4,6 +4,7 @@ Theorem 1 (a JSON-ready dict and its text)."""
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 
@@ -31,14 +32,30 @@ def theory_report(xs: list[float], threshold: float) -> dict[str, Any]:
     from psdlab.analysis.theory.paper import X_MAX, X_MIN
 
     x = np.asarray(xs, dtype=float)
-    ratio, bound, s_opt = exact_ratio(x), paper_ratio_bound(x), sd_opt_draft(x)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        ratio, bound, s_opt = exact_ratio(x), paper_ratio_bound(x), sd_opt_draft(x)
     x0 = theorem1_threshold()
-    rows = [{"alpha_v": float(xi), "ratio": float(r), "saving": float(1 - 1 / r),
-             "t_sd_opt": float(s), "paper_bound": float(b), "paper_saving_bound": float(1 - 1 / b),
-             "theorem1_claim": THEOREM1_RATIO if xi >= x0 else None}
-            for xi, r, b, s in zip(x, ratio, bound, s_opt)]
+    nulls: list[str] = []
+
+    def finite(value: float, key: str, xi: float) -> float | None:
+        """``value``, or None (JSON null) with the reason in ``nulls`` where it overflowed."""
+        if math.isfinite(value):
+            return float(value)
+        nulls.append(f"{key} at alpha_v={xi:g}: not finite in double precision ({value}), "
+                     f"written as null")
+        return None
+
+    rows = []
+    for xi, r, b, s in zip(x, ratio, bound, s_opt):
+        b_ok = finite(float(b), "paper_bound", xi)
+        rows.append({"alpha_v": float(xi), "ratio": finite(float(r), "ratio", xi),
+                     "saving": finite(float(1 - 1 / r), "saving", xi),
+                     "t_sd_opt": finite(float(s), "t_sd_opt", xi), "paper_bound": b_ok,
+                     "paper_saving_bound": None if b_ok is None else float(1 - 1 / b),
+                     "theorem1_claim": THEOREM1_RATIO if xi >= x0 else None})
     pk, check = peak(), theorem1_check()
-    return {
+    extra = {"nulls": nulls} if nulls else {}
+    return {**extra,
         "threshold": threshold, "scan_range": [X_MIN, X_MAX],
         "units": {"t_sd_opt": "alpha*t (drafting time in units of 1/alpha)",
                   "paper_bound": "lower bound on T_SD/T_PSD from Lemma 1 and Lemma 2"},
@@ -62,8 +79,12 @@ def _intervals(iv: list[list[float]]) -> str:
 def theory_text(rep: dict[str, Any]) -> str:
     """The report as a table and a plain-words verdict."""
     head = f"{'alpha*V':>10}{'T_SD/T_PSD':>12}{'saving':>9}{'alpha*t_SD':>12}{'paper bound':>13}"
-    lines = [head] + [f"{r['alpha_v']:>10.4g}{r['ratio']:>12.5f}{r['saving']:>9.2%}"
-                      f"{r['t_sd_opt']:>12.5g}{r['paper_bound']:>13.5f}" for r in rep["rows"]]
+    def cell(value: float | None, width: int, fmt: str) -> str:
+        return f"{'-' if value is None else format(value, fmt):>{width}}"
+
+    lines = [head] + [f"{r['alpha_v']:>10.4g}{cell(r['ratio'], 12, '.5f')}"
+                      f"{cell(r['saving'], 9, '.2%')}{cell(r['t_sd_opt'], 12, '.5g')}"
+                      f"{cell(r['paper_bound'], 13, '.5f')}" for r in rep["rows"]]
     th, t1, pk = rep["threshold"], rep["theorem1"], rep["peak"]
     lo, hi = rep["scan_range"]
     lines += [
@@ -95,4 +116,4 @@ def theory_command(alpha_v: str, threshold: float, as_json: bool = False) -> str
 
     checked = threshold_value(threshold, "--threshold")
     rep = theory_report(parse_grid(alpha_v), checked)
-    return json.dumps(rep) if as_json else theory_text(rep)
+    return json.dumps(rep, allow_nan=False) if as_json else theory_text(rep)

@@ -3,7 +3,8 @@ real CPU pair, at several loads (validation.adaptive.bench_adaptive)."""
 from __future__ import annotations
 
 import argparse
-import json
+
+from psdlab.analysis.json_out import finite_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,8 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from psdlab.analysis.checks import check_int
+    from psdlab.analysis.checks import check_int, check_output_path
     from psdlab.validation.adaptive.adaptive_results import BenchPlan
+    check_output_path("--output", args.output, folder=True)     # before any model loads
     from psdlab.validation.adaptive.bench_adaptive import (format_adaptive_bench_report,
                                                            run_adaptive_bench)
     plan = BenchPlan(depth=check_int("--depth", args.depth, 1, 64),
@@ -39,6 +41,6 @@ def run(args: argparse.Namespace) -> int:
                      max_new_tokens=check_int("--max-new-tokens", args.max_new_tokens, 2, 512),
                      repeat=not args.no_repeat)
     result = run_adaptive_bench(args, plan)
-    print(json.dumps(result.to_dict(), sort_keys=True) if args.json
+    print(finite_json(result.to_dict(), sort_keys=True) if args.json
           else format_adaptive_bench_report(result))
     return 0

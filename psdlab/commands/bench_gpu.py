@@ -48,7 +48,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from psdlab.analysis.checks import check_output_path
     from psdlab.validation.gpu.bench_gpu import bench_gpu_command
+    if args.out:
+        check_output_path("--out", args.out, folder=True)       # before any pass runs
     text, lossless = bench_gpu_command(vars(args), as_json=args.json)
     print(text)
     return 0 if lossless else 1

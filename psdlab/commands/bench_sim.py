@@ -3,8 +3,9 @@ second) on a fixed ShareGPT-like PSD workload; the setup is in sim/speed_bench.p
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+
+from psdlab.analysis.json_out import finite_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,5 +30,5 @@ def run(args: argparse.Namespace) -> int:
 
     out = run_speed_bench(args.requests, args.load, args.seed, args.path,
                     progress=sys.stderr.isatty() and not args.json)
-    print(json.dumps(out, sort_keys=True) if args.json else speed_text(out))
+    print(finite_json(out, sort_keys=True) if args.json else speed_text(out))
     return 0

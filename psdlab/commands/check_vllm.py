@@ -75,7 +75,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from psdlab.analysis.checks import check_output_path
     from psdlab.validation.vllm_check.harness import check_vllm_command, settings_from_options
+    check_output_path("--out", args.out, folder=True)           # before any server starts
     s = settings_from_options(
         rates=args.rates, ks=args.ks, calibration=args.calibration,
         num_prompts=args.num_prompts, output_len=args.output_len, repeats=args.repeats,

@@ -47,7 +47,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from psdlab.analysis.checks import check_output_path
     from psdlab.validation.frontier.command import frontier_command
+    check_output_path("--output", args.output, folder=True)     # before any model loads
     print(frontier_command(
         args.output, k=args.k, batch=args.batch, depths=args.depths, prompts=args.prompts,
         max_new_tokens=args.max_new_tokens, rounds=args.rounds, prompts_file=args.prompts_file,

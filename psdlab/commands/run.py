@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "default: one AR and one SD step measure them first")
     p.add_argument("--k", type=int, default=4, help="draft tokens per sequence per step")
     p.add_argument("--batch", type=int, default=4,
-                   help="m: sequences verified per step (PSD keeps two batches of m)")
+                   help="m: sequences verified per step, 1..4096 (PSD keeps two batches of m)")
     p.add_argument("--max-num-seqs", type=int, default=None,
                    help="running sequences at most (default m; 2m for PSD)")
     p.add_argument("--prompts", default=None,

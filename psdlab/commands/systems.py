@@ -43,7 +43,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.seed < 0:
         raise UsageError(f"--seed: must be >= 0, got {args.seed}")
+    from psdlab.analysis.checks import check_output_path
     from psdlab.paper_figs.systems_command import systems_command
+    if args.out:
+        check_output_path("--out", args.out)                    # before the simulations run
     text, wrote = systems_command(args.what, out=args.out, quick=args.quick, seed=args.seed,
                                   points=args.points, as_json=args.json)
     for line in wrote:

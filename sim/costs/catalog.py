@@ -13,7 +13,8 @@ import os
 from dataclasses import MISSING, dataclass, fields
 from typing import Any, Mapping
 
-from psdlab.analysis.checks import check_choice, check_fields, check_int, check_positive
+from psdlab.analysis.checks import (check_choice, check_fields, check_int, check_positive,
+                                    field_types)
 
 from psdlab.analysis.toml_reader import tomllib as _toml
 
@@ -205,7 +206,7 @@ def _build(cls, name: str, raw: Mapping[str, Any], where: str):
     required = tuple(f.name for f in fields(cls) if f.name != "name"
                      and f.default is MISSING and f.default_factory is MISSING)
     optional = tuple(f.name for f in fields(cls) if f.name != "name" and f.name not in required)
-    check_fields(raw, where, required, optional, named=False)
+    check_fields(raw, where, required, optional, named=False, types=field_types(cls))
     body = dict(raw)
     if "aliases" in body:
         aliases = body["aliases"]

@@ -42,12 +42,13 @@ def result_lines(result: DemoResult, as_json: bool) -> list[str]:
 
 def demo_command(opts: DemoOptions) -> list[str]:
     """Check the options, run the demo (or re-analyse ``opts.traces``), the lines to print."""
-    from psdlab.analysis.checks import check_int, check_range
+    from psdlab.analysis.checks import check_int, check_output_path, check_range
     from psdlab.validation.demo.measurement_plan import default_plan
     from psdlab.validation.demo.run_demo import BUDGET_S, demo, reanalyse
     if (opts.target is None) != (opts.draft is None):
         raise ValueError("--target/--draft: give both (model directories) or neither (the "
                          "real pair)")
+    check_output_path("--output", opts.output, folder=True)     # before any model loads
     if opts.traces is not None:
         if not os.path.isdir(opts.traces):
             raise FileNotFoundError(f"--traces: no such directory: {opts.traces}")
