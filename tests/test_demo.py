@@ -144,6 +144,11 @@ def test_quick_demo_end_to_end(quick_demo):
     assert corun["format"] == "psdlab.corun-probe"
     assert model["meta"]["contention"]["source"] == "probe"
     assert not [t for t in model["meta"]["calibration"]["traces"] if t.startswith("psd")]
+    steps = json.loads((out / "results.json").read_text())["psd_inputs"]["steps"]
+    assert {s["config"] for s in steps} == {r.config for r in plan.runs if r.mode == "psd"}
+    for s in steps:                 # every PSD configuration has its overlapped steps checked
+        assert 0 < s["solo_max_s"] and s["steps"] > 0 and s["predicted_step_s"] > 0
+    assert "## PSD's inputs, measured without PSD" in (out / "report.md").read_text()
     # the context probe ran before the runs, beside their traces, and fixed both slopes
     probe = json.loads((out / "traces" / "context_probe.json").read_text())
     assert model["meta"]["context_probe"] == probe and probe["seqs"] == plan.max_batch

@@ -194,7 +194,7 @@ def caps_proposals(traces: Sequence[Trace]) -> bool:
 MAX_STEP_GAP = 0.05
 
 
-def _steps_with_pause(trace: Trace):
+def steps_with_pause(trace: Trace):
     """(step, the controller's pause before the next step) in time order; a pause longer
     than MAX_STEP_GAP is a wait for an arrival and counts as 0."""
     steps = sorted(trace.steps, key=lambda x: (x.start, x.index))
@@ -214,7 +214,7 @@ def step_overheads(traces: Sequence[Trace]) -> tuple[float, float, float]:
     overlapped: list[float] = []
     nodraft: list[float] = []
     for tr in traces:
-        for s, pause in _steps_with_pause(tr):
+        for s, pause in steps_with_pause(tr):
             if not _is_decode(s):
                 continue
             d = sum(p.end - p.start for p in s.phases if p.kind == "draft")
@@ -234,7 +234,7 @@ def prefill_overheads(traces: Sequence[Trace]) -> tuple[float, float]:
     drafting: list[float] = []
     ar: list[float] = []
     for tr in traces:
-        for s, pause in _steps_with_pause(tr):
+        for s, pause in steps_with_pause(tr):
             pre = [p.end - p.start for p in s.phases if p.kind == "prefill"]
             if not pre:
                 continue

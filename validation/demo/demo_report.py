@@ -56,15 +56,17 @@ def _measured_runs(runs: Sequence[dict[str, Any]]) -> list[str]:
 def write_demo_report(out_dir: str, validation: Any, named: Sequence[tuple[str, Any]], *,
                       roles: dict[str, str], held: set[str], cal: set[str],
                       repeats: set[str], headline: Sequence[str], intro: Sequence[str],
-                      sections: Sequence[str] = (), diagnostics: bool = False
-                      ) -> dict[str, str]:
-    """Write ``report.md`` and the CSVs (module docstring); returns the file paths."""
+                      sections: Sequence[str] = (), diagnostics: bool = False,
+                      psd_inputs: Sequence[str] = ()) -> dict[str, str]:
+    """Write ``report.md`` and the CSVs (module docstring); returns the file paths.
+    ``psd_inputs``: the section on what PSD was predicted from (``validation.psd_step``),
+    after the held-out runs."""
     verdict = verdict_lines(validation, headline, held, cal)
     if diagnostics:
         return write_report(out_dir, validation, named, roles=roles,
                             title="psdlab demo report (with diagnostics)",
-                            intro=[*verdict, "## Set-up", "", *intro], summary_runs=held,
-                            noise_runs=repeats, sections=sections)
+                            intro=[*verdict, *psd_inputs, "## Set-up", "", *intro],
+                            summary_runs=held, noise_runs=repeats, sections=sections)
     os.makedirs(out_dir, exist_ok=True)
     runs = run_rows(named, roles)
     files = write_tables(out_dir, validation, runs, validation.model.doc, held)
@@ -74,7 +76,7 @@ def write_demo_report(out_dir: str, validation: Any, named: Sequence[tuple[str, 
           f"![simulator vs measured]({os.path.basename(figure)})", "",
           "*Simulator vs measured, every run (held-out runs in red; data: "
           "`predicted_vs_measured.csv`).*", "",
-          *_runs_table(validation, held),
+          *_runs_table(validation, held), *psd_inputs,
           "## Set-up", "", *(f"- {line}" for line in intro), "",
           *_measured_runs(runs),
           "## Files", "",

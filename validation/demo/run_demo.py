@@ -51,6 +51,7 @@ from psdlab.validation.demo.prompt_sides import POOL_EVERY, POOL_SPLITS, pool_sp
 from psdlab.validation.demo.demo_report import write_demo_report
 from psdlab.validation.demo.report_sections import transfer_sections
 from psdlab.validation.model_file import load_fit_file
+from psdlab.validation.psd_step import psd_step_lines, psd_step_rows
 from psdlab.validation.report import spread_rows
 from psdlab.validation.results_file import (build_results, concurrency_rows,
                                             headline_comparisons, headline_lines)
@@ -288,9 +289,13 @@ def analyse(out_dir: str, measured: Sequence[Measured], plan: MeasurementPlan, t
         timings.get(k, 0.0) for k in ("prepare_s", "probe_s", "runs_s"))
     timings["total_s"] = time.perf_counter() - t0
     intro = _intro(plan, target_dir, drafter_dir, timings, measured, loaded)
+    contention = (model.doc.get("meta") or {}).get("contention")
+    psd_rows = psd_step_rows(model.doc, [(m.spec.name, m.spec.config, loaded[m.path])
+                                         for m in measured if m.spec.mode == "psd"])
     files = write_demo_report(out_dir, validation, named, roles=roles, held=held,
                               cal=cal_cfgs, repeats=repeats, headline=lines, intro=intro,
-                              sections=sections, diagnostics=diagnostics)
+                              sections=sections, diagnostics=diagnostics,
+                              psd_inputs=psd_step_lines(psd_rows, contention))
     results = build_results(validation=validation, roles=roles, held=held,
                             calibration=cal_cfgs, diagnostics=alternatives,
                             selection=selection, timings=timings,
@@ -300,6 +305,8 @@ def analyse(out_dir: str, measured: Sequence[Measured], plan: MeasurementPlan, t
                                   "heldout_configs": sorted(held),
                                   "calibration_configs": sorted(cal_cfgs)},
                             load_before=timings.get("load_before"))
+    results["psd_inputs"] = {"contention": contention,
+                             "steps": [r.to_dict() for r in psd_rows]}
     if diagnostics:
         results["noise_budget"] = noise_rows
     results["acceptance_pool"] = {"prompts": len(pool or {}), "splits": list(POOL_SPLITS),
