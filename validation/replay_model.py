@@ -50,6 +50,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from psdlab.analysis.contention import C_RANGE, Contention
+from psdlab.analysis.modes import mode_spec
 from psdlab.analysis.trace import Trace
 from psdlab.validation.phase_model import (calibration_view, predict_phases, serial_only,
                                            with_draft_forwards)
@@ -76,19 +77,22 @@ class ReplayParams:
     overhead_prefill_ar: float = 0.0    # s per prefill step of a run without one (AR)
 
     def overhead(self, mode: str) -> float:
-        if mode == "ar" and self.overhead_ar > 0:
+        """Controller time per decode step of a mode (its ``ModeSpec``: no drafting, serial
+        drafting, or drafting overlapped with verification)."""
+        spec = mode_spec(mode)
+        if not spec.drafting and self.overhead_ar > 0:
             return self.overhead_ar
-        return self.overhead_overlapped if mode == "psd" else self.overhead_serial
+        return self.overhead_overlapped if spec.overlap else self.overhead_serial
 
     def prefill_overhead(self, mode: str) -> float:
-        return self.overhead_prefill_ar if mode == "ar" else self.overhead_prefill
+        return self.overhead_prefill if mode_spec(mode).drafting else self.overhead_prefill_ar
 
     def scales(self, mode: str, draft: float | None = None,
                verify: float | None = None) -> tuple[float, float]:
         """(target, drafter) decode-cost multipliers for a replay of this mode; for PSD with
         the solo times of a full step (``draft``, ``verify``) from the contention model,
         else the constant overlap factors."""
-        if mode != "psd":
+        if not mode_spec(mode).overlap:
             return self.serial_target, self.serial_drafter
         if draft is None or verify is None or draft <= 0 or verify <= 0 or not self.contention:
             return self.overlap_target, self.overlap_drafter
@@ -238,7 +242,7 @@ def prefill_overheads(traces: Sequence[Trace]) -> tuple[float, float]:
             pre = [p.end - p.start for p in s.phases if p.kind == "prefill"]
             if not pre:
                 continue
-            (ar if tr.run.mode == "ar" else drafting).append(
+            (drafting if mode_spec(tr.run.mode).drafting else ar).append(
                 max(0.0, s.end - s.start - max(pre)) + pause)
     return (float(np.mean(drafting)) if drafting else 0.0, float(np.mean(ar)) if ar else 0.0)
 
