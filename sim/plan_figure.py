@@ -1,11 +1,11 @@
 """The figure of ``psdlab plan`` (a PNG beside its CSV): sustainable request rate against
-devices, one point per row (configuration x replicas; the marker tells the mode), the Pareto
-set (fewest devices, highest rate: ``sim.capacity.mark_pareto``) circled and joined; the title
-names the SLO and the workload.
+devices, one point per row (configuration x replicas; the marker tells the mode) with its
+interval over seeds, the Pareto set (fewest devices, highest rate:
+``sim.capacity.mark_pareto``) circled and joined; the title names the SLO and the workload.
 
 ``figure_data`` is what is drawn (tests check it, and the artists carry it: gid ``mode:<m>``
-for each mode's points, ``pareto`` for the joined set); matplotlib (Agg) is imported only when
-a figure is made."""
+for each mode's points, ``pareto`` for the joined set, ``intervals`` for the bars);
+matplotlib (Agg) is imported only when a figure is made."""
 from __future__ import annotations
 
 import os
@@ -15,15 +15,22 @@ from psdlab.analysis.figure_style import FIGURE_DPI, MODE_MARKERS
 
 
 def figure_data(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """{"modes": {mode: [[devices, rate], ...]}, "pareto": [[devices, rate], ...]} (the Pareto
-    points by devices, then rate), rates in requests per second over all replicas."""
+    """{"modes": {mode: [[devices, rate], ...]}, "pareto": [[devices, rate], ...],
+    "intervals": [[devices, lo, hi], ...]} (the Pareto points by devices, then rate; an
+    interval over seeds for each row that has one), rates in requests per second over all
+    replicas."""
     modes: dict[str, list[list[float]]] = {}
+    intervals: list[list[float]] = []
     for r in rows:
         modes.setdefault(str(r["mode"]), []).append(
             [float(r["devices"]), float(r["total_rate_req_s"])])
+        lo, hi = r.get("max_rate_lo_req_s"), r.get("max_rate_hi_req_s")
+        if lo is not None and hi is not None:
+            intervals.append([float(r["devices"]), float(lo) * r["replicas"],
+                              float(hi) * r["replicas"]])
     pareto = sorted({(float(r["devices"]), float(r["total_rate_req_s"]))
                      for r in rows if r["pareto"]})
-    return {"modes": modes, "pareto": [list(p) for p in pareto]}
+    return {"modes": modes, "pareto": [list(p) for p in pareto], "intervals": intervals}
 
 
 def _lengths(spec: Any) -> str:
@@ -63,6 +70,10 @@ def make_figure(rows: Sequence[Mapping[str, Any]], slo: str, workload: str):
         marker = MODE_MARKERS.get(mode) or next(spare, "x")
         xs, ys = zip(*pts)
         ax.scatter(xs, ys, marker=marker, s=28, alpha=0.75, label=mode, gid=f"mode:{mode}")
+    if data["intervals"]:
+        xs, lo, hi = zip(*data["intervals"])
+        ax.vlines(xs, lo, hi, color="grey", lw=0.8, alpha=0.6, gid="intervals",
+                  label="95% over seeds")
     if data["pareto"]:
         px, py = zip(*data["pareto"])
         ax.plot(px, py, "-o", color="black", mfc="none", ms=11, lw=1.2,

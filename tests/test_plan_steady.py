@@ -262,3 +262,17 @@ def test_seeds_is_checked():
     with pytest.raises(ValueError, match="plan.seeds"):
         parse_plan({**tomllib.loads(ARPSD)["plan"], "seeds": 0}, cfg)
     assert isinstance(parse_plan(tomllib.loads(ARPSD)["plan"], cfg), PlanSpec)
+
+
+def test_the_figure_draws_each_rows_interval(tmp_path):
+    from psdlab.sim.plan_figure import figure_data, make_figure
+    path = tmp_path / "plan.toml"
+    path.write_text(ARPSD)
+    rows = _run_json(["plan", str(path), "--csv", str(tmp_path / "p.csv"), "--no-png",
+                      "--json"])["rows"]
+    data = figure_data(rows)
+    assert data["intervals"] == [[r["devices"], r["max_rate_lo_req_s"] * r["replicas"],
+                                  r["max_rate_hi_req_s"] * r["replicas"]] for r in rows]
+    ax = make_figure(rows, "ttft_p99 <= 1 s", "Poisson").axes[0]
+    (bars,) = [c for c in ax.collections if c.get_gid() == "intervals"]
+    assert len(bars.get_segments()) == len(rows)
