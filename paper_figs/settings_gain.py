@@ -169,6 +169,45 @@ class GpuPhaseMs:
 
 
 @dataclass(frozen=True)
+class GainInput:
+    """One input a setting's predicted PSD gain rests on and how far it is trusted:
+    ``basis`` is ``measured`` (this machine's or a public measurement of this setup),
+    ``probed`` (a co-run probe), ``preset`` (a cost or engine preset fitted on other public
+    points, or borrowed from another part), ``assumed`` (a stated value, fitted on nothing)
+    or ``model`` (the simulator's own mechanics)."""
+    term: str
+    basis: str
+    value: str
+
+
+def gain_inputs(st: Setup) -> tuple[GainInput, ...]:
+    """What a setting's PSD/SD gain rests on (``GainInput``), from the presets it uses."""
+    from psdlab.analysis.contention import DEFAULTS
+    from psdlab.sim.costs.gpu import engine_presets
+    from psdlab.sim.costs.public_check import borrowed_efficiencies
+    engine = engine_presets()[ENGINE]
+    borrowed = borrowed_efficiencies(engine, st.hardware)
+    gpus = DEFAULTS["gpus"]
+    return (
+        GainInput("GPU passes (t, V)", "preset",
+                  f"{ENGINE} on {st.hardware}" + (f" ({borrowed})" if borrowed else
+                                                  " (fitted on this part's public points)")),
+        GainInput("acceptance", "assumed", f"geometric alpha {st.alpha} (none published)"),
+        GainInput("engine step (host, SD-only work, single driver)", "preset",
+                  f"{ENGINE_STEP}: vLLM 0.9.2's V0 step measured on CPU, scaled to a GPU "
+                  f"server's host by Vidur's A100 profile"),
+        GainInput("contention of overlapped passes", "assumed",
+                  f"c = {gpus.target:g} / {gpus.drafter:g} (analysis.contention default "
+                  f"'gpus': {gpus.why})"),
+        GainInput("drafts' transfer", "preset", f"the link of {st.hardware} in "
+                                                "sim/costs/hardware.toml"),
+        GainInput("two batches, batch manager, tail, E[max(t, V)]", "model",
+                  "simulated (2m held, the paper's batch manager, step-time spread of the "
+                  "engine-step preset)"),
+    )
+
+
+@dataclass(frozen=True)
 class SettingGain:
     """One setting: its setup, the k sweep, the best gains and the decomposition at best k."""
     setting: int
@@ -188,13 +227,15 @@ class SettingGain:
     gpu_phase_ms: GpuPhaseMs
     decomposition: tuple[GainPart, ...]
     sensitivity: tuple[GainSensitivity, ...]
+    inputs: tuple[GainInput, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         return {**out, "rows": [dataclasses.asdict(r) for r in self.rows],
                 "gpu_phase_ms": dataclasses.asdict(self.gpu_phase_ms),
                 "decomposition": [p.to_dict() for p in self.decomposition],
-                "sensitivity": [dataclasses.asdict(x) for x in self.sensitivity]}
+                "sensitivity": [dataclasses.asdict(x) for x in self.sensitivity],
+                "inputs": [dataclasses.asdict(x) for x in self.inputs]}
 
 
 @dataclass(frozen=True)
@@ -288,7 +329,8 @@ def run_settings_gain(quick: bool = False, seed: int = 0,
                 model=f"host terms x{HOST_SCALE:.2f} (the held-out Vidur 0633efa scale; a "
                       "what-if, not a fit)",
                 k=k, throughput_gain=scaled.throughput_gain,
-                latency_reduction=scaled.latency_reduction),)))
+                latency_reduction=scaled.latency_reduction),),
+            inputs=gain_inputs(st)))
     return SettingsGainResult(command=COMMAND, engine=ENGINE, engine_step=ENGINE_STEP,
                               quick=quick, seed=seed, paper_claims=PAPER_CLAIMS,
                               settings=tuple(settings), stamp=stamp())
@@ -310,7 +352,12 @@ def settings_gain_markdown(res: SettingsGainResult) -> str:
         lines.append(f"| {s.label} | {s.m} | {s.best_k} | "
                      f"{s.best_throughput_gain:+.1%} | {s.best_latency_reduction:.1%} | "
                      f"{s.best_e2e_reduction:.1%} | {d[0].ratio:.3f} | {d[2].ratio:.3f} |")
-    lines += ["", "Decomposition at each setting's best k (PSD/SD throughput ratio):", ""]
+    lines += ["", "What each gain rests on (measured, probed, preset, assumed, or the "
+              "simulator's model); nothing here was measured on the paper's machines:", ""]
+    for s in res.settings:
+        lines += [f"**{s.label}**", "", "| input | basis | value |", "|---|---|---|",
+                  *(f"| {x.term} | {x.basis} | {x.value} |" for x in s.inputs), ""]
+    lines += ["Decomposition at each setting's best k (PSD/SD throughput ratio):", ""]
     for s in res.settings:
         lines += [f"**{s.label}**, k = {s.best_k} (GPU phases: draft "
                   f"{s.gpu_phase_ms.draft:.1f} ms, verify {s.gpu_phase_ms.verify:.1f}"

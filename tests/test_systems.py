@@ -102,3 +102,22 @@ def test_settings_gain_engine_step_lowers_the_system_ratio():
     parts = res.to_dict()["settings"][0]["decomposition"]
     assert "effect_on_gain" not in parts[2] and "effect_on_gain" in parts[3]
     assert "setting 1" in sg.settings_gain_markdown(res)
+
+
+def test_settings_gain_says_what_each_gain_rests_on():
+    """Every setting lists its inputs with a basis; the acceptance is assumed (nothing
+    published), the L40 passes rest on a preset fitted on that part, the H100 passes on one
+    borrowed from another part, and the contention of the drafter's own GPU is the stated
+    default."""
+    from psdlab.paper_figs import settings_gain as sg
+    bases = {"measured", "probed", "preset", "assumed", "model"}
+    by_setting = {st.number: {x.term: x for x in sg.gain_inputs(st)} for st in sg.SETUPS}
+    for inputs in by_setting.values():
+        assert {x.basis for x in inputs.values()} <= bases
+        assert inputs["acceptance"].basis == "assumed"
+        assert "'gpus'" in inputs["contention of overlapped passes"].value
+    assert "fitted on this part" in by_setting[1]["GPU passes (t, V)"].value
+    assert "borrowed" in by_setting[5]["GPU passes (t, V)"].value
+    res = sg.run_settings_gain(quick=True, setups=sg.SETUPS[:1], ks=(2,))
+    assert res.to_dict()["settings"][0]["inputs"][1]["basis"] == "assumed"
+    assert "| acceptance | assumed |" in sg.settings_gain_markdown(res)
