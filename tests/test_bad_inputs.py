@@ -420,13 +420,15 @@ def test_an_interrupted_run_validates_on_its_finished_requests(fx, tmp_path, cap
     path = tmp_path / "stopped.jsonl"
     path.write_bytes(cut)
     rc, out, err = _cli(["validate", path, "--model", fx / "model.json", "--seeds", "1",
-                         "--json"], capsys)
+                         "--json", "-o", tmp_path / "report"], capsys)
     assert rc == 0, err
     warned = [line for line in err.splitlines() if "warning" in line]
     assert len(warned) == 1, err
     assert ("stopped.jsonl: 3 of 12 declared requests finished; 9 left out" in warned[0]
             and f"cut at byte {len(b''.join(lines[:third + 1]))} ignored" in warned[0]), err
     assert json.loads(out)["rows"], out
+    assert (tmp_path / "report" / "schedule.csv").exists()   # the schedule agreement (the
+                                                             # KeyError once) went through
     rc, out, err = _cli(["metrics", path], capsys)
     assert rc == 0 and "requests 3 of 12 declared (9 unfinished, left out)" in out, out
     rc, out, err = _cli(["metrics", path, "--json"], capsys)
@@ -486,3 +488,17 @@ def test_every_reader_takes_a_trace_cut_anywhere(fx, tmp_path, capsys, fraction)
             assert finished == 12, out
         assert all(out == str(finished) for name, (_, out, _) in results.items()
                    if name in ("calibrate", "validate"))
+
+
+def test_more_prompts_asked_than_the_file_holds_is_said(tmp_path):
+    """``run --num-prompts 5`` on a 2-prompt file runs the 2 with one warning (not silently)."""
+    from psdlab.runtime.run_setup import load_requests
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps({"id": f"p{i}", "prompt_ids": [1, 2, 3]}) + "\n"
+                            for i in range(2)))
+    with pytest.warns(UserWarning, match=r"--num-prompts 5: the prompts file has 2"):
+        requests = load_requests(str(path), None, limit=5)
+    assert len(requests) == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(load_requests(str(path), None, limit=2)) == 2
