@@ -23,6 +23,7 @@ The lowest mean CRPS wins and is refitted on all prompts.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from typing import Any, Callable, Sequence
@@ -30,8 +31,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from psdlab.analysis.trace import Trace
-from psdlab.validation.acceptance.transfer import (CANDIDATES, Candidate, FittedModel, Trials,
-                                                   fit, prompt_of, score)
+from psdlab.validation.acceptance.transfer import (CANDIDATES, Candidate, Cells, FittedModel,
+                                                   Trials, fit_cells, prompt_of, score_cells)
 
 #: draws of a left-out prompt's predictive distribution
 _DRAWS = 256
@@ -76,11 +77,16 @@ def prompt_draws(spec: dict[str, Any], test: Trials, rng: np.random.Generator,
                  draws: int = _DRAWS) -> np.ndarray:
     """[draws] of a model's accepted tokens per verification over one prompt's verification
     rows (their k and starting output positions), a request drawn afresh per draw."""
-    from psdlab.sim.acceptance import KeyedAcceptanceModel
     from psdlab.sim.acceptance_registry import make_acceptance
-    acc = make_acceptance(spec)
+    return _draws(make_acceptance(spec), test.rows, rng, draws)
+
+
+def _draws(acc: Any, rows: tuple[np.ndarray, ...], rng: np.random.Generator,
+           draws: int = _DRAWS) -> np.ndarray:
+    """``prompt_draws`` of a made model (a fitted or resampled one) on a prompt's rows."""
+    from psdlab.sim.acceptance import KeyedAcceptanceModel
     assert isinstance(acc, KeyedAcceptanceModel)      # a fitted or resampled spec
-    rp, rk, rn, _ = test.rows
+    rp, rk, rn, _ = rows
     prompt = str(rp[0])
     params = np.asarray(acc.request_params(rng, draws, keys=[prompt] * draws), dtype=float)
     total = np.zeros(draws)
@@ -155,55 +161,103 @@ def _row(name: str, crps_sum: float, nll_sum: float, tok: float, errs: list[floa
         cv_accept_error=float(np.sqrt(np.mean(np.square(errs)))) if errs else None)
 
 
-def _scored(spec: dict[str, Any], test: Trials, rng: np.random.Generator
+def _scored(acc: Any, rows: tuple[np.ndarray, ...], rng: np.random.Generator
             ) -> tuple[float, float]:
-    d = prompt_draws(spec, test, rng)
-    observed = float(test.rows[3].mean())
+    d = _draws(acc, rows, rng)
+    observed = float(rows[3].mean())
     err = (float(d.mean()) - observed) / observed if observed > 0 else 0.0
     return crps(d, observed), err
 
 
-#: (name, how to fit it to trials, whether it has a likelihood)
-Builder = tuple[str, Callable[[Trials], "FittedModel | ResampledModel"], bool]
+@dataclass(frozen=True)
+class Fold:
+    """One fit of the cross-validation: the trials without the fold's prompts (as ``Trials``
+    and pooled, ``transfer.Cells``) and each left-out prompt's index and verification rows."""
+    train: Trials
+    cells: Cells
+    tests: tuple[tuple[int, tuple[np.ndarray, ...]], ...] = ()
+
+
+Model = FittedModel | ResampledModel
+#: (name, how to fit it to a fold's trials -- from its fit to all of them, when given --,
+#: whether it has a likelihood)
+Builder = tuple[str, Callable[[Fold, Any], Model], bool]
+
+
+def _fitted(cand: Candidate, fold: Fold, start: FittedModel | None = None) -> FittedModel:
+    return fit_cells(cand, fold.cells, start)
+
+
+def _resampled(patterns: dict[str, str], fold: Fold, start: Any = None) -> ResampledModel:
+    return resampled_model(patterns, fold.train)
 
 
 def _builders(candidates: Sequence[Candidate], patterns: dict[str, str] | None
               ) -> list[Builder]:
     """Every candidate with its fit: the logistic ones, then (greedy traces) resampling."""
-    out: list[Builder] = [(c[0], partial(fit, c), True) for c in candidates]
+    out: list[Builder] = [(c[0], partial(_fitted, c), True) for c in candidates]
     if patterns:
-        out.append((RESAMPLED, partial(resampled_model, patterns), False))
+        out.append((RESAMPLED, partial(_resampled, patterns), False))
     return out
 
 
-#: (fold, the trials without the fold's prompts, each left-out prompt's (index, trials))
-Split = tuple[int, Trials, list[tuple[int, Trials]]]
-
-
-def _cv_row(name: str, build: Callable[[Trials], Any], nll: bool,
-            splits: Sequence[Split]) -> CandidateScore:
-    """One candidate's CV scores: fitted without each fold's prompts, scored on each of them
-    (draws seeded by the prompt, the same for every candidate)."""
+def _cv_row(name: str, build: Callable[[Fold, Any], Model], nll: bool, whole: Fold,
+            folds: Sequence[Fold], tick: Callable[[], Any]) -> tuple[CandidateScore, Model]:
+    """One candidate's CV scores and its fit to all the prompts (``whole``): fitted without
+    each fold's prompts (starting from that fit's optimum), scored on each of them (draws
+    seeded by the prompt, the same for every candidate); ``tick`` after each fold."""
+    from psdlab.sim.acceptance_registry import make_acceptance
     c_sum = nll_sum = tok = 0.0
     errs = []
-    for _, train, tests in splits:
-        model = build(train)
-        for pi, test in tests:
-            c, err = _scored(model.spec(), test, np.random.default_rng(pi))
+    cells = whole.cells
+    everything = build(whole, None)
+    for fold in folds:
+        model = build(fold, everything)
+        acc = make_acceptance(model.spec())
+        for pi, rows in fold.tests:
+            c, err = _scored(acc, rows, np.random.default_rng(pi))
             c_sum += c
             errs.append(abs(err))
             if nll:
-                weight = float(test.w.sum())
+                test = cells.of_prompt(pi)
+                weight = float(test.sw.sum())
                 tok += weight
-                nll_sum += score(model, test) * weight
-    return _row(name, c_sum, nll_sum, tok, errs, len(errs), nll)
+                nll_sum += score_cells(model, test) * weight
+        tick()
+    return _row(name, c_sum, nll_sum, tok, errs, len(errs), nll), everything
 
 
-def _splits(data: Trials, prompts: Sequence[str]) -> list[Split]:
-    index = {p: i for i, p in enumerate(prompts)}
+def _prompt_index(prompts: np.ndarray, index: dict[str, int]) -> np.ndarray:
+    return np.array([index[str(p)] for p in prompts], dtype=int)
+
+
+def _folds(data: Trials, cells: Cells) -> list[Fold]:
+    """The folds (``folds``) of ``data``'s prompts, each with its trials and cells (masks and
+    slices of the whole data's, so the folds cost linear time in the trials)."""
+    prompts = list(cells.prompts)
     groups = folds(prompts) if len(prompts) > 1 else []
-    return [(fi, data.subset(set(prompts) - set(group)),
-             [(index[p], data.subset({p})) for p in group]) for fi, group in enumerate(groups)]
+    index = {p: i for i, p in enumerate(prompts)}
+    trial_p = _prompt_index(data.prompt, index)
+    row_p = _prompt_index(data.rows[0], index)
+    order = np.argsort(row_p, kind="stable")      # each prompt's rows, in their order
+    bounds = np.searchsorted(row_p[order], np.arange(len(prompts) + 1))
+    out = []
+    for group in groups:
+        left = np.array([index[p] for p in group], dtype=int)
+        t, r = ~np.isin(trial_p, left), ~np.isin(row_p, left)
+        train = Trials(data.prompt[t], data.draft_pos[t], data.out_pos[t], data.y[t],
+                       tuple(a[r] for a in data.rows), data.w[t])
+        tests = tuple((int(i), tuple(a[order[bounds[i]:bounds[i + 1]]] for a in data.rows))
+                      for i in left)
+        out.append(Fold(train, cells.without(left), tests))
+    return out
+
+
+def _progress(total: int) -> Any:
+    """A progress bar on stderr, only when it is a terminal and the work has run 2 s."""
+    from tqdm import tqdm
+    return tqdm(total=total, desc="acceptance selection", unit="fit", file=sys.stderr,
+                disable=not sys.stderr.isatty(), delay=2.0, leave=False)
 
 
 def _inputs(traces: Sequence[Trace], candidates: Sequence[Candidate], resample: bool,
@@ -223,14 +277,17 @@ def select(traces: Sequence[Trace], candidates: Sequence[Candidate] = CANDIDATES
     data, builders = _inputs(traces, candidates, resample, pool)
     if data.y.size == 0:
         raise ValueError("traces: no verified draft tokens to fit an acceptance model to")
-    prompts = sorted(set(data.prompt))
-    splits = _splits(data, prompts)
-    table = [_cv_row(name, build, nll, splits) for name, build, nll in builders]
+    cells = Cells.of(data)
+    whole, splits = Fold(data, cells), _folds(data, cells)
+    with _progress(len(builders) * len(splits)) as bar:
+        rows = [_cv_row(name, build, nll, whole, splits, bar.update)
+                for name, build, nll in builders]
+    table = [r for r, _ in rows]
     scored = [(r.cv_crps, r.candidate) for r in table if r.cv_crps is not None]
     best = min(scored, key=lambda s: s[0])[1] if scored else candidates[0][0]
-    chosen = next(build for name, build, _ in builders if name == best)(data)
+    chosen = next(model for r, model in rows if r.candidate == best)
     return Selection(chosen, tuple(replace(r, chosen=r.candidate == best) for r in table),
-                     tuple(prompts))
+                     cells.prompts)
 
 
 def candidate_specs(traces: Sequence[Trace], candidates: Sequence[Candidate] = CANDIDATES,
@@ -240,4 +297,5 @@ def candidate_specs(traces: Sequence[Trace], candidates: Sequence[Candidate] = C
     refits the chosen one: what each would have predicted had the cross-validation chosen
     it."""
     data, builders = _inputs(traces, candidates, resample, pool)
-    return [(name, build(data).spec()) for name, build, _ in builders]
+    whole = Fold(data, Cells.of(data))
+    return [(name, build(whole, None).spec()) for name, build, _ in builders]

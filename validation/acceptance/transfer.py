@@ -39,7 +39,7 @@ from itertools import chain
 from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
-from scipy import optimize, sparse
+from scipy import optimize
 
 from psdlab.analysis.trace import Trace
 from psdlab.sim.acceptance_fitted import style_of
@@ -172,74 +172,200 @@ class Design:
     def width(self) -> int:
         return len(self.styles) + max(0, self.positions - 1) + int(self.output)
 
-    def matrix(self, prompt: np.ndarray, draft_pos: np.ndarray, out_pos: np.ndarray
-               ) -> np.ndarray:
-        cols = []
-        if self.styles == ("*",):
-            cols.append(np.ones(prompt.size))
-        else:
-            st = np.array([style_of(p) for p in prompt], dtype=object)
-            known = np.isin(st, list(self.styles))
-            for s in self.styles:       # an unseen style gets the mean level
-                cols.append(np.where(st == s, 1.0, np.where(known, 0.0, 1 / len(self.styles))))
-        dpc = np.minimum(draft_pos, MAX_POSITION)
-        for j in range(2, self.positions + 1):
-            cols.append((dpc == j).astype(float))
-        if self.output:
-            cols.append(np.log(np.maximum(out_pos, 1)))
-        return np.column_stack(cols) if cols else np.zeros((prompt.size, 0))
+
+@dataclass(frozen=True)
+class Cells:
+    """The trials pooled into cells of one (prompt, draft position capped at ``MAX_POSITION``,
+    output position), sorted so: every candidate gives a cell's trials one linear predictor
+    eta (and one spread weight), so their log-likelihood is exactly ``sy eta - sw
+    log(1 + e^eta)`` of the cell's sums.  A fit's work is then in cells, not trials, and a
+    fold of the cross-validation (``validation.acceptance.cross_validation``) leaves out its
+    prompts' cells without pooling again."""
+    prompts: tuple[str, ...]      # every prompt of the data, sorted (``prompt`` indexes it)
+    styles: tuple[str, ...]       # their styles, sorted
+    prompt_style: np.ndarray      # int [prompts]: index into ``styles``
+    prompt: np.ndarray            # int [C]
+    draft: np.ndarray             # int [C], min(draft position, MAX_POSITION)
+    out: np.ndarray               # int [C], output position
+    count: np.ndarray             # float [C], trials
+    hits: np.ndarray              # float [C], accepted trials
+    sw: np.ndarray                # float [C], weight
+    sy: np.ndarray                # float [C], weight of the accepted trials
+    swo: np.ndarray               # float [C], weight times output position
+
+    @classmethod
+    def of(cls, data: Trials) -> "Cells":
+        prompts, pidx = np.unique(np.asarray(data.prompt, dtype=str), return_inverse=True)
+        names = tuple(str(p) for p in prompts)
+        styles = tuple(sorted({style_of(p) for p in names}))
+        sidx = {s: i for i, s in enumerate(styles)}
+        dpc = np.minimum(np.asarray(data.draft_pos, dtype=np.int64), MAX_POSITION)
+        out = np.asarray(data.out_pos, dtype=np.int64)
+        span = int(out.max()) - int(out.min()) + 1 if out.size else 1
+        key = (pidx.astype(np.int64) * (MAX_POSITION + 1) + dpc) * span + (out - (
+            int(out.min()) if out.size else 0))
+        first, inv = np.unique(key, return_index=True, return_inverse=True)[1:]
+        inv = inv.ravel()
+        w, y = data.w, np.asarray(data.y, dtype=float)
+
+        def total(v: np.ndarray) -> np.ndarray:
+            return np.bincount(inv, weights=v, minlength=first.size)
+        return cls(names, styles, np.array([sidx[style_of(p)] for p in names], dtype=int),
+                   pidx[first].astype(int), dpc[first], out[first], total(np.ones(y.size)),
+                   total(y), total(w), total(w * y), total(w * out))
+
+    def _take(self, sel: np.ndarray | slice) -> "Cells":
+        return Cells(self.prompts, self.styles, self.prompt_style, self.prompt[sel],
+                     self.draft[sel], self.out[sel], self.count[sel], self.hits[sel],
+                     self.sw[sel], self.sy[sel], self.swo[sel])
+
+    def without(self, prompts: Sequence[int]) -> "Cells":
+        """The cells of every prompt but ``prompts`` (indices into ``prompts``)."""
+        return self._take(~np.isin(self.prompt, np.asarray(prompts, dtype=int)))
+
+    def of_prompt(self, prompt: int) -> "Cells":
+        """The cells of one prompt (an index into ``prompts``)."""
+        lo, hi = np.searchsorted(self.prompt, [prompt, prompt + 1])
+        return self._take(slice(int(lo), int(hi)))
 
 
-def design_for(cand: Candidate, data: Trials) -> Design:
+def design_for(cand: Candidate, cells: Cells) -> Design:
+    """The columns a candidate has on ``cells``: a level per style present, an offset per
+    draft position up to the largest tried (at most ``MAX_POSITION``)."""
     _, style, positional, request, output, growth = cand
-    styles = tuple(sorted({style_of(p) for p in data.prompt})) if style else ("*",)
-    positions = min(int(data.draft_pos.max()), MAX_POSITION) if positional else 1
+    present = np.unique(cells.prompt_style[np.unique(cells.prompt)])
+    styles = tuple(cells.styles[int(i)] for i in present) if style else ("*",)
+    positions = min(int(cells.draft.max()), MAX_POSITION) if positional else 1
     return Design(styles, positions, output, request, growth and request)
 
 
-def _nll(theta: np.ndarray, X: np.ndarray, y: np.ndarray, groups: Any, request: bool,
-         spread_at: np.ndarray | None = None, weight: np.ndarray | None = None
-         ) -> tuple[float, np.ndarray]:
-    """Negative log-likelihood and its gradient (request level integrated out per group),
-    each trial's log-likelihood times its ``weight`` (default 1).
-    theta: beta, then with ``request`` log sigma, then with ``spread_at`` (each trial's
-    ``Design.spread_index``) the growth g."""
-    nb = X.shape[1]
+@dataclass(frozen=True)
+class Problem:
+    """A design's likelihood on cells, pooled by what its linear predictor tells apart: each
+    pooled cell's level column (``ns``: the mean level, for a style the design has none of),
+    offset column (``npos``: none), log output position, spread index, total and accepted
+    weight; with the request level, cells sorted by prompt (``starts``: each prompt's first,
+    ``group``: each cell's prompt)."""
+    ns: int
+    npos: int
+    output: bool
+    level: np.ndarray
+    draft: np.ndarray
+    log_out: np.ndarray
+    spread_at: np.ndarray
+    sw: np.ndarray
+    sy: np.ndarray
+    starts: np.ndarray
+    group: np.ndarray
+
+    @property
+    def width(self) -> int:
+        return self.ns + self.npos + int(self.output)
+
+
+def problem(design: Design, cells: Cells, by_prompt: bool) -> Problem:
+    """``cells`` pooled for ``design``: by prompt (``by_prompt``: the request level needs
+    each prompt's own sums) or by level, then by offset column, spread index and (with the
+    output trend) output position."""
+    ns, npos = len(design.styles), max(0, design.positions - 1)
+    col = np.full(len(cells.styles), ns, dtype=np.int64)      # a style without a level
+    if design.styles == ("*",):
+        col[:] = 0
+    else:
+        where = {s: i for i, s in enumerate(cells.styles)}
+        for j, s in enumerate(design.styles):
+            col[where[s]] = j
+    level = col[cells.prompt_style[cells.prompt]]
+    d = cells.draft.astype(np.int64)
+    draft = np.where((d >= 2) & (d <= design.positions), d - 2, npos)
+    spread = np.minimum(d, max(design.positions, 1)) - 1
+    out = cells.out.astype(np.int64) if design.output else np.zeros(d.size, dtype=np.int64)
+    major = cells.prompt.astype(np.int64) if by_prompt else level
+    span = int(out.max()) + 1 if out.size else 1
+    key = ((major * (MAX_POSITION + 2) + draft) * (MAX_POSITION + 1) + spread) * span + out
+    first, inv = np.unique(key, return_index=True, return_inverse=True)[1:]
+    inv = inv.ravel()
+    starts = np.zeros(0, dtype=np.int64)
+    group = np.zeros(first.size, dtype=np.int64)
+    if by_prompt:
+        p = major[first]
+        starts = np.flatnonzero(np.concatenate([[True], p[1:] != p[:-1]])) if p.size else starts
+        group = np.cumsum(np.concatenate([[0], (p[1:] != p[:-1]).astype(np.int64)]))[:p.size]
+    return Problem(ns, npos, design.output, level[first], draft[first],
+                   np.log(np.maximum(out[first], 1)).astype(float), spread[first].astype(float),
+                   np.bincount(inv, weights=cells.sw, minlength=first.size),
+                   np.bincount(inv, weights=cells.sy, minlength=first.size), starts, group)
+
+
+_NODES = np.sqrt(2.0) * _GH_X
+_LOG_W = np.log(_GH_W / np.sqrt(np.pi))
+#: exp(z) is taken of min(z, _CAP): log1p(exp(z)) = z to double precision beyond
+_CAP = 35.0
+
+
+def _eta(beta: np.ndarray, pb: Problem) -> np.ndarray:
+    b = beta[:pb.ns]
+    eta = (np.append(b, b.mean())[pb.level]
+           + np.append(beta[pb.ns:pb.ns + pb.npos], 0.0)[pb.draft])
+    return eta + beta[pb.ns + pb.npos] * pb.log_out if pb.output else eta
+
+
+def _scatter(r: np.ndarray, pb: Problem) -> np.ndarray:
+    """The gradient over beta of sum(r * eta)."""
+    by_level = np.bincount(pb.level, weights=r, minlength=pb.ns + 1)
+    parts = [by_level[:pb.ns] + by_level[pb.ns] / pb.ns,
+             np.bincount(pb.draft, weights=r, minlength=pb.npos + 1)[:pb.npos]]
+    if pb.output:
+        parts.append(np.array([r @ pb.log_out]))
+    return np.concatenate(parts)
+
+
+def objective(theta: np.ndarray, pb: Problem, request: bool, growth: bool = False,
+              ridge: float = _RIDGE) -> tuple[float, np.ndarray]:
+    """Negative log-likelihood (plus ``ridge`` |beta|^2) and its gradient, the request level
+    integrated out per prompt (Gauss-Hermite), each trial's log-likelihood times its weight.
+    theta: beta, then with ``request`` log sigma, then with ``growth`` g."""
+    nb = pb.width
     beta = theta[:nb]
-    eta = X @ beta
-    ridge = _RIDGE * float(beta @ beta)
-    wt = np.ones(y.size) if weight is None else weight
+    eta = _eta(beta, pb)
+    pen = ridge * float(beta @ beta)
+    if eta.size == 0:
+        return pen, np.concatenate([2 * ridge * beta, np.zeros(theta.size - nb)])
     if not request:
-        ll = wt * (y * eta - np.logaddexp(0.0, eta))
-        g = X.T @ (wt * (y - 0.5 * (1 + np.tanh(0.5 * eta))))
-        return -float(ll.sum()) + ridge, -g + 2 * _RIDGE * beta
+        soft = np.logaddexp(0.0, eta)
+        r = pb.sy - pb.sw * np.exp(eta - soft)
+        return (-float(pb.sy @ eta - pb.sw @ soft) + pen,
+                -_scatter(r, pb) + 2 * ridge * beta)
     sigma = float(np.exp(theta[nb]))
-    weight = (np.ones(y.size) if spread_at is None
-              else np.exp(float(theta[nb + 1]) * spread_at))
-    nodes = np.sqrt(2.0) * _GH_X
-    z = eta[:, None] + sigma * weight[:, None] * nodes[None, :]
-    ll = wt[:, None] * (y[:, None] * z - np.logaddexp(0.0, z))
-    per = groups @ ll + np.log(_GH_W / np.sqrt(np.pi))[None, :]        # [R, G]
+    scale = sigma * (np.exp(float(theta[nb + 1]) * pb.spread_at) if growth
+                     else np.ones(eta.size))
+    # z[c, j] = eta[c] + scale[c] nodes[j]; the sums of sy z are linear in z, only the
+    # softplus and sigmoid terms need the [cells, nodes] arrays (e = exp(z), capped)
+    z = scale[:, None] * _NODES[None, :]
+    z += eta[:, None]
+    e = np.minimum(z, _CAP)
+    np.exp(e, out=e)
+    soft = np.log1p(e)
+    if eta.max() + scale.max() * _NODES[-1] > _CAP:
+        soft += np.maximum(z - _CAP, 0.0)
+    soft *= pb.sw[:, None]
+    per = np.add.reduceat(soft, pb.starts, axis=0)                          # [R, G]
+    np.subtract((np.add.reduceat(pb.sy * eta, pb.starts)[:, None]
+                 + np.add.reduceat(pb.sy * scale, pb.starts)[:, None] * _NODES[None, :]
+                 + _LOG_W[None, :]), per, out=per)
     top = per.max(axis=1, keepdims=True)
     lse = top[:, 0] + np.log(np.exp(per - top).sum(axis=1))
-    post = np.exp(per - lse[:, None])                                   # [R, G]
-    w = (groups.T @ post) * wt[:, None] * (y[:, None] - 0.5 * (1 + np.tanh(0.5 * z)))
-    g_beta = X.T @ w.sum(axis=1)
-    wn = (w * nodes[None, :]).sum(axis=1) * sigma * weight            # [T]
+    post = np.exp(per - lse[:, None])
+    e /= e + 1.0                                        # the sigmoid of z
+    e *= post[pb.group]
+    q0, q1 = e.sum(axis=1), e @ _NODES                  # sums over nodes, posterior-weighted
+    r = pb.sy - pb.sw * q0                              # d log-likelihood / d eta per cell
+    wn = (pb.sy * (post @ _NODES)[pb.group] - pb.sw * q1) * scale
     extra = [-float(wn.sum())]
-    if spread_at is not None:
-        extra.append(-float(wn @ spread_at))
-    grad = np.concatenate([-g_beta + 2 * _RIDGE * beta, extra])
-    return -float(lse.sum()) + ridge, grad
-
-
-def _group_matrix(prompts: np.ndarray) -> tuple[Any, list[str]]:
-    names = sorted(set(prompts))
-    idx = {p: i for i, p in enumerate(names)}
-    rows = np.array([idx[p] for p in prompts], dtype=int)
-    m = sparse.csr_matrix((np.ones(rows.size), (rows, np.arange(rows.size))),
-                          shape=(len(names), rows.size))
-    return m, names
+    if growth:
+        extra.append(-float(wn @ pb.spread_at))
+    grad = np.concatenate([-_scatter(r, pb) + 2 * ridge * beta, extra])
+    return -float(lse.sum()) + pen, grad
 
 
 @dataclass(frozen=True)
@@ -270,43 +396,136 @@ def fit(cand: Candidate, data: Trials) -> FittedModel:
     """Maximum-likelihood fit of one candidate."""
     if data.y.size == 0:
         raise ValueError("traces: no verified draft tokens to fit an acceptance model to")
-    design = design_for(cand, data)
-    X = design.matrix(data.prompt, data.draft_pos, data.out_pos)
-    groups, _ = _group_matrix(data.prompt)
-    p0 = np.clip(data.y.mean(), 0.02, 0.98)
-    theta = np.zeros(X.shape[1])
-    theta[:len(design.styles)] = np.log(p0 / (1 - p0))
-    res = optimize.minimize(_nll, theta, args=(X, data.y, groups, False, None, data.w), jac=True,
-                            method="L-BFGS-B")
-    theta = res.x
-    sigma = growth = 0.0
+    return fit_cells(cand, Cells.of(data))
+
+
+def _start(design: Design, model: FittedModel) -> np.ndarray:
+    """``model``'s optimum in ``design``'s columns (``design`` fitted to a subset of the
+    prompts ``model`` was: a level per style it has, the offsets of its positions), then log
+    sigma and g: where a fit to those prompts starts."""
+    b = np.asarray(model.beta, dtype=float)
+    ns = len(model.design.styles)
+    level = dict(zip(model.design.styles, b[:ns]))
+    npos = max(0, design.positions - 1)
+    parts = [[level[s] for s in design.styles], b[ns:ns + npos]]
+    if design.output:
+        parts.append([b[-1]])
     if design.request:
-        nb = X.shape[1]
-        res = optimize.minimize(_nll, np.concatenate([theta, [np.log(0.5)]]),
-                                args=(X, data.y, groups, True, None, data.w), jac=True,
-                                method="L-BFGS-B",
-                                bounds=[(None, None)] * nb + [(np.log(1e-3), np.log(5))])
-        theta, sigma = res.x[:nb], float(np.exp(res.x[nb]))
-        if design.growth:
-            res = optimize.minimize(
-                _nll, np.concatenate([theta, [np.log(sigma), 0.0]]),
-                args=(X, data.y, groups, True, design.spread_index(data.draft_pos), data.w),
-                jac=True, method="L-BFGS-B",
-                bounds=[(None, None)] * nb + [(np.log(1e-3), np.log(5)), (-2.0, 2.0)])
-            theta, sigma, growth = res.x[:nb], float(np.exp(res.x[nb])), float(res.x[nb + 1])
-    return FittedModel(cand[0], design, tuple(float(x) for x in theta), sigma,
-                       float(np.average(data.out_pos, weights=data.w)), growth)
+        parts.append([np.log(max(model.sigma, 1e-3))])
+    if design.growth:
+        parts.append([model.growth])
+    return np.concatenate(parts)
+
+
+@dataclass(frozen=True)
+class Coordinates:
+    """Where the optimizer works: theta = (b, c, d, log sigma, g) as phi = (b + d m, c, d,
+    log sigma, g) * scale, m the weighted mean log output position (so the levels and the
+    output trend are not confounded) and ``scale`` each coefficient's Fisher information at
+    a flat rate (so every coordinate has about unit curvature).  A linear change of
+    variables: the optimum is the same; L-BFGS finds it in far fewer, better steps."""
+    ns: int
+    nb: int
+    output: bool
+    m: float
+    scale: np.ndarray
+
+    @classmethod
+    def of(cls, flat: Problem, size: int, p0: float) -> "Coordinates":
+        nb = flat.width
+        m = float(flat.sw @ flat.log_out / max(flat.sw.sum(), 1e-300)) if flat.output else 0.0
+        info = np.concatenate([
+            np.bincount(flat.level, weights=flat.sw, minlength=flat.ns + 1)[:flat.ns],
+            np.bincount(flat.draft, weights=flat.sw, minlength=flat.npos + 1)[:flat.npos],
+            [flat.sw @ (flat.log_out - m) ** 2] if flat.output else []])
+        scale = np.ones(size)
+        scale[:nb] = np.sqrt(info * p0 * (1 - p0) + 2 * _RIDGE)
+        return cls(flat.ns, nb, flat.output, m, scale)
+
+    def theta(self, phi: np.ndarray) -> np.ndarray:
+        u = phi / self.scale[:phi.size]
+        if self.output:
+            u[:self.ns] -= u[self.nb - 1] * self.m
+        return u
+
+    def phi(self, theta: np.ndarray) -> np.ndarray:
+        u = np.array(theta, dtype=float)
+        if self.output:
+            u[:self.ns] += u[self.nb - 1] * self.m
+        return u * self.scale[:u.size]
+
+    def gradient(self, grad: np.ndarray) -> np.ndarray:
+        """d/dphi from d/dtheta."""
+        g = np.array(grad, dtype=float)
+        if self.output:
+            g[self.nb - 1] -= self.m * g[:self.ns].sum()
+        return g / self.scale[:g.size]
+
+
+#: L-BFGS-B's stopping rules: relative change of the objective, largest projected gradient
+#: (in ``Coordinates``)
+_OPTIONS = {"ftol": 1e-12, "gtol": 1e-8, "maxiter": 5000}
+
+
+def _minimize(theta: np.ndarray, coords: Coordinates, pb: Problem, request: bool,
+              growth: bool, bounds: Sequence[tuple[float | None, float | None]]
+              ) -> np.ndarray:
+    """The optimum of ``objective`` from ``theta``, found in ``coords``."""
+    def fun(phi: np.ndarray) -> tuple[float, np.ndarray]:
+        f, g = objective(coords.theta(phi), pb, request, growth)
+        return f, coords.gradient(g)
+    res = optimize.minimize(fun, coords.phi(theta), jac=True, method="L-BFGS-B",
+                            bounds=list(bounds)[:theta.size], options=_OPTIONS)
+    return coords.theta(res.x)
+
+
+def fit_cells(cand: Candidate, cells: Cells, start: FittedModel | None = None
+              ) -> FittedModel:
+    """Maximum-likelihood fit of one candidate to pooled trials (``Cells``): the logistic
+    terms first, then with the request level sigma, then with growth g, each stage from the
+    last one's optimum; or, from ``start`` (the candidate fitted to a superset of these
+    prompts: the cross-validation's fit to all of them), the last stage alone from its
+    optimum."""
+    if cells.prompt.size == 0:
+        raise ValueError("traces: no verified draft tokens to fit an acceptance model to")
+    design = design_for(cand, cells)
+    flat = problem(design, cells, by_prompt=False)
+    nb = flat.width
+    ref = float(cells.swo.sum() / cells.sw.sum())
+    p0 = float(np.clip(cells.hits.sum() / cells.count.sum(), 0.02, 0.98))
+    coords = Coordinates.of(flat, nb + 2, p0)
+    bounds = [(None, None)] * nb + [(np.log(1e-3), np.log(5)), (-2.0, 2.0)]
+    per = problem(design, cells, by_prompt=True) if design.request else flat
+    if start is not None:
+        theta = _minimize(_start(design, start), coords, per, design.request, design.growth,
+                          bounds)
+    else:
+        theta = np.zeros(nb)
+        theta[:len(design.styles)] = np.log(p0 / (1 - p0))
+        theta = _minimize(theta, coords, flat, False, False, bounds)
+        if design.request:
+            theta = _minimize(np.concatenate([theta, [np.log(0.5)]]), coords, per, True,
+                              False, bounds)
+            if design.growth:
+                theta = _minimize(np.concatenate([theta, [0.0]]), coords, per, True, True,
+                                  bounds)
+    sigma = float(np.exp(theta[nb])) if design.request else 0.0
+    growth = float(theta[nb + 1]) if design.growth else 0.0
+    return FittedModel(cand[0], design, tuple(float(x) for x in theta[:nb]), sigma, ref,
+                       growth)
 
 
 def score(model: FittedModel, data: Trials) -> float:
     """Negative log-likelihood per tried token (per unit of weight) of a fitted model on
     ``data``, the request level integrated out."""
-    X = model.design.matrix(data.prompt, data.draft_pos, data.out_pos)
-    groups, _ = _group_matrix(data.prompt)
-    beta = np.asarray(model.beta)
-    theta = np.concatenate([beta, [np.log(max(model.sigma, 1e-9)), model.growth]])
-    spread_at = model.design.spread_index(data.draft_pos) if model.design.growth else None
-    nll, _ = _nll(theta, X, data.y, groups, model.design.request and model.sigma > 0,
-                  spread_at, data.w)
-    nll -= _RIDGE * float(beta @ beta)
-    return nll / max(1e-12, float(data.w.sum()))
+    return score_cells(model, Cells.of(data))
+
+
+def score_cells(model: FittedModel, cells: Cells) -> float:
+    """``score`` on pooled trials (``Cells``)."""
+    request = model.design.request and model.sigma > 0
+    pb = problem(model.design, cells, by_prompt=request)
+    theta = np.concatenate([np.asarray(model.beta),
+                            [np.log(max(model.sigma, 1e-9)), model.growth]])
+    nll, _ = objective(theta, pb, request, model.design.growth, ridge=0.0)
+    return nll / max(1e-12, float(cells.sw.sum()))
