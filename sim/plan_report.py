@@ -10,7 +10,8 @@ appended there (``register_section``).
 - ``best_per_load``: per load level (batch size m) the best fixed configuration of each mode
   and the winner by sustainable rate per device;
 - ``vllm_k_table``: vLLM's ``num_speculative_tokens_per_batch_size`` for the SD part
-  (``sim.vllm_k_table``).
+  (``sim.vllm_k_table``);
+- ``inputs``: what the figures rest on and how far each is trusted (``sim.plan_inputs``).
 """
 from __future__ import annotations
 
@@ -171,7 +172,19 @@ def k_table_section(ctx: PlanContext) -> Section | None:
                                 for c in table.choices]})
 
 
-SECTIONS: list[SectionBuilder] = [pareto_section, best_per_load_section, k_table_section]
+def inputs_section(ctx: PlanContext) -> Section:
+    """What the plan's figures rest on (``sim.plan_inputs``): measured, probed, preset,
+    assumed or the simulator's model."""
+    from dataclasses import asdict
+
+    from psdlab.sim.plan_inputs import format_plan_inputs, plan_inputs
+    inputs = plan_inputs(ctx.cfg, ctx.spec.drafters, ctx.spec.modes)
+    return Section("inputs", "what these figures rest on (measured, probed, preset, assumed, "
+                   "model)", format_plan_inputs(inputs), [asdict(x) for x in inputs])
+
+
+SECTIONS: list[SectionBuilder] = [pareto_section, best_per_load_section, k_table_section,
+                                  inputs_section]
 
 
 def register_section(builder: SectionBuilder) -> None:

@@ -47,7 +47,8 @@ def test_outputs_and_report_sections(plan_run):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     with open(out / "p.csv") as fh:
         assert len(list(csv.DictReader(fh))) == len(doc["rows"])
-    assert [s["name"] for s in doc["sections"]] == ["pareto", "best_per_load", "vllm_k_table"]
+    assert [s["name"] for s in doc["sections"]] == ["pareto", "best_per_load", "vllm_k_table",
+                                                   "inputs"]
     # best per load: per m, each mode's best is its highest rate; the winner the best per device
     rows = doc["rows"]
     for level in doc["by_name"]["best_per_load"]:
@@ -228,3 +229,37 @@ def test_sim_imports_without_ray():
             "from psdlab.sim.sweep_backends import run_tasks\n"
             "assert run_tasks('local', divmod, [(7, 2)], ['t']) == [(3, 1)]\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_plan_says_what_its_figures_rest_on(tmp_path):
+    """The plan's last section lists every input with its basis: the example's passes rest on
+    a preset fitted on the L40, its acceptance is assumed, PSD's contention the separate-GPU
+    default; a fitted target whose model file came from a co-run probe says 'probed'."""
+    import dataclasses
+
+    from psdlab.analysis.toml_reader import tomllib
+    from psdlab.sim.capacity import parse_plan
+    from psdlab.sim.plan_inputs import plan_inputs
+    from psdlab.sim.sim_config import load_config
+    cfg = load_config("sim/configs/plan_example.toml")
+    with open("sim/configs/plan_example.toml", "rb") as fh:
+        spec = parse_plan(tomllib.load(fh)["plan"], cfg)
+    got = {x.term: x for x in plan_inputs(cfg, spec.drafters, spec.modes)}
+    assert got["target passes"].basis == "preset" and "fitted on this part" in \
+        got["target passes"].value
+    assert got["acceptance (qwen3-0.6b)"].basis == "assumed"
+    assert got["contention of overlapped passes"].basis == "assumed"
+    assert "'gpus'" in got["contention of overlapped passes"].value
+    assert "contention of overlapped passes" not in {
+        x.term for x in plan_inputs(cfg, spec.drafters, ("ar", "sd"))}
+    model = tmp_path / "model.json"
+    model.write_text(json.dumps({"meta": {"contention": {
+        "source": "probe", "target": 0.02, "drafter": 0.05, "why": "co-run probe"}}}))
+    import types                # the fields plan_inputs reads; a real fitted target needs a
+    fitted = types.SimpleNamespace(**{f.name: getattr(cfg, f.name)     # real model file
+                                      for f in dataclasses.fields(cfg)})
+    fitted.target = dataclasses.replace(
+        cfg.target, cost={"name": "fitted", "path": str(model), "role": "target"})
+    got = {x.term: x for x in plan_inputs(fitted, spec.drafters, spec.modes)}
+    assert got["target passes"].basis == "measured"
+    assert got["contention of overlapped passes"].basis == "probed"
