@@ -14,7 +14,8 @@ Specs (``make_workload(spec)``; LEN is a length spec of sim/lengths.py, default 
   the requests of a serving system's or public trace's file (``analysis.formats``: vLLM and
   SGLang bench results, Azure, BurstGPT, Mooncake, ShareGPT, Spec-Bench, ...), their arrivals
   and lengths.
-- ``{"name": "replay", "path": "w.csv" | "w.jsonl"}``: rows with arrival (s), prompt_len,
+- ``{"name": "replay", "path": "w.csv" | "w.jsonl"}`` or ``{"name": "replay", "rows": [[arrival,
+  prompt_len, output_len, key], ...]}`` (the rows inline): rows with arrival (s), prompt_len,
   output_len, and optionally ``key`` (the request's id in a measured trace; an acceptance model
   that knows requests by id, ``sim.acceptance_matches``, reads it).  CSV needs a header naming
   those columns (others are ignored); JSONL needs one object per line with those keys.
@@ -178,9 +179,13 @@ def _timed(spec: Mapping[str, Any], where: str) -> Workload:
 
 @WORKLOADS.register("replay")
 def _replay(spec: Mapping[str, Any], where: str) -> Workload:
-    check_fields(spec, where, optional=("path",))
-    if "path" not in spec:
-        raise ValueError(f"{where}.path: missing (a .csv or .jsonl file)")
+    check_fields(spec, where, optional=("path", "rows"))
+    if ("path" in spec) == ("rows" in spec):
+        raise ValueError(f"{where}.path: give a .csv or .jsonl file, or the rows inline "
+                         f"({where}.rows), one of the two")
+    if "rows" in spec:
+        return Workload("replay", rows=inline_requests(spec["rows"], f"{where}.rows"),
+                        spec=dict(spec))
     return Workload("replay", rows=read_requests(spec["path"]), spec=dict(spec))
 
 
@@ -338,6 +343,29 @@ def read_requests(path: str | os.PathLike) -> RequestSet:
     parsed = _parsed_rows(name, ext, stat.st_mtime_ns, stat.st_size)
     if not parsed:
         raise ValueError(f"workload.path: {name}: no requests")
+    return _request_set(parsed)
+
+
+def inline_requests(rows: Any, where: str = "workload.rows") -> RequestSet:
+    """A replay's rows given inline, ``[arrival, prompt_len, output_len]`` or with a fourth
+    entry, the request's key (what ``validation.compare`` hands the simulator for a measured
+    trace: no file between them), checked as a file's rows are."""
+    if not isinstance(rows, (list, tuple)) or not rows:
+        raise ValueError(f"{where}: expected a non-empty list of [arrival, prompt_len, "
+                         f"output_len(, key)] rows")
+    parsed = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, (list, tuple)) or len(row) not in (3, 4):
+            raise ValueError(f"{where}[{i}]: expected [arrival, prompt_len, output_len(, key)], "
+                             f"got {row!r}")
+        fields = dict(zip((*FIELDS, "key"), row))
+        parsed.append((_parse_row(fields, f"{where}[{i}]"), _key(fields)))
+    return _request_set(tuple(parsed))
+
+
+def _request_set(parsed: tuple[Any, ...]) -> RequestSet:
+    """Parsed rows ((arrival, prompt, output), key) as a RequestSet sorted by arrival
+    (stable)."""
     arr = np.asarray([row for row, _ in parsed], dtype=float)
     order = np.argsort(arr[:, 0], kind="stable")
     arr = arr[order]

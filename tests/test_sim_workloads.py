@@ -256,3 +256,22 @@ def test_simulate_and_plan_take_a_trace_file_as_the_workload(tmp_path):
     base = make_workload({"name": "file", "path": str(azure)}).generate(None, n)
     assert rows.prompt_len.tolist() == base.prompt_len.tolist()
     assert make_workload(offline).generate(None, n).arrival[-1] < 1e-3
+
+
+def test_replay_rows_inline_equal_the_file(tmp_path):
+    """A replay's rows given inline are the same requests as the same rows in a CSV (what
+    validation.compare hands the simulator for a measured trace, no file between them); a bad
+    row is a one-line error naming its index and field, and path and rows are exclusive."""
+    from psdlab.sim.workloads import inline_requests, make_workload, read_requests
+    rows = [(0.5, 7, 3, "b"), (0.0, 4, 2, "a"), (0.5, 9, 1, "c")]
+    path = tmp_path / "w.csv"
+    path.write_text("arrival,prompt_len,output_len,key\n"
+                    + "".join(f"{a!r},{p},{o},{k}\n" for a, p, o, k in rows))
+    a, b = inline_requests(rows), read_requests(path)
+    for f in ("arrival", "prompt_len", "output_len"):
+        assert list(getattr(a, f)) == list(getattr(b, f))
+    assert a.keys == b.keys == ("a", "b", "c")
+    with pytest.raises(ValueError, match=r"workload.rows\[1\]: field 'output_len'"):
+        inline_requests([(0.0, 4, 2), (0.1, 4, 0)])
+    with pytest.raises(ValueError, match="one of the two"):
+        make_workload({"name": "replay", "rows": rows, "path": str(path)})

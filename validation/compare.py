@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import csv
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -107,25 +105,32 @@ def admission_order(trace: Trace) -> list:
     return sorted(trace.requests, key=lambda r: (r.arrival, r.admitted, _id_key(r.id)))
 
 
-def write_replay(trace: Trace, path: str | os.PathLike) -> str:
-    """The measured workload as a replay CSV (arrival, prompt_len, output_len, key = the
+def replay_rows(trace: Trace) -> tuple[tuple[float, int, int, str], ...]:
+    """The measured workload as a replay's rows (arrival, prompt_len, output_len, key = the
     request id, for acceptance models that know requests: ``sim.acceptance_matches``),
     arrivals relative to the first one, in the order the run admitted them (ties in arrival
-    keep that order in the replay)."""
+    keep that order in the replay): the simulator's ``replay`` workload takes them inline."""
     reqs = admission_order(trace)
     if not reqs:
         raise ValueError(f"trace: {trace.run.mode} run has no request records to replay")
     t0 = reqs[0].arrival
+    return tuple((r.arrival - t0, max(1, r.prompt_len), max(1, r.output_len), str(r.id))
+                 for r in reqs)
+
+
+def write_replay(trace: Trace, path: str | os.PathLike) -> str:
+    """The measured workload as a replay CSV (``replay_rows``), for a user who wants the file
+    (``psdlab simulate`` takes it as ``{name = "replay", path = ...}``)."""
     with open(path, "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(["arrival", "prompt_len", "output_len", "key"])
-        for r in reqs:
-            w.writerow([repr(r.arrival - t0), max(1, r.prompt_len), max(1, r.output_len),
-                        str(r.id)])
+        for a, p, o, key in replay_rows(trace):
+            w.writerow([repr(a), p, o, key])
     return os.fspath(path)
 
 
-def trace_sim_config(trace: Trace, model: str | FitFile, replay_path: str, *, seed: int = 0,
+def trace_sim_config(trace: Trace, model: str | FitFile, replay: Sequence[Any] | str, *,
+               seed: int = 0,
                params: Any = None, acceptance: dict[str, Any] | None = None,
                jitter: dict[str, Any] | None = None,
                overlap_share: tuple[float, float] | None = None):
@@ -166,7 +171,8 @@ def trace_sim_config(trace: Trace, model: str | FitFile, replay_path: str, *, se
                            cost=sc.calibrated_cost_spec(model, "drafter", scale=d_scale,
                                                         prefill_scale=params.prefill_drafter))
     return SimConfig(server=server, target=target, drafter=drafter, acceptance=acc,
-                     workload={"name": "replay", "path": replay_path},
+                     workload={"name": "replay", "path": replay} if isinstance(replay, str)
+                     else {"name": "replay", "rows": list(replay)},
                      requests=len(trace.requests), seed=seed,
                      jitter=jitter if jitter is not None else params.jitter(),
                      trace=TraceConfig(path=None, level="step"))
@@ -174,33 +180,33 @@ def trace_sim_config(trace: Trace, model: str | FitFile, replay_path: str, *, se
 
 def predict_trace(trace: Trace, model: str | FitFile, *, seeds: Sequence[int] = DEFAULT_SEEDS,
             params: Any = None, acceptance: dict[str, Any] | None = None,
-            jitter: dict[str, Any] | None = None, workdir: str | None = None
+            jitter: dict[str, Any] | None = None
             ) -> tuple[dict[str, float | None], Trace]:
     """Simulated metrics for a measured trace (mean over ``seeds``) and the first seed's
-    simulated trace."""
+    simulated trace; the measured workload goes to the simulator as the replay's rows
+    (``replay_rows``), no file between them."""
     from psdlab.sim.simulation import simulate
 
     if not seeds:
         raise ValueError("seeds: need at least one")
     model = load_fit_file(model)           # read once for every seed's cost models
     from psdlab.validation.replay_scales import overlap_share
-    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        replay = write_replay(trace, Path(tmp) / "workload.csv")
-        share = None
-        if trace.run.mode in TRACE_MODES and mode_spec(trace.run.mode).overlap:
-            # the contention applies to overlapped steps only: one pass to see which share
-            # of the replay's decode time overlaps, then the seeds with that share
-            probe = simulate(trace_sim_config(trace, model, replay, seed=seeds[0],
-                                        params=params, acceptance=acceptance, jitter=jitter))
-            share = overlap_share(probe.trace)
-        runs: list[dict[str, float | None]] = []
-        first: Trace | None = None
-        for seed in seeds:
-            cfg = trace_sim_config(trace, model, replay, seed=seed, params=params,
-                             acceptance=acceptance, jitter=jitter, overlap_share=share)
-            res = simulate(cfg)
-            runs.append(flatten(res.metrics))
-            first = first or res.trace
+    replay = replay_rows(trace)
+    share = None
+    if trace.run.mode in TRACE_MODES and mode_spec(trace.run.mode).overlap:
+        # the contention applies to overlapped steps only: one pass to see which share
+        # of the replay's decode time overlaps, then the seeds with that share
+        probe = simulate(trace_sim_config(trace, model, replay, seed=seeds[0],
+                                    params=params, acceptance=acceptance, jitter=jitter))
+        share = overlap_share(probe.trace)
+    runs: list[dict[str, float | None]] = []
+    first: Trace | None = None
+    for seed in seeds:
+        cfg = trace_sim_config(trace, model, replay, seed=seed, params=params,
+                         acceptance=acceptance, jitter=jitter, overlap_share=share)
+        res = simulate(cfg)
+        runs.append(flatten(res.metrics))
+        first = first or res.trace
     keys = runs[0].keys()
     mean: dict[str, float | None] = {}
     for key in keys:
