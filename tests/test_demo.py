@@ -295,6 +295,15 @@ def test_demo_reanalyses_its_own_traces(quick_demo, tmp_path, capsys):
     rows = {(r["run"], r["metric"]): r["measured"] for r in again["validation"]["rows"]}
     assert rows and all(rows[k] == pytest.approx(v) for k, v in first.items() if v is not None)
     assert (tmp_path / "again" / "report.md").is_file()
+    # the live demo used the traces as the engine recorded them, the re-analysis the files:
+    # the same traces, the same model file byte for byte, the same predictions
+    from psdlab.analysis.trace import read_trace
+    assert all(m.trace is not None and m.trace == read_trace(m.path) for m in result.measured)
+    assert (tmp_path / "again" / "model.json").read_bytes() == (out / "model.json").read_bytes()
+    from psdlab.validation.demo.run_demo import reanalyse
+    same = reanalyse(str(out / "traces"), str(tmp_path / "same"), seeds=(0, 1))  # as the live
+    assert ({(r.run, r.metric): r.predicted for r in same.validation.rows}
+            == {(r.run, r.metric): r.predicted for r in result.validation.rows})
     assert main(["demo", "--traces", str(tmp_path / "nope"), "-o", str(tmp_path / "x")]) == 2
     assert "--traces" in capsys.readouterr().err
 

@@ -130,13 +130,12 @@ def write_model(path: str | os.PathLike, cal: Calibration, *, traces: Sequence[s
     """Write the model file (module docstring): the calibration, the traces it was fitted on
     (as named by the caller), its held-out fraction and seed, and the acceptance selection
     (``transfer``: ``validation.acceptance.cross_validation.Selection.to_dict()``) when one was
-    made; returns the object written."""
+    made; returns the document written, as a reader of the file gets it."""
     if not cal.costs:
         raise ValueError("calibration: no cost model was fitted; nothing to write")
     roles = role_docs(cal)
     meta = meta_doc(cal, traces=traces, holdout=holdout, seed=seed, transfer=transfer)
-    write_fit(path, roles, meta)
-    return {"format": "psdlab.cost-fit", "version": 1, "meta": meta, "roles": roles}
+    return write_fit(path, roles, meta)
 
 
 def read_model(path: str | os.PathLike | FitFile) -> dict[str, Any]:

@@ -250,14 +250,17 @@ def _make_tabulated(spec: Mapping[str, Any], where: str) -> CostModel:
 
 
 def write_fit(path: str | os.PathLike, roles: Mapping[str, Mapping[str, Any]],
-              meta: Mapping[str, Any] | None = None) -> None:
-    """Write a fit file after checking every role builds (for validation's calibration)."""
+              meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Write a fit file after checking every role builds (for validation's calibration);
+    returns the document as a reader of the file gets it (JSON's types: lists, not tuples),
+    so the caller need not read it back."""
     for name, role in roles.items():
         cost_from_role(dict(role), f"roles.{name}")
         if role.get("residual_cv") is not None:
             check_nonnegative(f"roles.{name}.residual_cv", role["residual_cv"])
     doc = {"format": FIT_FORMAT, "version": FIT_VERSION, "meta": dict(meta or {}),
            "roles": {k: dict(v) for k, v in roles.items()}}
+    text = json.dumps(doc, indent=1, allow_nan=False)
     with open(path, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, indent=1, allow_nan=False)
-        fh.write("\n")
+        fh.write(text + "\n")
+    return json.loads(text)

@@ -53,11 +53,12 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from psdlab.analysis.checks import check_int, check_range
+from psdlab.analysis.trace import Trace
 from psdlab.validation.context_slopes import write_probe
 from psdlab.validation.corun_file import write_corun
 from psdlab.validation.demo.prompt_sides import PROMPT_SIDES, prompt_windows, side_prompts, window
@@ -193,10 +194,13 @@ def poisson_times(n: int, rate: float, seed: int) -> list[float]:
 
 @dataclass
 class Measured:
+    """One run of the plan: its spec, the trace file written for the user, and the trace
+    itself as the engine recorded it (None when re-read from an earlier demo's files)."""
     spec: RunSpec
     path: str
     wall_s: float
     rate: float | None = None            # Poisson: requests per second
+    trace: Trace | None = field(default=None, repr=False, compare=False)
 
 
 def engine_config(plan: MeasurementPlan, spec: RunSpec, base: Any) -> Any:
@@ -346,7 +350,7 @@ def run_measurements(plan: MeasurementPlan, target_dir: str, drafter_dir: str,
             res = _traced_run(eng, plan, spec, base, reqs, path, starts[spec.name], rate,
                               reference, on_request)
             results.append(Measured(spec, str(path), res.wall_s,
-                                    rate if spec.arrivals == "poisson" else None))
+                                    rate if spec.arrivals == "poisson" else None, res.trace))
             walls.setdefault(spec.config, res.wall_s)
             if spec.config == plan.poisson_from and rate is None:
                 reqs_done = res.trace.requests

@@ -50,7 +50,6 @@ from psdlab.validation.demo.noise_budget import budget as noise_budget
 from psdlab.validation.demo.prompt_sides import POOL_EVERY, POOL_SPLITS, pool_splits_text
 from psdlab.validation.demo.demo_report import write_demo_report
 from psdlab.validation.demo.report_sections import transfer_sections
-from psdlab.validation.model_file import load_fit_file
 from psdlab.validation.psd_step import psd_step_lines, psd_step_rows
 from psdlab.validation.report import spread_rows
 from psdlab.validation.results_file import (build_results, concurrency_rows,
@@ -125,11 +124,12 @@ def resolve_pair(target: str | None, draft: str | None, quiet: bool) -> tuple[st
 
 def load_runs(measured: Sequence[Measured], loaded: Mapping[str, Trace] | None = None
               ) -> dict[str, Trace]:
-    """Every run's trace by path: those in ``loaded``, the others read (each file once)."""
+    """Every run's trace by path: those in ``loaded`` or carried by the run (as the engine
+    recorded it), the others read (each file once: a re-analysis of an earlier demo)."""
     out = dict(loaded or {})
     for m in measured:
         if m.path not in out:
-            out[m.path] = read_trace(m.path)
+            out[m.path] = m.trace if m.trace is not None else read_trace(m.path)
     return out
 
 
@@ -139,7 +139,8 @@ def calibrate_runs(measured: Sequence[Measured], out_dir: str,
     """Fit on the calibration runs (acceptance: and the pool; context slopes: the context
     probe beside their traces, when there is one) and write model.json as ``psdlab
     calibrate`` does on those traces (``validation.calibrate_files.calibrate_to_file``: the
-    replay parameters and the acceptance model for new prompts); return it, read once.
+    replay parameters and the acceptance model for new prompts); return it as written (not
+    read back).
     ``traces``: the runs' traces by path, already read."""
     os.makedirs(out_dir, exist_ok=True)
     cal = [m for m in measured if m.spec.role == "calibrate"]
@@ -148,10 +149,11 @@ def calibrate_runs(measured: Sequence[Measured], out_dir: str,
     loaded = load_runs(cal, traces)
     path = os.path.join(out_dir, "model.json")
     folder = os.path.dirname(os.path.abspath(cal[0].path))
-    calibrate_to_file(path, [loaded[m.path] for m in cal],
-                      [os.path.basename(m.path) for m in cal], holdout=0.2, seed=0,
-                      context_probe=read_probe(folder), pool=pool, corun=read_corun(folder))
-    return load_fit_file(path)
+    doc = calibrate_to_file(path, [loaded[m.path] for m in cal],
+                            [os.path.basename(m.path) for m in cal], holdout=0.2, seed=0,
+                            context_probe=read_probe(folder), pool=pool,
+                            corun=read_corun(folder))
+    return FitFile(path, doc)
 
 
 def before_it_ran(model: Mapping[str, Any], measured: Sequence[Measured]) -> list[str]:
