@@ -424,8 +424,9 @@ def test_cli_truncated_trace_reads_up_to_the_cut_line_with_one_warning(tmp_path,
     assert main(["calibrate", path, "-o", str(tmp_path / "m.json"),
                  "--no-acceptance-selection"]) == 0
     err = capsys.readouterr().err
-    warns = [line for line in err.splitlines() if "warning:" in line and "cut short" in line]
-    assert len(warns) == 1 and f"{path}:{n}:" in warns[0] and "Traceback" not in err
+    warns = [line for line in err.splitlines() if "warning:" in line and "cut at byte" in line]
+    assert len(warns) == 1 and f"{path}:" in warns[0] and f"(line {n})" in warns[0]
+    assert "Traceback" not in err
     assert (tmp_path / "m.json").exists()
 
 
