@@ -201,6 +201,15 @@ def _builders(candidates: Sequence[Candidate], patterns: dict[str, str] | None
     return out
 
 
+def _one_style(spec: dict[str, Any], prompt: str) -> dict[str, Any]:
+    """A ``fitted`` spec with only ``prompt``'s style level (or none, when it has no level
+    of its own): the same requests for that prompt, without looking its level up among
+    every style's once per draw."""
+    from psdlab.sim.acceptance_fitted import style_of
+    style = style_of(prompt)
+    return dict(spec, styles={s: v for s, v in spec["styles"].items() if s == style})
+
+
 def _cv_row(name: str, build: Callable[[Fold, Any], Model], nll: bool, whole: Fold,
             folds: Sequence[Fold], tick: Callable[[], Any]) -> tuple[CandidateScore, Model]:
     """One candidate's CV scores and its fit to all the prompts (``whole``): fitted without
@@ -213,9 +222,12 @@ def _cv_row(name: str, build: Callable[[Fold, Any], Model], nll: bool, whole: Fo
     everything = build(whole, None)
     for fold in folds:
         model = build(fold, everything)
-        acc = make_acceptance(model.spec())
+        spec = model.spec()
+        acc = make_acceptance(spec)
         for pi, rows in fold.tests:
-            c, err = _scored(acc, rows, np.random.default_rng(pi))
+            mine = make_acceptance(_one_style(spec, cells.prompts[pi])) if isinstance(
+                model, FittedModel) else acc
+            c, err = _scored(mine, rows, np.random.default_rng(pi))
             c_sum += c
             errs.append(abs(err))
             if nll:

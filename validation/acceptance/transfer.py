@@ -282,9 +282,12 @@ def problem(design: Design, cells: Cells, by_prompt: bool) -> Problem:
     out = cells.out.astype(np.int64) if design.output else np.zeros(d.size, dtype=np.int64)
     major = cells.prompt.astype(np.int64) if by_prompt else level
     span = int(out.max()) + 1 if out.size else 1
-    key = ((major * (MAX_POSITION + 2) + draft) * (MAX_POSITION + 1) + spread) * span + out
-    first, inv = np.unique(key, return_index=True, return_inverse=True)[1:]
-    inv = inv.ravel()
+    if by_prompt and design.output:     # the cells' own key, sorted: nothing to pool
+        first = inv = np.arange(d.size)
+    else:
+        key = ((major * (MAX_POSITION + 2) + draft) * (MAX_POSITION + 1) + spread) * span + out
+        first, inv = np.unique(key, return_index=True, return_inverse=True)[1:]
+        inv = inv.ravel()
     starts = np.zeros(0, dtype=np.int64)
     group = np.zeros(first.size, dtype=np.int64)
     if by_prompt:
@@ -299,8 +302,9 @@ def problem(design: Design, cells: Cells, by_prompt: bool) -> Problem:
 
 _NODES = np.sqrt(2.0) * _GH_X
 _LOG_W = np.log(_GH_W / np.sqrt(np.pi))
-#: exp(z) is taken of min(z, _CAP): log1p(exp(z)) = z to double precision beyond
-_CAP = 35.0
+_MOMENTS = np.vstack([np.ones(_NODES.size), _NODES])
+#: exp(z) is taken of min(z, _CAP) (above, log1p(exp(z)) = z to double precision)
+_CAP = 600.0
 
 
 def _eta(beta: np.ndarray, pb: Problem) -> np.ndarray:
@@ -337,30 +341,34 @@ def objective(theta: np.ndarray, pb: Problem, request: bool, growth: bool = Fals
         return (-float(pb.sy @ eta - pb.sw @ soft) + pen,
                 -_scatter(r, pb) + 2 * ridge * beta)
     sigma = float(np.exp(theta[nb]))
-    scale = sigma * (np.exp(float(theta[nb + 1]) * pb.spread_at) if growth
-                     else np.ones(eta.size))
-    # z[c, j] = eta[c] + scale[c] nodes[j]; the sums of sy z are linear in z, only the
-    # softplus and sigmoid terms need the [cells, nodes] arrays (e = exp(z), capped)
-    z = scale[:, None] * _NODES[None, :]
-    z += eta[:, None]
-    e = np.minimum(z, _CAP)
-    np.exp(e, out=e)
-    soft = np.log1p(e)
-    if eta.max() + scale.max() * _NODES[-1] > _CAP:
-        soft += np.maximum(z - _CAP, 0.0)
-    soft *= pb.sw[:, None]
-    per = np.add.reduceat(soft, pb.starts, axis=0)                          # [R, G]
-    np.subtract((np.add.reduceat(pb.sy * eta, pb.starts)[:, None]
-                 + np.add.reduceat(pb.sy * scale, pb.starts)[:, None] * _NODES[None, :]
-                 + _LOG_W[None, :]), per, out=per)
-    top = per.max(axis=1, keepdims=True)
-    lse = top[:, 0] + np.log(np.exp(per - top).sum(axis=1))
-    post = np.exp(per - lse[:, None])
-    e /= e + 1.0                                        # the sigmoid of z
-    e *= post[pb.group]
-    q0, q1 = e.sum(axis=1), e @ _NODES                  # sums over nodes, posterior-weighted
-    r = pb.sy - pb.sw * q0                              # d log-likelihood / d eta per cell
-    wn = (pb.sy * (post @ _NODES)[pb.group] - pb.sw * q1) * scale
+    at = pb.spread_at.astype(np.int64)
+    steps = np.arange(int(at.max()) + 1)
+    weights = sigma * (np.exp(float(theta[nb + 1]) * steps) if growth else np.ones(steps.size))
+    scale = weights[at]
+    # z[j, c] = eta[c] + scale[c] nodes[j]; the sums of sy z are linear in z, only the
+    # softplus and sigmoid terms need [nodes, cells] arrays (two, reused in place)
+    e = np.multiply.outer(_NODES, scale)
+    e += eta[None, :]
+    capped = eta.max() + weights.max() * _NODES[-1] > _CAP
+    excess = np.maximum(e - _CAP, 0.0) if capped else None
+    np.exp(np.minimum(e, _CAP, out=e) if capped else e, out=e)            # e = exp(z)
+    work = np.log1p(e)                                                     # softplus(z)
+    if excess is not None:
+        work += excess
+    work *= pb.sw[None, :]
+    per = np.add.reduceat(work, pb.starts, axis=1)                         # [G, R]
+    np.subtract((np.add.reduceat(pb.sy * eta, pb.starts)[None, :]
+                 + _NODES[:, None] * np.add.reduceat(pb.sy * scale, pb.starts)[None, :]
+                 + _LOG_W[:, None]), per, out=per)
+    top = per.max(axis=0, keepdims=True)
+    lse = top[0] + np.log(np.exp(per - top).sum(axis=0))
+    post = np.exp(per - lse[None, :])                                      # [G, R]
+    np.add(e, 1.0, out=work)
+    np.divide(e, work, out=e)                                              # sigmoid(z)
+    e *= np.take(post, pb.group, axis=1, out=work)
+    q0, q1 = _MOMENTS @ e               # the posterior-weighted sums over nodes, per cell
+    r = pb.sy - pb.sw * q0              # d log-likelihood / d eta per cell
+    wn = (pb.sy * (_NODES @ post)[pb.group] - pb.sw * q1) * scale
     extra = [-float(wn.sum())]
     if growth:
         extra.append(-float(wn @ pb.spread_at))
@@ -432,6 +440,7 @@ class Coordinates:
 
     @classmethod
     def of(cls, flat: Problem, size: int, p0: float) -> "Coordinates":
+        """The coordinates of ``flat`` (pooled either way: only its sums count)."""
         nb = flat.width
         m = float(flat.sw @ flat.log_out / max(flat.sw.sum(), 1e-300)) if flat.output else 0.0
         info = np.concatenate([
@@ -489,17 +498,17 @@ def fit_cells(cand: Candidate, cells: Cells, start: FittedModel | None = None
     if cells.prompt.size == 0:
         raise ValueError("traces: no verified draft tokens to fit an acceptance model to")
     design = design_for(cand, cells)
-    flat = problem(design, cells, by_prompt=False)
-    nb = flat.width
+    per = problem(design, cells, by_prompt=design.request)
+    nb = per.width
     ref = float(cells.swo.sum() / cells.sw.sum())
     p0 = float(np.clip(cells.hits.sum() / cells.count.sum(), 0.02, 0.98))
-    coords = Coordinates.of(flat, nb + 2, p0)
+    coords = Coordinates.of(per, nb + 2, p0)
     bounds = [(None, None)] * nb + [(np.log(1e-3), np.log(5)), (-2.0, 2.0)]
-    per = problem(design, cells, by_prompt=True) if design.request else flat
     if start is not None:
         theta = _minimize(_start(design, start), coords, per, design.request, design.growth,
                           bounds)
     else:
+        flat = problem(design, cells, by_prompt=False) if design.request else per
         theta = np.zeros(nb)
         theta[:len(design.styles)] = np.log(p0 / (1 - p0))
         theta = _minimize(theta, coords, flat, False, False, bounds)
