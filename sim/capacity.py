@@ -78,11 +78,15 @@ class PlanSpec:
     seeds: int = 3
 
 
-def _int_list(raw: Any, name: str, lo: int) -> tuple[int, ...]:
+#: the largest k and m a plan may sweep (the simulator's ``server.k`` and ``server.m`` ranges)
+MAX_K, MAX_M = 64, 4096
+
+
+def _int_list(raw: Any, name: str, lo: int, hi: int | None = None) -> tuple[int, ...]:
     vals = raw if isinstance(raw, list) else [raw]
     if not vals:
         raise ValueError(f"plan.{name}: must not be empty")
-    return tuple(check_int(f"plan.{name}[{i}]", v, lo) for i, v in enumerate(vals))
+    return tuple(check_int(f"plan.{name}[{i}]", v, lo, hi) for i, v in enumerate(vals))
 
 
 def parse_slo(raw: Any) -> tuple[tuple[str, str, float], ...]:
@@ -103,6 +107,9 @@ def parse_plan(raw: Mapping[str, Any] | None, cfg: SimConfig) -> PlanSpec:
     if raw is None:
         raise ValueError("plan: missing table [plan] (modes, k, m, slo, ...)")
     check_fields(raw, "plan", optional=_PLAN_KEYS, named=False)
+    if "modes" in raw and not isinstance(raw["modes"], list):
+        raise ValueError(f"plan.modes: expected a list of modes like [\"ar\", \"psd\"], got "
+                         f"{raw['modes']!r}")
     modes = tuple(check_mode(f"plan.modes[{i}]", mode, SERVER_MODES)
                   for i, mode in enumerate(raw.get("modes", [cfg.server.mode])))
     drafters = []
@@ -123,8 +130,8 @@ def parse_plan(raw: Mapping[str, Any] | None, cfg: SimConfig) -> PlanSpec:
     csv = raw.get("csv")
     if csv is not None and not isinstance(csv, str):
         raise ValueError(f"plan.csv: expected a file name, got {csv!r}")
-    return PlanSpec(modes=modes, ks=_int_list(raw.get("k", [cfg.server.k]), "k", 1),
-                    ms=_int_list(raw.get("m", [cfg.server.m]), "m", 1),
+    return PlanSpec(modes=modes, ks=_int_list(raw.get("k", [cfg.server.k]), "k", 1, MAX_K),
+                    ms=_int_list(raw.get("m", [cfg.server.m]), "m", 1, MAX_M),
                     drafters=tuple(drafters), replicas=_int_list(raw.get("replicas", [1]),
                                                                  "replicas", 1),
                     slo=parse_slo(raw.get("slo")),

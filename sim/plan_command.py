@@ -11,6 +11,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from psdlab.analysis.json_out import finite_json
 from psdlab.sim.plan_rows import PlanRow
 
 
@@ -103,7 +104,7 @@ def plan_command(opts: PlanOptions) -> str:
     agreement = None if policy is None else policy_agreement(policy, best_per_load(rows))
     write_plan_outputs(writers)
     if opts.as_json:
-        return json.dumps({"rows": [r.to_csv_row() for r in rows], "csv": csv_path,
+        return finite_json({"rows": [r.to_csv_row() for r in rows], "csv": csv_path,
                            "png": png_path,
                            "adaptive_policy": None if policy is None else policy.to_dict(),
                            "adaptive_agreement": None if agreement is None

@@ -120,7 +120,7 @@ def test_recovers_known_coefficients_within_ci():
 def test_fixed_cost_per_drafting_phase_is_told_from_the_per_pass_base(tmp_path):
     """Drafting = per_phase + k passes.  Two k identify both; the model file keeps per_phase
     as the drafter's phase_overhead and the simulator adds it once per drafting phase, so a
-    fit at k = 2 and 4 predicts k = 5; one k leaves it at 0, with a note."""
+    fit at k = 2 and 4 predicts k = 5; one k leaves it at 0, with a warning."""
     phase = 4e-3
     traces = [make_trace(2, seed=1, draft_phase=phase), make_trace(4, seed=2, draft_phase=phase)]
     cal = calibrate(traces, seed=0)
@@ -139,7 +139,7 @@ def test_fixed_cost_per_drafting_phase_is_told_from_the_per_pass_base(tmp_path):
     assert np.allclose(pred[0], pred[1], rtol=0.03)
     one = calibrate([make_trace(3, seed=4, draft_phase=phase)])
     assert one.costs["draft"].coefficients().get("per_phase", 0.0) == 0.0
-    assert any("one k only" in n for n in one.notes)
+    assert any("one k only" in w for w in one.warnings)
     write_model(str(tmp_path / "one.json"), one)
     assert "phase_overhead" not in read_model(str(tmp_path / "one.json"))["roles"]["drafter"]
 
@@ -490,3 +490,19 @@ def test_a_role_priced_by_its_phase_overhead_alone_loads(tmp_path):
     assert cost.phase_overhead == 0.004
     with pytest.raises(ValueError, match=r"^roles\.d\.coef: at least one of .* must be > 0$"):
         cost_from_role({"kind": "affine", "coef": zero}, "roles.d")
+
+
+def test_cli_warns_when_every_trace_drafts_one_k(tmp_path, capsys):
+    """The README says a fit needs two k to separate a drafting phase's fixed cost: traces at
+    one k give a warning on stderr (and in the model file), at two k none."""
+    one = _write(tmp_path, "a.jsonl", make_trace(2, seed=61, n_steps=20))
+    assert main(["calibrate", one, "-o", str(tmp_path / "m.json"),
+                 "--no-acceptance-selection"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: draft: the traces draft one k only" in err
+    assert any("one k only" in w for w in json.loads(
+        (tmp_path / "m.json").read_text())["meta"]["calibration"]["warnings"])
+    two = _write(tmp_path, "b.jsonl", make_trace(4, seed=62, n_steps=20))
+    assert main(["calibrate", one, two, "-o", str(tmp_path / "m2.json"),
+                 "--no-acceptance-selection"]) == 0
+    assert "one k only" not in capsys.readouterr().err

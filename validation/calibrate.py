@@ -148,8 +148,9 @@ def _messages(fits: dict[str, LinearFit], groups, within_rows: dict[str, int | s
                 and not (no_context and t == "per_context")]
         if name == "draft" and "per_phase" in lost:
             lost.remove("per_phase")
-            notes.append("draft: the traces draft one k only, so a fixed cost per drafting "
-                         "phase cannot be told from the per-pass base (per_phase fixed at 0)")
+            warnings.append("draft: the traces draft one k only, so a fixed cost per drafting "
+                            "phase cannot be told from the per-pass base (per_phase fixed at "
+                            "0): predictions at another k need traces at two k or more")
         if lost:
             notes.append(f"{name}: {', '.join(lost)} not identifiable from these traces "
                          f"(fixed at 0)")

@@ -4,8 +4,8 @@ This module parses the arguments and prints; ``sim.costs.check_report`` does the
 from __future__ import annotations
 
 import argparse
-import json
 
+from psdlab.analysis.json_out import finite_json
 from psdlab.cli import UsageError
 
 _PASS_ARGS = ("model", "hardware", "seqs", "tokens", "context")
@@ -56,5 +56,5 @@ def run(args: argparse.Namespace) -> int:
     out = one_pass(model=args.model, hardware=args.hardware, tp=args.tp, dtype=args.dtype,
                    engine=args.engine, link=args.link, seqs=args.seqs, tokens=args.tokens,
                    context=args.context)
-    print(json.dumps(out.to_dict(), sort_keys=True) if args.json else one_pass_text(out))
+    print(finite_json(out.to_dict(), sort_keys=True) if args.json else one_pass_text(out))
     return 0

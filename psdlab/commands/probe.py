@@ -35,8 +35,11 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from psdlab.analysis.checks import check_int
+    from psdlab.analysis.checks import check_int, check_output_path
     from psdlab.analysis.contention import fit_corun
+    import os
+    if not os.path.isdir(args.output):
+        check_output_path("--output", args.output)
     ks = []
     for part in str(args.k).split(","):
         try:

@@ -12,6 +12,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from psdlab.analysis.json_out import finite_json
 from psdlab.analysis.checks import check_int
 
 from .base import make_cost_model
@@ -257,11 +258,10 @@ def one_pass_text(out: OnePass) -> str:
 def check_command(out: str | None = None, as_json: bool = False) -> str:
     """`psdlab cost --check [--out FILE]`: the report (written to ``out`` as markdown when
     given) as text, or one JSON object."""
-    import json
 
     report = check_report()
     if out:
         write_cost_check_report(report, out)
     if as_json:
-        return json.dumps(report.to_dict(), sort_keys=True)
+        return finite_json(report.to_dict(), sort_keys=True)
     return format_cost_check_report(report) + (f"\nwritten: {out}" if out else "")
