@@ -18,9 +18,12 @@ def register(subparsers) -> None:
                     "this CPU (drafter and target on their own cores) over the shipped "
                     "prompts at several k, batch sizes and arrival patterns, calibrate the "
                     "simulator on some runs, predict the held-out others and write a report "
-                    "folder. The default plan (an untimed probe of about 600 more "
-                    "calibration-side prompts' acceptance, then 40 runs: 5 calibration "
-                    "configurations twice on split fresh3, 4 held-out ones seven times on 240 "
+                    "folder. PSD is predicted before it runs: the calibration reads AR and "
+                    "SD-sep runs only, plus a co-run probe of the two models' passes at once; "
+                    "every PSD run is held out. The default plan (an untimed probe of about "
+                    "600 more calibration-side prompts' acceptance, the co-run probe, then 39 "
+                    "runs: 3 calibration configurations (AR, SD-sep at k 2 and 4) three times "
+                    "on split fresh3, 4 held-out ones seven times on 240 "
                     "fresh prompts (split fresh11) and 2 references once, 32 requests x up to "
                     "16 tokens each, in seeded random order) takes at most about 12 minutes "
                     "on a 2-core machine, analysis included "
@@ -46,7 +49,7 @@ def register(subparsers) -> None:
     p.add_argument("--repeats", type=int, default=None, metavar="N",
                    help="runs per configuration, in seeded random rounds; the comparison "
                         "uses their median (1..20; default 7 for the judged held-out "
-                        "configurations, 2 for calibration and 1 for reference ones; 1 with "
+                        "configurations, 3 for calibration and 1 for reference ones; 1 with "
                         "--quick)")
     p.add_argument("--seed", type=int, default=None, metavar="S",
                    help="seed of the run order (default 0)")
