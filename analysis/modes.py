@@ -5,6 +5,11 @@
 - ``sd-sep``: SD with the drafter on its own device (still alternating).
 - ``psd``: batch-parallel SD, two batches: one drafts while the other verifies.
 - ``adaptive``: a policy picks AR, SD(k) or PSD(k) step by step (``analysis.adaptive_policy``).
+- ``dsd``: decoupled drafting (SSD / Saguaro, arXiv 2603.03251): one batch; the drafter, on its
+  own device, pre-drafts the next round for the likeliest verification outcomes while the
+  target verifies; a request whose outcome was pre-drafted (a hit) is verified again at once,
+  the others are drafted again first (a catch-up, as SD-sep).  Simulator only
+  (``analysis.theory.decoupled``, docs/dsd.md).
 
 Every layer reads a mode's fields instead of comparing its name: the simulator's step plan
 (``sim.step_plan``, ``sim.core``, ``sim.lanes``, ``sim.step_layout``) lays a step out by the
@@ -26,13 +31,15 @@ _T = TypeVar("_T")
 
 __all__ = ["Mode", "PhaseKey", "StepSegments", "ModeSpec", "MODES", "mode_spec",
            "SERVER_MODES", "TRACE_MODES", "STEP_MODES", "SPEC_MODES", "VLLM_MODES",
-           "DRAFTING_MODES", "check_mode"]
+           "DRAFTING_MODES", "RUNTIME_MODES", "check_mode"]
 
-Mode = Literal["ar", "sd", "sd-sep", "psd", "adaptive"]
+Mode = Literal["ar", "sd", "sd-sep", "psd", "adaptive", "dsd"]
 
 #: the phases a step runs: the admissions' prefill on the target and on the drafter, drafting,
-#: verification (also the simulator's jitter streams, ``sim.core.JITTER_KEYS``)
-PhaseKey = Literal["prefill_t", "prefill_d", "draft", "verify"]
+#: verification (also the simulator's jitter streams, ``sim.core.JITTER_KEYS``), and the
+#: drafter's pre-drafting of the next round while the target verifies (decoupled drafting; it
+#: draws the ``draft`` stream's factor)
+PhaseKey = Literal["prefill_t", "prefill_d", "draft", "verify", "predraft"]
 PHASE_KEYS: tuple[PhaseKey, ...] = get_args(PhaseKey)
 
 
@@ -83,8 +90,8 @@ class StepSegments:
 
     @property
     def overlapped(self) -> bool:
-        """Whether drafting runs at the same time as verification."""
-        return self.has("draft") and self.at("draft") == self.at("verify")
+        """Whether drafting (or pre-drafting) runs at the same time as verification."""
+        return any(self.has(p) and self.at(p) == self.at("verify") for p in ("draft", "predraft"))
 
     @property
     def serial_prefill(self) -> bool:
@@ -101,6 +108,9 @@ SEP_STEP = StepSegments((("prefill_t", "prefill_d"), ("draft",), ("verify",)))
 #: PSD overlapped: [prefill_t | prefill_d] [verify X | draft Y] (also its start-up, draft Y
 #: alone, and a verification alone while the other batch is empty)
 OVERLAP_STEP = StepSegments((("prefill_t", "prefill_d"), ("verify", "draft")))
+#: decoupled drafting: [prefill_t | prefill_d] [draft: catch-up of the rows not pre-drafted]
+#: [verify | predraft of the next round] (the catch-up is empty when every row hit)
+DSD_STEP = StepSegments((("prefill_t", "prefill_d"), ("draft",), ("verify", "predraft")))
 
 
 @dataclass(frozen=True)
@@ -119,7 +129,7 @@ class ModeSpec:
     runs it inside vLLM; ``gain_over``: the modes whose traces of the same workload this
     mode's gain is measured against (``validation.gains``; the first is its serial twin on
     the same devices); ``label``, ``marker``, ``color``: how figures show it (None: no fixed
-    style)."""
+    style); ``runtime``: the runtime's engine runs it (False: simulator only)."""
     name: Mode
     label: str
     batches: int
@@ -134,6 +144,7 @@ class ModeSpec:
     gain_over: tuple[Mode, ...] = ()
     marker: str | None = None
     color: str | None = None
+    runtime: bool = True
 
     def __post_init__(self) -> None:
         if self.batches not in (1, 2):
@@ -169,6 +180,7 @@ MODES: tuple[ModeSpec, ...] = (
     ModeSpec("psd", "PSD", 2, "own", SEP_STEP, OVERLAP_STEP, held_per_m=2, policy_step=True,
              theory=True, vllm=True, gain_over=("sd-sep", "sd"), marker="o", color="#1f77b4"),
     ModeSpec("adaptive", "adaptive", 2, "own", SEP_STEP, OVERLAP_STEP, policy=True),
+    ModeSpec("dsd", "DSD", 1, "own", DSD_STEP, marker="P", color="#2ca02c", runtime=False),
 )
 _BY_NAME: dict[str, ModeSpec] = {s.name: s for s in MODES}
 assert tuple(_BY_NAME) == get_args(Mode), "MODES must list every Mode once, in its order"
@@ -186,6 +198,8 @@ DRAFTING_MODES: tuple[Mode, ...] = tuple(s.name for s in MODES if s.drafting and
 #: what psdlab runs inside vLLM (``psdlab run --engine vllm``, ``runtime.vllm_ext``): ``sd`` is
 #: vLLM's own draft-model SD; ``sd-sep`` and ``adaptive`` have no vLLM counterpart
 VLLM_MODES: tuple[Mode, ...] = tuple(s.name for s in MODES if s.vllm)
+#: what the runtime's engine runs (``runtime.controller``); dsd is simulator-only (docs/dsd.md)
+RUNTIME_MODES: tuple[Mode, ...] = tuple(s.name for s in MODES if s.runtime)
 
 
 def check_mode(name: str, value: Any, allowed: tuple[Mode, ...] = SERVER_MODES) -> Mode:

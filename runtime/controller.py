@@ -74,6 +74,8 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         check_mode("mode", self.mode, SERVER_MODES)
+        if not self.spec.runtime:                       # ModeSpec.runtime (docs/dsd.md)
+            raise ValueError(f"mode: {self.mode!r} runs in the simulator only (psdlab simulate)")
         check_int("k", self.k, minimum=1, maximum=64)
         check_int("batch", self.batch, 1, 4096)         # as the simulator's server.m
         if self.max_num_seqs is not None:

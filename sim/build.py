@@ -4,9 +4,10 @@ one config serve the same requests.
 
 Randomness: one ``SeedSequence(seed)`` spawns independent streams, in this order, for the
 workload, the per-request acceptance parameters, the accepted counts, the step-time jitter and
-the per-request k (``server.k_choices``); the same seed gives the same trace (byte for byte) on
-either execution path.  The server is a ``sim.core.Core`` (ar, sd, sd-sep, psd: accepted
-counts pre-sampled per request, ``sim.trajectories``) or a ``sim.adaptive.AdaptiveServer``
+the per-request k (``server.k_choices``), then (decoupled drafting) the hits; the same seed
+gives the same trace (byte for byte) on either execution path.  The server is a
+``sim.core.Core`` (ar, sd, sd-sep, psd, dsd: accepted counts pre-sampled per request,
+``sim.trajectories``) or a ``sim.adaptive.AdaptiveServer``
 (the policy picks the mode and k at every step; accepted counts drawn as steps are planned).
 """
 from __future__ import annotations
@@ -46,6 +47,7 @@ class Inputs:
     s_par: np.random.SeedSequence
     s_acc: np.random.SeedSequence
     s_k: np.random.SeedSequence
+    s_hit: np.random.SeedSequence
 
     @property
     def n(self) -> int:
@@ -86,7 +88,8 @@ def draw_inputs(config: SimConfig) -> Inputs:
     from psdlab.sim.model_specs import CostSpec
 
     srv = config.server
-    s_work, s_par, s_acc, s_jit, s_k = np.random.SeedSequence(config.seed).spawn(5)
+    # spawn(6)'s first five streams are spawn(5)'s: the sixth (hits) changes no other mode
+    s_work, s_par, s_acc, s_jit, s_k, s_hit = np.random.SeedSequence(config.seed).spawn(6)
     # the models the config built when it was made (sim.model_specs), reused run after run
     reqs = config.workload_spec.model().generate(np.random.default_rng(s_work),
                                                  config.requests)
@@ -109,7 +112,7 @@ def draw_inputs(config: SimConfig) -> Inputs:
                   drafter_dev=drafter_device(srv.mode, config.target.device,
                                              config.drafter.device if config.drafter else None),
                   step=step, jitter=JitterStreams(jitter, s_jit), s_par=s_par, s_acc=s_acc,
-                  s_k=s_k)
+                  s_k=s_k, s_hit=s_hit)
 
 
 def _core(config: SimConfig, inp: Inputs) -> tuple[Core, int, dict[str, Any]]:
@@ -135,11 +138,25 @@ def _core(config: SimConfig, inp: Inputs) -> tuple[Core, int, dict[str, Any]]:
                 arrival=inp.arrival, prompt=inp.prompt, output=inp.output, traj=traj,
                 jitter=inp.jitter, cap_proposals=srv.cap_proposals and srv.spec.drafting,
                 first_token_at_step_end=srv.first_token == "step",
-                step_host=inp.step_host(srv.mode, config.target.device))
+                step_host=inp.step_host(srv.mode, config.target.device),
+                **_decoupled(config, inp, traj.ctx.size))
     extra = {"policy": srv.policy, "cap_proposals": srv.cap_proposals,
              "k_choices": list(srv.k_choices), "kv_blocks": srv.kv_blocks,
              "block_size": srv.block_size}
+    if srv.spec.step.has("predraft"):
+        extra["dsd"] = {"hit_rate": srv.dsd_hit_rate, "fanout": srv.dsd_fanout}
     return core, int(karr.max()) if n else 0, extra
+
+
+def _decoupled(config: SimConfig, inp: Inputs, total: int) -> dict[str, Any]:
+    """Decoupled drafting (a step with a ``predraft`` phase): each verification's hit, drawn
+    with probability ``server.dsd_hit_rate`` per request and verification (flat trajectory
+    index), and the fan-out; nothing for the other modes."""
+    srv = config.server
+    if not srv.spec.step.has("predraft"):
+        return {}
+    hits = np.random.default_rng(inp.s_hit).random(total) < srv.dsd_hit_rate
+    return {"hits": hits, "fanout": srv.dsd_fanout}
 
 
 def check_adaptive(srv: Any) -> None:

@@ -65,7 +65,8 @@ class Core(ArrivalClock):
                  block_size: int, target, drafter, target_dev: str, drafter_dev: str,
                  arrival: np.ndarray, prompt: np.ndarray, output: np.ndarray,
                  traj: Trajectories, jitter: JitterStreams, cap_proposals: bool = False,
-                 step_host=None, first_token_at_step_end: bool = False):
+                 step_host=None, first_token_at_step_end: bool = False,
+                 hits: np.ndarray | None = None, fanout: int = 1):
         self.mode, self.m = mode, m
         #: the mode's registry entry (``analysis.modes``): batches, drafter, step segments
         self.spec = mode_spec(mode)
@@ -117,6 +118,11 @@ class Core(ArrivalClock):
         self.finished_steps: list[tuple[int, list[int]]] = []   # last commit: (step, ids)
         self.counters = {"steps": 0, "arrivals": 0, "completions": 0, "preemptions": 0,
                          "intervals": 0, "idle_jumps": 0}
+        #: decoupled drafting (a step with a ``predraft`` phase): per flat trajectory index,
+        #: whether that verification's outcome was among the ``fanout`` pre-drafted ones
+        #: (``ready`` then says whether a row's next round is pre-drafted)
+        self.hits = hits if hits is not None else np.zeros(traj.ctx.size, bool)
+        self.fanout = int(fanout)
         self.planner = Planner(self)
 
     # ------------------------------------------------------------------ helpers
@@ -231,6 +237,8 @@ class Core(ArrivalClock):
         if self.spec.batches == 1:
             if not batches[0]:
                 return pl.prefill_only()
+            if self.spec.step.has("predraft"):
+                return pl.decoupled(np.asarray(batches[0], np.int64), max_steps)
             return pl.sd(None, np.asarray(batches[0], np.int64), max_steps)
         nonempty = [b for b in (0, 1) if batches[b]]
         if not nonempty:
@@ -339,6 +347,10 @@ class Core(ArrivalClock):
 
     def _update_ready(self, p: PhasePlan) -> None:
         bm = self.bm
+        if self.spec.step.has("predraft"):       # a row's next round is pre-drafted iff the
+            for vs in p.vsets:                   # outcome of its last verification hit
+                going = vs.ids[self.v[vs.ids] < self.traj.nsteps[vs.ids]]
+                self.ready[going] = self.hits[self.traj.off[going] + self.v[going] - 1]
         if self.spec.batches == 1 or p.verify_batch is None:
             return
         last = p.S - 1

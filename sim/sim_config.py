@@ -13,6 +13,7 @@ Layout of a config file (see ``sim/configs/*.toml``)::
     seed = 0
     requests = 200
     [server]      mode, k, k_choices, m, policy, kv_blocks, block_size, max_interval_steps,
+                  dsd_hit_rate, dsd_fanout (mode = "dsd"),
                   cap_proposals (as psdlab's runtime: a sequence proposes min(k, tokens it
                   still needs - 1) and the verification computes every row at the longest
                   row's width; plans advance one step at a time), engine_step (host work
@@ -40,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, cast, overload
 
 from psdlab.analysis.adaptive_policy import PolicyConfig, policy_config
-from psdlab.analysis.checks import check_choice, check_fields, check_int
+from psdlab.analysis.checks import check_choice, check_fields, check_int, check_range
 from psdlab.analysis.modes import MODES, SERVER_MODES, Mode, ModeSpec, check_mode, mode_spec
 from psdlab.analysis.toml_reader import tomllib
 from psdlab.sim.batch_assignment import POLICIES as BATCH_POLICIES
@@ -90,6 +91,12 @@ class ServerConfig:
     #: prefill pass) or "step" (at the end of the step that ran it: vLLM returns a step's outputs
     #: after the whole step, the draft model's proposals included)
     first_token: str = "prefill"
+    #: mode = "dsd" (docs/dsd.md): the probability that a request's verification outcome is
+    #: among those the drafter pre-drafted (a hit; drawn per request and verification), and
+    #: the fan-out, the outcomes pre-drafted per request (the pre-drafting pass is an F-way
+    #: batch of drafting passes); ignored by the other modes
+    dsd_hit_rate: float = 0.6
+    dsd_fanout: int = 3
 
     def __post_init__(self) -> None:
         check_mode("server.mode", self.mode, SERVER_MODES)
@@ -110,6 +117,9 @@ class ServerConfig:
             raise ValueError(f"server.cap_proposals: expected true or false, got "
                              f"{self.cap_proposals!r}")
         check_choice("server.first_token", self.first_token, FIRST_TOKEN)
+        object.__setattr__(self, "dsd_hit_rate",
+                           check_range("server.dsd_hit_rate", self.dsd_hit_rate, 0.0, 1.0))
+        check_int("server.dsd_fanout", self.dsd_fanout, 1, 64)
         from psdlab.sim.costs.engine_step import check_spec
         check_spec(self.engine_step)
 

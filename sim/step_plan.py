@@ -12,7 +12,15 @@ PSD overlapped            [prefill_t | prefill_d] [verify X | draft Y]
 PSD start-up              [prefill_t | prefill_d] [draft Y]          (first batch alone)
 PSD verify alone          [prefill_t | prefill_d] [verify X]         (other batch empty)
 PSD fallback to SD        as SD on a separate device                 (other batch empty)
+decoupled drafting (dsd)  [prefill_t | prefill_d] [draft: catch-up] [verify | predraft]
 ========================  =======================================================
+
+Decoupled drafting (``decoupled``, docs/dsd.md): while the target verifies a round, the drafter
+pre-drafts the next one for ``server.dsd_fanout`` = F outcomes per request (an F-way batch of
+drafting passes: F times the sequences and contexts of the next round's drafting).  A row whose
+outcome was among them (a *hit*, pre-drawn per request and verification: ``Core.hits``) goes
+straight to its next verification; the others (and rows new to the batch) are drafted first,
+in the catch-up segment, as SD on a separate device drafts them.
 
 The segments are data: each mode's ``StepSegments`` in the registry (``analysis.modes``:
 ``ModeSpec.step`` for a one-batch step, ``overlapped_step`` for a two-batch one); the regimes
@@ -279,6 +287,61 @@ class Planner:
         vb = None if batch is None else np.full(S, batch)
         return PhasePlan("sd", S, segs.count, segs.ordered(phases), [VerifySet(batch, ids, f)],
                     np.zeros(S, np.int64), np.arange(S), verify_batch=vb, draft_batch=vb)
+
+    def decoupled(self, ids: np.ndarray, S_max: int) -> PhasePlan:
+        """Decoupled drafting (the segments of a step with a ``predraft`` phase): catch up the
+        rows whose next round was not pre-drafted, then verify the batch while pre-drafting
+        the round after it, F ways, for the rows that go on."""
+        c = self.c
+        rem = c.traj.nsteps[ids] - c.v[ids]
+        S = int(min(S_max, rem.min()))
+        f, M = self._ctx_rows(ids, S + 1)
+        if c.cap > 0:
+            B = blocks(M, self._lookahead(ids)[None, :], c.block_size).sum(axis=1)
+            S = self._kv_cut(S, lambda j: B[j])
+        w = self.set_work(ids, M[:S])
+        # the rows drafted before verification s: at s = 0 those not pre-drafted (``ready``),
+        # later those whose previous verification (flat index f + s - 1) missed
+        missed = np.empty((S, ids.size), bool)
+        missed[0] = ~c.ready[ids]
+        if S > 1:
+            missed[1:] = ~c.hits[f[None, :] + np.arange(S - 1)[:, None]]
+        going_on = rem[None, :] > np.arange(1, S + 1)[:, None]       # a next round to draft
+        cn, cp, ct = self._masked_draft(ids, M[:S], missed)
+        pn, pp, pt = self._masked_draft(ids, M[1:S + 1], going_on)
+        fan = c.fanout
+        segs = c.spec.step
+        phases = self._prefill_phases(S, segs)
+        jd = c.jitter_at("draft", c.step, S)
+        phases["draft"] = PhaseArr("draft", c.drafter_dev, segs.at("draft"),
+                                   np.where(cn[0] > 0, self.draft_time(cn, cp), 0.0) * jd,
+                                   np.asarray(cn[0], np.int64), ct, (M[:S] * missed).sum(axis=1))
+        phases["verify"] = PhaseArr("verify", c.target_dev, segs.at("verify"),
+                                    self.verify_time(w.n, w.vtok[:S], w.C)
+                                    * c.jitter_at("verify", c.step, S),
+                                    np.full(S, w.n, np.int64), w.vtok[:S], w.C)
+        phases["predraft"] = PhaseArr("draft", c.drafter_dev, segs.at("predraft"),
+                                      np.where(pn[0] > 0, self.draft_time(fan * pn, fan * pp),
+                                               0.0) * jd,
+                                      fan * np.asarray(pn[0], np.int64), fan * pt,
+                                      fan * (M[1:S + 1] * going_on).sum(axis=1))
+        return PhasePlan("sd", S, segs.count, segs.ordered(phases), [VerifySet(None, ids, f)],
+                         np.zeros(S, np.int64), np.arange(S), overlapped=True)
+
+    def _masked_draft(self, ids: np.ndarray, M: np.ndarray, mask: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Drafting of the rows ``mask`` [Q, n] selects, per context row of M [Q, n]: the
+        sequences of each pass [K, Q], their contexts [K, Q] (+ j per sequence at pass j,
+        as ``set_work``) and the draft tokens [Q]."""
+        c = self.c
+        kq = (proposal_caps(c, ids, M) if c.cap_proposals
+              else np.broadcast_to(c.karr[ids][None, :], M.shape))
+        kq = np.where(mask, kq, 0)
+        j = np.arange(c.k)
+        sel = kq[None, :, :] > j[:, None, None]                      # [K, Q, n]
+        npass = sel.sum(axis=2)
+        cpass = (M[None, :, :] * sel).sum(axis=2) + j[:, None] * npass
+        return npass, cpass, kq.sum(axis=1)
 
     def overlap(self, X: int, idsX: np.ndarray, allX: bool, Y: int, idsY: np.ndarray,
                 S_max: int) -> PhasePlan:

@@ -62,7 +62,7 @@ def step_records(core, p) -> list[StepRecord]:
                               end=p.step_end(j), phases=tuple(phases), verified=verified,
                               verify_batch=vb, draft_batch=db,
                               overlapped=bool(p.overlapped and rows is not None
-                                              and db is not None),
+                                              and (db is not None or p.verify_batch is None)),
                               preempted=preempted))
     return out
 

@@ -98,7 +98,7 @@ def test_simulated_steps_follow_the_modes_segments(mode, path):
         assert (True, False, True) in kinds               # an overlapped decode step
 
 
-@pytest.mark.parametrize("spec", MODES, ids=lambda s: s.name)
+@pytest.mark.parametrize("spec", [s for s in MODES if s.runtime], ids=lambda s: s.name)
 def test_engine_places_the_drafter_and_sizes_its_slots_by_the_spec(spec):
     """The runtime's controller reads the registry: a drafter that shares the target's
     device gets its label and core (CPU and CUDA), the workers hold held_per_m x m slots."""
@@ -111,3 +111,10 @@ def test_engine_places_the_drafter_and_sizes_its_slots_by_the_spec(spec):
     d, t, _, _ = _labels(cuda)
     assert (d == t) == (spec.drafter == "shared")
     assert cpu.slots == 3 * spec.held_per_m
+
+
+@pytest.mark.parametrize("spec", [s for s in MODES if not s.runtime], ids=lambda s: s.name)
+def test_engine_refuses_a_simulator_only_mode(spec):
+    from psdlab.runtime.controller import EngineConfig
+    with pytest.raises(ValueError, match=r"^mode: .* simulator only"):
+        EngineConfig(mode=spec.name)
