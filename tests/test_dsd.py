@@ -61,12 +61,13 @@ def test_dsd_is_a_simulator_mode_of_the_registry():
 
 @settings(max_examples=25, deadline=None)
 @given(h=st.floats(0.0, 1.0), m=st.integers(1, 8), fanout=st.integers(1, 4),
-       seed=st.integers(0, 2 ** 16))
-def test_closed_form_matches_the_simulated_mean_step(h, m, fanout, seed):
+       seed=st.integers(0, 2 ** 16), path=st.sampled_from(["fast", "simpy"]))
+def test_closed_form_matches_the_simulated_mean_step(h, m, fanout, seed, path):
     """Steady steps (the first, a catch-up of every row, and the last, with nothing to
     pre-draft, left out): the simulated mean within 5 standard errors of E[step], the error
-    from the binomial variance of the catch-up (exact where h is 0 or 1)."""
-    res = simulate(_config(m=m, h=h, fanout=fanout, seed=seed), trace_path=None)
+    from the binomial variance of the catch-up (exact where h is 0 or 1).  Both paths: the
+    fast one plans many steps at once, the SimPy one carries each hit across boundaries."""
+    res = simulate(_config(m=m, h=h, fanout=fanout, seed=seed), path=path, trace_path=None)
     steps = _decode_steps(res.trace)[1:-1]
     assert len(steps) > 150
     mean = sum(s.end - s.start for s in steps) / len(steps)
@@ -79,9 +80,10 @@ def test_closed_form_matches_the_simulated_mean_step(h, m, fanout, seed):
     assert form.step == pytest.approx(max(V, t_pre) + form.catch_up)
 
 
+@pytest.mark.parametrize("path", ["fast", "simpy"])
 @pytest.mark.parametrize("fanout", [1, 3, 8])
-def test_hit_rate_one_gives_the_overlapped_step(fanout):
-    res = simulate(_config(m=6, h=1.0, fanout=fanout), trace_path=None)
+def test_hit_rate_one_gives_the_overlapped_step(fanout, path):
+    res = simulate(_config(m=6, h=1.0, fanout=fanout), path=path, trace_path=None)
     steps = _decode_steps(res.trace)
     t_pre = _t(fanout * 6)
     for s in steps[1:-1]:
