@@ -1,27 +1,43 @@
-"""Results files written whole or not at all: a temporary file beside the target, then a rename
-(a reader never sees half a file; an interrupted writer leaves the old file in place)."""
+"""Results files written whole or not at all: a temporary file beside each target, then a
+rename (a reader never sees half a file; an interrupted writer leaves the old file in place).
+:func:`write_all` is the one primitive; the others are its common cases."""
 from __future__ import annotations
 
 import json
 import os
-import tempfile
+from collections.abc import Callable, Mapping
 from typing import Any
 
 
-def write_text(path: str, text: str) -> str:
-    """``text`` at ``path`` (folders made), mode 0644; the path."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+def write_all(writers: Mapping[str, Callable[[str], None]]) -> None:
+    """Every file or none: each writer writes a temporary file beside its path
+    (``.NAME.PID.tmp``); they are renamed into place, mode 0644, only once all succeeded (on
+    any error the temporaries go and the old files stay)."""
+    temps: list[tuple[str, str]] = []
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        for path, write in writers.items():
+            tmp = os.path.join(os.path.dirname(path) or ".",
+                               f".{os.path.basename(path)}.{os.getpid()}.tmp")
+            temps.append((tmp, path))
+            write(tmp)
+            os.chmod(tmp, 0o644)       # results files are for all, whatever the umask
+        for tmp, path in temps:
+            os.replace(tmp, path)
+    finally:
+        for tmp, _ in temps:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+
+
+def write_text(path: str, text: str, *, make_folders: bool = True) -> str:
+    """``text`` at ``path`` (its folders made unless ``make_folders`` is false); the path."""
+    if make_folders:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(text)
-        os.chmod(tmp, 0o644)           # mkstemp makes 0600; results files are for all
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_all({path: write})
     return path
 
 

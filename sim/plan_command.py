@@ -54,12 +54,13 @@ def capped_note(rows: Sequence[PlanRow], per_trial: int) -> list[str]:
 def plan_command(opts: PlanOptions) -> str:
     """Run the capacity plan the options describe, write its files; the text to print.
     A configuration that failed raises `sweep_backends.SweepTaskError` (nothing written)."""
+    from psdlab.analysis.atomic_write import write_all
     from psdlab.analysis.checks import check_int
     from psdlab.sim.capacity import (parse_plan, run_capacity_plan, steady_requests,
                                      trial_requests, write_plan_csv)
     from psdlab.sim.plan_figure import make_figure, save, workload_label
     from psdlab.sim.plan_report import (PlanContext, best_per_load, build_report, check_slo_met,
-                                        format_plan_report, slo_text, write_plan_outputs)
+                                        format_plan_report, slo_text)
     from psdlab.sim.policy_search import format_policy_report as policy_text
     from psdlab.sim.policy_search import plan_thresholds, policy_agreement
     from psdlab.sim.sim_config import config_from_dict, read_toml
@@ -102,7 +103,7 @@ def plan_command(opts: PlanOptions) -> str:
     # here leaves no file behind
     policy = plan_thresholds(cfg.replace(server_m=max(spec.ms)), spec.modes, spec.ks)
     agreement = None if policy is None else policy_agreement(policy, best_per_load(rows))
-    write_plan_outputs(writers)
+    write_all(writers)
     if opts.as_json:
         return finite_json({"rows": [r.to_csv_row() for r in rows], "csv": csv_path,
                            "png": png_path,

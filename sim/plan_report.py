@@ -15,7 +15,6 @@ appended there (``register_section``).
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -199,22 +198,3 @@ def build_report(ctx: PlanContext) -> list[Section]:
 
 def format_plan_report(sections: Sequence[Section]) -> str:
     return "\n\n".join(f"== {s.title}\n{s.text}" for s in sections)
-
-
-def write_plan_outputs(writers: Mapping[str, Callable[[str], None]]) -> None:
-    """Write every file or none: each writer writes a temporary file beside its path; they
-    are renamed into place only once all succeeded (on any error the temporaries go)."""
-    temps: list[tuple[str, str]] = []
-    try:
-        for path, write in writers.items():
-            tmp = os.path.join(os.path.dirname(path) or ".",
-                               f".{os.path.basename(path)}.{os.getpid()}.tmp")
-            temps.append((tmp, path))
-            write(tmp)
-    except BaseException:
-        for tmp, _ in temps:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-        raise
-    for tmp, path in temps:
-        os.replace(tmp, path)

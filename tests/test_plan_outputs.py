@@ -201,7 +201,7 @@ def test_k_table_schedule_is_valid_for_vllm(table):
 
 
 def test_outputs_are_written_all_or_none(tmp_path):
-    from psdlab.sim.plan_report import write_plan_outputs
+    from psdlab.analysis.atomic_write import write_all
 
     def broken(path):
         with open(path, "w") as fh:
@@ -213,9 +213,9 @@ def test_outputs_are_written_all_or_none(tmp_path):
             fh.write("ok")
 
     with pytest.raises(OSError, match="disk full"):
-        write_plan_outputs({str(tmp_path / "a.csv"): fine, str(tmp_path / "b.png"): broken})
+        write_all({str(tmp_path / "a.csv"): fine, str(tmp_path / "b.png"): broken})
     assert _files(tmp_path) == []
-    write_plan_outputs({str(tmp_path / "a.csv"): fine, str(tmp_path / "b.png"): fine})
+    write_all({str(tmp_path / "a.csv"): fine, str(tmp_path / "b.png"): fine})
     assert _files(tmp_path) == ["a.csv", "b.png"]
 
 

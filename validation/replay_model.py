@@ -43,12 +43,12 @@ overhead).  The cost fits themselves are already unbiased for the mean (``match_
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from psdlab.analysis.atomic_write import write_text
 from psdlab.analysis.contention import C_RANGE, Contention
 from psdlab.analysis.modes import mode_spec
 from psdlab.analysis.trace import Trace
@@ -342,11 +342,7 @@ def store_replay_params(model_path: str, params: ReplayParams) -> None:
     with open(model_path, encoding="utf-8") as fh:
         doc = json.load(fh)
     doc.setdefault("meta", {})["replay"] = params.to_dict()
-    tmp = f"{model_path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, indent=1, allow_nan=False)
-        fh.write("\n")
-    os.replace(tmp, model_path)
+    write_text(model_path, json.dumps(doc, indent=1, allow_nan=False) + "\n")
 
 
 def load_replay_params(model: dict[str, Any]) -> ReplayParams:

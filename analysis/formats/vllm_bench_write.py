@@ -37,10 +37,10 @@ import json
 import math
 import os
 import statistics
-import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from psdlab.analysis.atomic_write import write_text
 from psdlab.analysis.trace import Trace
 
 ENDPOINT = "psdlab-sim"
@@ -184,13 +184,4 @@ def write_bench_result(path: str | os.PathLike[str], doc: Mapping[str, Any]) -> 
     """Write ``doc`` as one JSON object (strict JSON) via a temporary file and a rename."""
     target = os.fspath(path)
     text = json.dumps(dict(doc), allow_nan=False, indent=None)
-    folder = os.path.dirname(os.path.abspath(target))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text + "\n")
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_text(target, text + "\n", make_folders=False)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from psdlab.analysis.atomic_write import write_text
 from psdlab.analysis.modes import Mode
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
@@ -258,9 +259,7 @@ def write_sharegpt(texts: Sequence[str], path: str | Path) -> Path:
                                                   {"from": "gpt", "value": "-"}]}
             for i, t in enumerate(texts)]
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(rows, indent=1) + "\n")
-    tmp.replace(path)
+    write_text(str(path), json.dumps(rows, indent=1) + "\n", make_folders=False)
     return path
 
 

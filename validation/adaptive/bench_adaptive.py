@@ -23,7 +23,6 @@ import dataclasses
 import datetime as dt
 import json
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -31,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from psdlab.analysis.adaptive_policy import AcceptanceTracker, AffineCosts, PolicyConfig
+from psdlab.analysis.atomic_write import write_all
 from psdlab.analysis.trace import Trace
 from psdlab.validation.adaptive.adaptive_results import (AdaptiveBenchResult, AdaptiveCalibration,
                                                          AdaptiveJudgement, AdaptivePrediction,
@@ -191,9 +191,9 @@ def _measure_loads(eng: Any, plan: BenchPlan, configs: dict[str, EngineConfig], 
 def _write_results(result: AdaptiveBenchResult, out_dir: Path) -> AdaptiveBenchResult:
     """The run's figure and results.json; the result with the files it wrote."""
     from psdlab.validation.adaptive.adaptive_report import write_adaptive_figure
-    _atomic(out_dir / "throughput_vs_load.png", lambda p: write_adaptive_figure(result, p))
-    _atomic(out_dir / "results.json", lambda p: Path(p).write_text(
-        json.dumps(result.to_dict(), indent=1, sort_keys=True)))
+    write_all({str(out_dir / "throughput_vs_load.png"): lambda p: write_adaptive_figure(result, p)})
+    write_all({str(out_dir / "results.json"): lambda p: Path(p).write_text(
+        json.dumps(result.to_dict(), indent=1, sort_keys=True))})
     return dataclasses.replace(result, files=(str(out_dir / "results.json"),
                                               str(out_dir / "throughput_vs_load.png")))
 
@@ -280,18 +280,6 @@ def _pooled(r: LoadResult, r2: LoadResult, labels: list[str], fixed: list[str]) 
     return PassPooling(tok_s=mean, adaptive_vs_best=mean["adaptive"] / max(mean[f] for f in fixed),
                        spread={lab: abs(r.configs[lab].tok_s - r2.configs[lab].tok_s) / mean[lab]
                                for lab in labels})
-
-
-def _atomic(path: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=path.suffix)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def format_adaptive_bench_report(result: AdaptiveBenchResult) -> str:

@@ -90,6 +90,7 @@ class BenchFit:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """The ``psdlab.cost-fit`` model file (temp file and rename: nothing half-written)."""
+        from psdlab.analysis.atomic_write import write_all
         from psdlab.sim.costs.fitted import write_fit
         roles = {"target": _role(self.target_cost, self.intervals, "target")}
         if self.drafter_cost is not None:
@@ -97,14 +98,7 @@ class BenchFit:
         meta: dict[str, Any] = {"bench_fit": self.to_dict()}
         if self.acceptance is not None:
             meta["acceptance"] = {"default": "positional", "positional": dict(self.acceptance)}
-        target = os.fspath(path)
-        tmp = f"{target}.tmp-{os.getpid()}"
-        try:
-            write_fit(tmp, roles, meta)
-            os.replace(tmp, target)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        write_all({os.fspath(path): lambda tmp: write_fit(tmp, roles, meta)})
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> BenchFit:
