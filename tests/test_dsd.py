@@ -193,3 +193,46 @@ def test_closed_form_rules_and_limits():
     # the accepted-length part of the hit rate grows with the fan-out to 1
     rates = [geometric_hit_rate(0.8, 4, f) for f in range(1, 6)]
     assert rates == sorted(rates) and rates[-1] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("h", [0.0, 1.0])
+def test_plan_takes_dsd_from_the_registry(tmp_path, h):
+    """`psdlab plan` names dsd beside SD-sep: at h = 0 (pre-drafting within V) its rows are
+    SD-sep's, rate for rate; at h = 1 its step is max(t_pre, V) < t + V, so it sustains more."""
+    import csv
+
+    from psdlab.cli import main
+    cfg = tmp_path / "plan.toml"
+    cfg.write_text(f"""
+[server]
+mode = "dsd"
+dsd_hit_rate = {h}
+dsd_fanout = 1
+[target]
+cost = {{name = "constant", time = 0.02}}
+[drafter]
+cost = {{name = "constant", time = 0.003}}
+[acceptance]
+name = "geometric"
+alpha = 0.8
+[workload]
+name = "poisson"
+rate = 1.0
+output = {{name = "fixed", value = 40}}
+[plan]
+modes = ["sd-sep", "dsd"]
+k = [4]
+m = [4]
+slo = {{ttft_p99 = 1.0}}
+requests = 60
+iterations = 4
+seeds = 1
+""")
+    out = tmp_path / "plan.csv"
+    assert main(["plan", str(cfg), "--csv", str(out), "--no-png"]) == 0
+    rows = {r["mode"]: r for r in csv.DictReader(out.open())}
+    sep, dsd = (float(rows[m]["capacity_req_s"]) for m in ("sd-sep", "dsd"))
+    if h == 0.0:
+        assert dsd == sep and rows["dsd"]["max_rate_req_s"] == rows["sd-sep"]["max_rate_req_s"]
+    else:
+        assert dsd > sep
