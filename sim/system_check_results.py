@@ -10,9 +10,10 @@ import datetime
 import os
 import platform
 import statistics
-import subprocess
 from dataclasses import dataclass
 from typing import Any
+
+from psdlab.analysis.version import git_commit
 
 #: a held-out or judge point within this fraction counts as predicted
 HELD_OUT_WITHIN = 0.15
@@ -33,20 +34,11 @@ class RunStamp:
 
 def stamp() -> RunStamp:
     """Machine, UTC date and git commit (+ dirty) of the working tree."""
-    here = os.path.dirname(os.path.abspath(__file__))
-
-    def git(*args: str) -> str:
-        try:
-            out = subprocess.run(["git", "-C", here, *args], capture_output=True, text=True,
-                                 timeout=10, check=False)
-        except (OSError, subprocess.SubprocessError):
-            return ""
-        return out.stdout.strip()
-    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    git = git_commit(os.path.dirname(os.path.abspath(__file__)))
     return RunStamp(machine=f"{platform.node() or 'unknown'} ({platform.platform()})",
                     date_utc=datetime.datetime.now(datetime.timezone.utc).strftime(
                         "%Y-%m-%d %H:%M UTC"),
-                    commit=commit + (" dirty" if git("status", "--porcelain") else ""),
+                    commit=(git.short or "unknown") + (" dirty" if git.dirty else ""),
                     note="pure simulation: the numbers do not depend on the machine")
 
 

@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-import subprocess
 from typing import Any, Mapping, Sequence
+
+from psdlab.analysis.version import git_commit
 
 #: CPU flags worth recording (torch's CPU kernels dispatch on them)
 FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16",
@@ -66,21 +67,11 @@ def machine_info(load_before: Sequence[float] | None = None) -> dict[str, Any]:
 
 def git_info(path: str | None = None) -> dict[str, Any]:
     """Commit of the package's checkout and whether the tree has uncommitted changes."""
-    root = path or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-    def git(*args: str) -> str | None:
-        try:
-            out = subprocess.run(["git", "-C", root, *args], capture_output=True, text=True,
-                                 timeout=10)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return out.stdout.strip() if out.returncode == 0 else None
-
-    commit = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no")
-    return {"commit": commit, "short": commit[:7] if commit else None,
-            "tree": None if status is None else
-            ("uncommitted changes on top of HEAD" if status else "clean")}
+    git = git_commit(path or os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                     untracked=False)
+    return {"commit": git.full, "short": git.full[:7] if git.full else None,
+            "tree": None if git.dirty is None else
+            ("uncommitted changes on top of HEAD" if git.dirty else "clean")}
 
 
 def in_flight(mode: str, m: int) -> int:

@@ -8,12 +8,12 @@ import dataclasses
 import datetime
 import os
 import platform
-import subprocess
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from psdlab.analysis.json_out import finite_json
 from psdlab.analysis.checks import check_int
+from psdlab.analysis.version import git_commit
 
 from .base import make_cost_model
 from .gpu import GpuCost, engine_presets
@@ -215,16 +215,8 @@ def format_cost_check_report(report: CostCheckReport) -> str:
 
 
 def _commit() -> str:
-    here = os.path.dirname(os.path.abspath(__file__))
-    try:
-        out = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"],
-                             capture_output=True, text=True, timeout=10, check=False)
-        dirty = subprocess.run(["git", "-C", here, "status", "--porcelain", "--", "."],
-                               capture_output=True, text=True, timeout=10, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    commit = out.stdout.strip() or "unknown"
-    return commit + (" (sim/costs modified)" if dirty.stdout.strip() else "")
+    git = git_commit(os.path.dirname(os.path.abspath(__file__)), only=".")
+    return (git.short or "unknown") + (" (sim/costs modified)" if git.dirty else "")
 
 
 def write_cost_check_report(report: CostCheckReport, path: str) -> str:
