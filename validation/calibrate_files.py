@@ -25,8 +25,8 @@ from psdlab.analysis.formats.detect import FORMATS
 from psdlab.analysis.formats.parsing import SNIFF_BYTES
 from psdlab.analysis.trace import Trace, TraceFormatError, trace_from_lines
 from psdlab.validation.serving_results.replay import BENCH_FORMATS
-from psdlab.validation.importers.minedraft import (convert_line, looks_like_minedraft,
-                                                   parse_filename)
+from psdlab.validation.importers import first_record_format
+from psdlab.validation.importers.minedraft import convert_line, parse_filename
 
 
 @dataclass(frozen=True)
@@ -66,10 +66,6 @@ def _json_lines(name: str, data: bytes) -> Iterator[tuple[int, Any]]:
                                    f"may be truncated or corrupt") from None
 
 
-def _is_psdlab(obj: Any) -> bool:
-    return isinstance(obj, dict) and obj.get("type") in ("run", "step", "request")
-
-
 def _minedraft(name: str, lines: list[tuple[int, Any]]) -> list[Trace]:
     """Every benchmark run of a MineDraft file (``importers.minedraft.read_minedraft``: the
     warm-up runs its name counts left out)."""
@@ -87,18 +83,13 @@ def _psdlab(name: str, data: bytes) -> Trace:
 
 def traces_of(name: str, data: bytes) -> list[Trace]:
     """The traces in one file's bytes: one for a psdlab trace, one per benchmark run for
-    MineDraft (told apart by the first record, as ``validation.importers.trace_file_format``)."""
+    MineDraft (told apart by the first record, ``validation.importers.first_record_format``)."""
     lines = _json_lines(name, data)
-    try:
-        lineno, first = next(lines)
-    except StopIteration:
-        raise TraceFormatError(f"{name}: empty file (no records)") from None
-    if _is_psdlab(first):
+    first = next(lines, None)
+    if first_record_format(name, first) == "psdlab":
         return [_psdlab(name, data)]
-    if looks_like_minedraft(first):
-        return _minedraft(name, [(lineno, first), *lines])
-    raise TraceFormatError(f"{name}:{lineno}: neither a psdlab trace (first record "
-                           f"'type': 'run') nor a MineDraft trace ('traces': [...])")
+    assert first is not None                # first_record_format raised on an empty file
+    return _minedraft(name, [first, *lines])
 
 
 def read_inputs(paths: Sequence[str | os.PathLike]) -> CalibrationInputs:
