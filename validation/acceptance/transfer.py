@@ -302,9 +302,15 @@ def problem(design: Design, cells: Cells, by_prompt: bool) -> Problem:
 
 _NODES = np.sqrt(2.0) * _GH_X
 _LOG_W = np.log(_GH_W / np.sqrt(np.pi))
-_MOMENTS = np.vstack([np.ones(_NODES.size), _NODES])
 #: exp(z) is taken of min(z, _CAP) (above, log1p(exp(z)) = z to double precision)
 _CAP = 600.0
+
+
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    """a . b without BLAS: a threaded BLAS call leaves its threads spinning on the cores the
+    rest of the fit (and other jobs) need, which made a fit several times slower on 2 shared
+    cores (measured); these products are memory-bound anyway."""
+    return float(np.einsum("i,i->", a, b))
 
 
 def _eta(beta: np.ndarray, pb: Problem) -> np.ndarray:
@@ -320,7 +326,7 @@ def _scatter(r: np.ndarray, pb: Problem) -> np.ndarray:
     parts = [by_level[:pb.ns] + by_level[pb.ns] / pb.ns,
              np.bincount(pb.draft, weights=r, minlength=pb.npos + 1)[:pb.npos]]
     if pb.output:
-        parts.append(np.array([r @ pb.log_out]))
+        parts.append(np.array([_dot(r, pb.log_out)]))
     return np.concatenate(parts)
 
 
@@ -332,13 +338,13 @@ def objective(theta: np.ndarray, pb: Problem, request: bool, growth: bool = Fals
     nb = pb.width
     beta = theta[:nb]
     eta = _eta(beta, pb)
-    pen = ridge * float(beta @ beta)
+    pen = ridge * _dot(beta, beta)
     if eta.size == 0:
         return pen, np.concatenate([2 * ridge * beta, np.zeros(theta.size - nb)])
     if not request:
         soft = np.logaddexp(0.0, eta)
         r = pb.sy - pb.sw * np.exp(eta - soft)
-        return (-float(pb.sy @ eta - pb.sw @ soft) + pen,
+        return (-(_dot(pb.sy, eta) - _dot(pb.sw, soft)) + pen,
                 -_scatter(r, pb) + 2 * ridge * beta)
     sigma = float(np.exp(theta[nb]))
     at = pb.spread_at.astype(np.int64)
@@ -366,12 +372,12 @@ def objective(theta: np.ndarray, pb: Problem, request: bool, growth: bool = Fals
     np.add(e, 1.0, out=work)
     np.divide(e, work, out=e)                                              # sigmoid(z)
     e *= np.take(post, pb.group, axis=1, out=work)
-    q0, q1 = _MOMENTS @ e               # the posterior-weighted sums over nodes, per cell
+    q0, q1 = e.sum(axis=0), np.einsum("j,jc->c", _NODES, e)   # posterior-weighted sums
     r = pb.sy - pb.sw * q0              # d log-likelihood / d eta per cell
-    wn = (pb.sy * (_NODES @ post)[pb.group] - pb.sw * q1) * scale
+    wn = (pb.sy * np.einsum("j,jr->r", _NODES, post)[pb.group] - pb.sw * q1) * scale
     extra = [-float(wn.sum())]
     if growth:
-        extra.append(-float(wn @ pb.spread_at))
+        extra.append(-_dot(wn, pb.spread_at))
     grad = np.concatenate([-_scatter(r, pb) + 2 * ridge * beta, extra])
     return -float(lse.sum()) + pen, grad
 
@@ -419,7 +425,7 @@ def _start(design: Design, model: FittedModel) -> np.ndarray:
     if design.output:
         parts.append([b[-1]])
     if design.request:
-        parts.append([np.log(max(model.sigma, 1e-3))])
+        parts.append([np.log(max(model.sigma, _SIGMA_START))])
     if design.growth:
         parts.append([model.growth])
     return np.concatenate(parts)
@@ -442,11 +448,11 @@ class Coordinates:
     def of(cls, flat: Problem, size: int, p0: float) -> "Coordinates":
         """The coordinates of ``flat`` (pooled either way: only its sums count)."""
         nb = flat.width
-        m = float(flat.sw @ flat.log_out / max(flat.sw.sum(), 1e-300)) if flat.output else 0.0
+        m = float(_dot(flat.sw, flat.log_out) / max(flat.sw.sum(), 1e-300)) if flat.output else 0.0
         info = np.concatenate([
             np.bincount(flat.level, weights=flat.sw, minlength=flat.ns + 1)[:flat.ns],
             np.bincount(flat.draft, weights=flat.sw, minlength=flat.npos + 1)[:flat.npos],
-            [flat.sw @ (flat.log_out - m) ** 2] if flat.output else []])
+            [_dot(flat.sw, (flat.log_out - m) ** 2)] if flat.output else []])
         scale = np.ones(size)
         scale[:nb] = np.sqrt(info * p0 * (1 - p0) + 2 * _RIDGE)
         return cls(flat.ns, nb, flat.output, m, scale)
@@ -471,6 +477,11 @@ class Coordinates:
         return g / self.scale[:g.size]
 
 
+#: the least sigma a stage starts from: at sigma's lower bound the likelihood is flat in sigma
+#: and g (a saddle an optimizer started there does not leave), so a fold started from an
+#: all-prompt fit at the bound, or the growth stage from a request stage there, starts
+#: here and goes back down when the bound is the optimum
+_SIGMA_START = 0.1
 #: L-BFGS-B's stopping rules: relative change of the objective, largest projected gradient
 #: (in ``Coordinates``)
 _OPTIONS = {"ftol": 1e-12, "gtol": 1e-8, "maxiter": 5000}
@@ -516,6 +527,7 @@ def fit_cells(cand: Candidate, cells: Cells, start: FittedModel | None = None
             theta = _minimize(np.concatenate([theta, [np.log(0.5)]]), coords, per, True,
                               False, bounds)
             if design.growth:
+                theta[nb] = max(theta[nb], np.log(_SIGMA_START))
                 theta = _minimize(np.concatenate([theta, [0.0]]), coords, per, True, True,
                                   bounds)
     sigma = float(np.exp(theta[nb])) if design.request else 0.0
