@@ -9,6 +9,7 @@ import argparse
 def add_worker_args(p: argparse.ArgumentParser) -> None:
     """Where and how the two workers run (`psdlab run`, `psdlab bench-runtime`)."""
     from psdlab.runtime.devices import COMPILE_MODES
+    from psdlab.runtime.pass_modes import PASSES
 
     p.add_argument("--drafter-core", type=int, default=0)
     p.add_argument("--target-core", type=int, default=1)
@@ -24,9 +25,11 @@ def add_worker_args(p: argparse.ArgumentParser) -> None:
                    help="run each pass's layers through torch.compile (reduce-overhead: CUDA "
                         "graphs on GPU; eager: dynamo tracing only); with --passes graphs, "
                         "default puts each static pass through inductor before capture")
-    p.add_argument("--passes", choices=("auto", "dynamic", "static", "graphs"), default="auto",
-                   help="auto: CUDA graphs of static passes on a GPU, eager dynamic passes on "
-                        "CPU; static: the graph-safe passes run eagerly (docs/cuda.md)")
+    p.add_argument("--passes", choices=PASSES, default="auto",
+                   help="auto: fused-k on a GPU (static passes compiled once per pass kind, a "
+                        "CUDA graph per bucket, the drafter's k passes in one graph), eager "
+                        "dynamic passes on CPU; static: the graph-safe passes run eagerly; "
+                        "graphs: CUDA graphs without compiling (docs/cuda.md)")
     p.add_argument("--batch-invariant", action="store_true",
                    help="every target pass one shape, so bf16 greedy output equals AR's "
                         "(needs static passes or graphs)")

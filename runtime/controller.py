@@ -60,7 +60,7 @@ class EngineConfig:
     drafter_dtype: str | None = None    # default: what the drafter directory asks for, else dtype
     controlled_alpha: float | None = None
     compile: str = "off"                # torch.compile of the passes (runtime.runner)
-    passes: str = "auto"                # dynamic | static | graphs | auto (graphs on CUDA)
+    passes: str = "auto"                # runtime.pass_modes.PASSES (auto: fused-k on CUDA)
     batch_invariant: bool = False       # static passes: every target pass one shape (m slots
                                         # x k + 1 tokens x max_len keys), so bf16 greedy output
                                         # equals AR's token for token (docs/cuda.md)
@@ -90,8 +90,8 @@ class EngineConfig:
         check_choice("passes", self.passes, PASSES)
         if self.batch_invariant and resolve_passes(
                 self.passes, self.device.split(":")[0], self.compile) == "dynamic":
-            raise ValueError(f"batch_invariant: needs static passes (passes static or graphs; "
-                             f"auto is graphs on CUDA only), got passes {self.passes} on "
+            raise ValueError(f"batch_invariant: needs static passes (passes static, graphs or "
+                             f"fused; auto is fused-k on CUDA only), got passes {self.passes} on "
                              f"{self.device}")
         check_choice("dtype", self.dtype, ("float32", "float16", "bfloat16"))
         if self.drafter_dtype is not None:
@@ -161,7 +161,7 @@ class Engine:
                 preferred_dtype(drafter.path) or cfg.dtype, d_device)
             specs.append(WorkerSpec("drafter", replace(base, spec=drafter, seed=cfg.seed + 1,
                                                        device=d_device, dtype=self.drafter_dtype,
-                                                       uniform=False,
+                                                       uniform=False, draft_k=cfg.k,
                                                        static_widths=((1, True),
                                                                       (cfg.k + 1, True))),
                                     d_label, core=d_core, stream=streams, spin_s=spin))

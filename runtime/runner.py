@@ -26,6 +26,7 @@ import torch
 from psdlab.analysis.chunking import Chunking
 from psdlab.runtime.devices import COMPILE_MODES
 from psdlab.runtime.model import host_to_device
+from psdlab.runtime.pass_modes import CUDA_DEFAULT_PASSES, PASS_MODES, PASSES
 from psdlab.runtime.static_pass import span_buckets
 
 if TYPE_CHECKING:
@@ -88,35 +89,47 @@ class RunnerConfig:
                                 # "eager" (dynamo tracing only: what CPU tests can afford)
     pack_weights: bool = True   # CPU, compile off: linear weights in oneDNN's packed layout
                                 # (`runtime.cpu_linear`); False: plain nn.Linear
-    passes: str = "auto"        # "dynamic" (host-planned shapes, eager), "static" (bucketed
-                                # static passes, eager), "graphs" (static passes captured as
-                                # CUDA graphs at start); "auto": graphs on CUDA (compile off
-                                # or default), else dynamic (`resolve_passes`)
+    passes: str = "auto"        # a `runtime.pass_modes.PASS_MODES` name: "dynamic"
+                                # (host-planned shapes, eager), "static" (bucketed static
+                                # passes, eager), "graphs" (captured as CUDA graphs at start),
+                                # "fused" (compiled once per pass kind, then graphs on CUDA),
+                                # "-k": the drafter's k passes in one graph; "auto": fused-k on
+                                # CUDA (graphs with compile default), else dynamic
+                                # (`resolve_passes`)
     static_widths: tuple[tuple[int, bool], ...] = ((1, False),)   # (tokens per row,
                                 # only_last) of the static passes: the controller sets them
                                 # per role (target: 1 and k + 1; drafter: 1 and k + 1, last only)
     uniform: bool = False       # static passes: every pass one shape (batch-invariant numerics)
-
-
-PASSES = ("auto", "dynamic", "static", "graphs")
+    draft_k: int = 0            # the drafter's k (the controller sets it): with a "-k" pass
+                                # mode, a greedy drafting phase of k proposals is one callable
 
 
 def resolve_passes(passes: str, device_type: str, compile_mode: str) -> str:
-    """``auto``: CUDA graphs on CUDA (with ``--compile default``, of inductor-compiled static
-    passes), dynamic on CPU; graphs need CUDA, and reduce-overhead makes graphs of its own
-    (one-line errors)."""
+    """``auto``: on CUDA the fused passes with the drafter's k passes in one graph
+    (`pass_modes.CUDA_DEFAULT_PASSES`; with ``--compile default``, graphs of passes compiled
+    per shape, as asked), dynamic on CPU; graphs need CUDA, and reduce-overhead makes graphs
+    of its own (one-line errors)."""
     if passes not in PASSES:
         raise ValueError(f"passes: must be one of {', '.join(PASSES)}, got {passes!r}")
     if passes == "auto":
-        return ("graphs" if device_type == "cuda" and compile_mode in ("off", "default")
-                else "dynamic")
-    if passes == "graphs" and device_type != "cuda":
-        raise ValueError(f"passes: graphs need a CUDA device, got {device_type}")
-    if passes != "dynamic" and compile_mode == "reduce-overhead":
+        if device_type != "cuda" or compile_mode not in ("off", "default"):
+            return "dynamic"
+        return CUDA_DEFAULT_PASSES if compile_mode == "off" else "graphs"
+    if PASS_MODES[passes].needs_cuda and device_type != "cuda":
+        raise ValueError(f"passes: {passes} need a CUDA device, got {device_type}")
+    if PASS_MODES[passes].static and compile_mode == "reduce-overhead":
         raise ValueError(f"passes: {passes} makes its own CUDA graphs; --compile "
                          f"reduce-overhead would make others (use default: inductor's fused "
                          f"kernels inside psdlab's graphs)")
     return passes
+
+
+def fused_backend(fused: bool, compile_mode: str) -> str | None:
+    """The torch.compile backend of fused passes: inductor (its fused kernels), or dynamo's
+    tracing alone with ``--compile eager``; None when the mode is not fused."""
+    if not fused:
+        return None
+    return "eager" if compile_mode == "eager" else "inductor"
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -142,18 +155,20 @@ class ModelRunner:
         self.model, self.model_cfg = cfg.spec.load(self.device, dtype)
         self.model.eval()
         self.packed_linears = 0
-        if self.device.type == "cpu" and cfg.compile == "off" and cfg.pack_weights:
+        self.passes = resolve_passes(cfg.passes, self.device.type, cfg.compile)
+        mode = PASS_MODES[self.passes]
+        if (self.device.type == "cpu" and cfg.compile == "off" and cfg.pack_weights
+                and not mode.fused):                # the compiler traces plain nn.Linear
             from psdlab.runtime.cpu_linear import pack_linears
             self.packed_linears = pack_linears(self.model)
-        self.passes = resolve_passes(cfg.passes, self.device.type, cfg.compile)
         if hasattr(self.model, "make_cache"):
-            if self.passes != "dynamic":
+            if mode.static:
                 raise ValueError("passes: static passes need psdlab's own model; use dynamic")
             self.cache = self.model.make_cache(cfg.max_slots, cfg.max_len, self.device, dtype)
         else:
             from psdlab.runtime.kv_cache import KVCache
             self.cache = KVCache(self.model_cfg, cfg.max_slots, cfg.max_len, self.device, dtype,
-                                 scratch=self.passes != "dynamic")
+                                 scratch=mode.static)
         self.vocab_size = int(self.model_cfg.vocab_size)
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(int(cfg.seed))
@@ -162,19 +177,22 @@ class ModelRunner:
         # MKL's slow row counts; packed (oneDNN) products have none
         self.pad_slow_gemm = (self.device.type == "cpu" and dtype == torch.float32
                               and not self.packed_linears)
-        if cfg.compile != "off" and self.passes == "dynamic":
+        if cfg.compile != "off" and not mode.static:
             self._compile(cfg.compile)
         self.static: Any = None
         #: unseen tokens a drafting pass takes at once (the rest is caught up first)
         self.draft_tail = RAGGED_TAIL
-        if self.passes != "dynamic":
+        if mode.static:
             self.draft_tail = max(w for w, _last in cfg.static_widths)
             from psdlab.runtime.pass_graphs import (PassPlan, StaticPasses, capture_cuda,
                                                     capture_eager)
-            capture = capture_cuda() if self.passes == "graphs" else capture_eager
+            capture = (capture_cuda() if mode.graphs and self.device.type == "cuda"
+                       else capture_eager)
             self.static = StaticPasses(self.model, self.cache,
                                        PassPlan(cfg.static_widths, cfg.max_slots, cfg.uniform,
-                                                cfg.compile),
+                                                cfg.compile, fused=fused_backend(
+                                                    mode.fused, cfg.compile),
+                                                draft_k=cfg.draft_k if mode.draft_loop else 0),
                                        capture)
             self._warm_prefill()
 
@@ -298,6 +316,9 @@ class ModelRunner:
         # the unseen tokens (the bonus token, plus the last draft when all were accepted) go in
         # one batched ragged pass; only long rows (a rebuilt cache) are fed ahead slot by slot
         tails = self._catch_up(slots, rows, leave=self.draft_tail)
+        looped = self._draft_loop(slots, tails, ks)
+        if looped is not None:
+            return looped
         logits = self._forward(slots, tails, only_last=True)[:, 0, :]
         B, kmax = len(slots), max(ks)
         picks = torch.zeros((B, kmax), dtype=torch.long, device=self.device)
@@ -325,6 +346,23 @@ class ModelRunner:
         if probs_out is not None and self.cfg.host_outputs:
             return out, probs_out.cpu().numpy()
         return out, probs_out
+
+    def _draft_loop(self, slots: Sequence[int], tails: list[list[int]], ks: Sequence[int]
+                    ) -> tuple[list[list[int]], None] | None:
+        """A greedy drafting phase of one k for every row as one replay of the k-pass
+        callable (`StaticPasses.draft`); None where there is none (sampling, rows of other
+        k, no shape that fits): the caller runs the k passes one by one."""
+        k = ks[0] if ks else 0
+        if (self.static is None or not self.greedy or not self.static.loops
+                or any(x != k for x in ks) or k != self.cfg.draft_k):
+            return None
+        self.model.check_host_rows(self.cache, list(slots), tails)
+        self.cache.check_append(list(slots), [len(t) + k - 1 for t in tails])
+        done = self.static.draft(list(slots), tails, k)
+        if done is None:
+            return None
+        host = done[0].tolist()                 # the one device read, after the k passes
+        return [[int(x) for x in row] for row in host], None
 
     def verify(self, slots: Sequence[int], keep: Sequence[int], rows: Sequence[Sequence[int]],
                drafts: Sequence[Sequence[int]], draft_probs: np.ndarray | torch.Tensor | None

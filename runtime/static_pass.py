@@ -104,18 +104,32 @@ def static_forward(model: Transformer, cache: KVCache, inp: PassInputs) -> torch
     """The pass itself (device ops only): logits [Bp, T, V] ([Bp, 1, V] at each row's last
     token with ``only_last``).  Writes the real tokens' K/V into their slots, the rest into
     the scratch slot, and the rows' new lengths into ``cache.lengths``."""
-    shape = inp.shape
-    dev = inp.buf.device
-    b, t, span = shape.rows, shape.tokens, shape.span
+    keys = torch.arange(inp.shape.span, device=inp.buf.device)
+    return pass_body(model, cache, inp.tokens, inp.slots, inp.start, inp.num, keys,
+                     inp.shape.only_last)
+
+
+def pass_body(model: Transformer, cache: KVCache, tokens: torch.Tensor, slots: torch.Tensor,
+              start: torch.Tensor, num: torch.Tensor, keys: torch.Tensor,
+              only_last: bool, gather_span: bool = False) -> torch.Tensor:
+    """`static_forward` on tensors alone: tokens [Bp, T], per row its slot, start length and
+    token count [Bp], and the key places ``keys`` = arange(span).  Every size comes from a
+    tensor's shape, so a compiler may keep Bp and the span symbolic (`runtime.fused_passes`).
+    ``gather_span``: read each row's keys with one gather at (slot, head, ``keys``) instead of
+    a slice of the span then a gather of the slots (the same values; a slice is a view whose
+    strides differ when the span is the cache's whole length, which a compiler would guard
+    on and compile again)."""
+    dev = tokens.device
+    b, t = tokens.shape
+    span = keys.shape[0]
     steps = torch.arange(t, device=dev)
-    pos = inp.start[:, None] + steps                                # [Bp, T]
-    valid = steps[None] < inp.num[:, None]                          # [Bp, T]
+    pos = start[:, None] + steps                                    # [Bp, T]
+    valid = steps[None] < num[:, None]                              # [Bp, T]
     scratch = cache.scratch_slot
-    w_slot = torch.where(valid, inp.slots[:, None], scratch).reshape(-1)
+    w_slot = torch.where(valid, slots[:, None], scratch).reshape(-1)
     w_pos = torch.where(valid, pos, steps[None]).reshape(-1)       # scratch: columns 0..T-1
-    r_slot = torch.where(inp.num > 0, inp.slots, scratch)
-    new_len = inp.start + inp.num
-    keys = torch.arange(span, device=dev)
+    r_slot = torch.where(num > 0, slots, scratch)
+    new_len = start + num
     mask = (((keys <= pos[:, :, None]) & (keys < new_len[:, None, None])) | (keys == 0))
     heads = torch.arange(cache.cfg.num_kv_heads, device=dev)
 
@@ -126,13 +140,17 @@ def static_forward(model: Transformer, cache: KVCache, inp: PassInputs) -> torch
         vn = v.transpose(1, 2).reshape(b * t, -1, v.shape[-1]).to(vc.dtype)
         kc.index_put_((w_slot[:, None], heads[None], w_pos[:, None]), kn)
         vc.index_put_((w_slot[:, None], heads[None], w_pos[:, None]), vn)
-        keys_ = kc[:, :, :span].index_select(0, r_slot)
-        values = vc[:, :, :span].index_select(0, r_slot)
+        if gather_span:
+            where = (r_slot[:, None, None], heads[None, :, None], keys[None, None, :])
+            keys_, values = kc[where], vc[where]
+        else:
+            keys_ = kc[:, :, :span].index_select(0, r_slot)
+            values = vc[:, :, :span].index_select(0, r_slot)
         return keys_.to(k.dtype), values.to(v.dtype)
 
-    x = model._run(torch.where(valid, inp.tokens, 0), pos, mask[:, None], hook)
-    cache.lengths.index_copy_(0, r_slot, torch.where(inp.num > 0, new_len, 0))
-    if shape.only_last:
-        last = (inp.num - 1).clamp(min=0)
+    x = model._run(torch.where(valid, tokens, 0), pos, mask[:, None], hook)
+    cache.lengths.index_copy_(0, r_slot, torch.where(num > 0, new_len, 0))
+    if only_last:
+        last = (num - 1).clamp(min=0)
         x = x[torch.arange(b, device=dev), last][:, None]
     return model._head(x)

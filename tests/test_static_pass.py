@@ -165,7 +165,7 @@ def test_uniform_plan_has_one_shape_per_width():
 def test_passes_option_is_checked():
     from psdlab.runtime.runner import resolve_passes
     assert resolve_passes("auto", "cpu", "off") == "dynamic"
-    assert resolve_passes("auto", "cuda", "off") == "graphs"
+    assert resolve_passes("auto", "cuda", "off") == "fused-k"     # tests/test_fused_passes.py
     assert resolve_passes("auto", "cuda", "default") == "graphs"
     assert resolve_passes("auto", "cuda", "reduce-overhead") == "dynamic"
     with pytest.raises(ValueError, match="passes: static makes its own CUDA graphs"):

@@ -7,6 +7,7 @@ import argparse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from psdlab.runtime.pass_modes import PASSES
     p = subparsers.add_parser(
         "bench-gpu", help="passes, AR / SD-sep / PSD runs, the simulator and the lossless "
                           "rule on a GPU",
@@ -33,7 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--controlled-alpha", default=None,
                    help="acceptance per position (default 0.7 for random models; none: the "
                         "drafter's own)")
-    p.add_argument("--passes", default=None, choices=("auto", "dynamic", "static", "graphs"))
+    p.add_argument("--passes", default=None, choices=PASSES,
+                   help="psdlab's passes in every section (default auto: fused-k on a GPU)")
     p.add_argument("--no-batch-invariant", dest="batch_invariant", action="store_false",
                    default=None,
                    help="run the target's passes at their own shapes (bf16 may then depart "
