@@ -23,7 +23,7 @@ def test_bad_arguments_name_the_field(capsys, extra, field):
 
 
 def test_bf16_spacing():
-    from psdlab.validation.gpu.bench_gpu import bf16_spacing
+    from psdlab.validation.gpu.lossless import bf16_spacing
     assert bf16_spacing(1.0) == 2 ** -7 and bf16_spacing(3.4) == 2 ** -6
     assert bf16_spacing(-5.0) == 2 ** -5
 
@@ -46,7 +46,7 @@ class _Logits:
     ([3.40625, 3.390625, 3.90625, 0.0], False)])  # both far below a third token
 def test_the_rule_accepts_near_ties_only(logits, accepted):
     pytest.importorskip("torch")
-    from psdlab.validation.gpu.bench_gpu import divergences
+    from psdlab.validation.gpu.lossless import divergences
     got = divergences(_Logits(logits), [[3, 3]], [[2, 0, 1]], [[2, 1, 0]], "cpu")
     assert len(got) == 1 and got[0].position == 1
     assert (got[0].ar_token, got[0].token) == (0, 1)

@@ -12,7 +12,8 @@ from pathlib import Path
 from psdlab.analysis.trace import write_trace
 from psdlab.cli import main
 from psdlab.validation.acceptance.pool import POOL_FILE, write_pool
-from psdlab.validation.demo.measurement_plan import Measured, RunSpec
+from psdlab.validation.demo.measurement_plan import Measured
+from psdlab.validation.demo.run_order import RunSpec
 from psdlab.validation.demo.run_demo import calibrate_runs
 from test_calibrate import make_trace
 

@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 
 from psdlab.cli import main
-from psdlab.validation.demo.measurement_plan import MeasurementPlan, RunSpec, default_plan
+from psdlab.validation.demo.measurement_plan import MeasurementPlan, default_plan
+from psdlab.validation.demo.run_order import RunSpec
 
 
 def test_default_plan_holds_out_other_prompts_k_and_arrivals():
@@ -96,7 +97,7 @@ def test_default_plan_runs_held_out_configs_more_often():
 
 
 def test_spread_rounds_are_even_and_include_both_ends():
-    from psdlab.validation.demo.measurement_plan import spread_rounds
+    from psdlab.validation.demo.run_order import spread_rounds
     assert spread_rounds(2, 3) == {0, 2} and spread_rounds(3, 3) == {0, 1, 2}
     assert spread_rounds(1, 4) == {0} and spread_rounds(3, 5) == {0, 2, 4}
     assert spread_rounds(5, 3) == {0, 1, 2}

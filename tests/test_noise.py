@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from psdlab.validation.compare import Row
-from psdlab.validation.noise import (NoiseModel, break_chance, class_cvs, inside_both,
-                                    median_correlation, median_se, metric_cvs,
-                                    pair_correlations, pooled_cv, ratio_cvs, row_noise,
-                                    calibration_se)
+from psdlab.validation.noise import (NoiseModel, calibration_se, class_cvs, median_correlation,
+                                    median_se, metric_cvs, pair_correlations, pooled_cv,
+                                    ratio_cvs, row_noise)
+from psdlab.validation.noise_chance import break_chance, inside_both
 
 
 def test_median_se_of_small_samples():

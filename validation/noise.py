@@ -62,7 +62,6 @@ import numpy as np
 from psdlab.analysis.checks import check_int
 from psdlab.analysis.metrics import summarize
 from psdlab.validation.noise_chance import break_chance
-from psdlab.validation.noise_chance import inside_both as inside_both
 
 #: var(median of 3) / var(one) for normal noise
 _MEDIAN3 = 0.4487

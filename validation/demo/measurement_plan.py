@@ -62,12 +62,7 @@ from psdlab.analysis.trace import Trace
 from psdlab.validation.context_slopes import write_probe
 from psdlab.validation.corun_file import write_corun
 from psdlab.validation.demo.prompt_sides import PROMPT_SIDES, prompt_windows, side_prompts, window
-from psdlab.validation.demo.run_order import ROLES as ROLES
-from psdlab.validation.demo.run_order import RUN_MODES as RUN_MODES
-from psdlab.validation.demo.run_order import RunSpec as RunSpec
-from psdlab.validation.demo.run_order import block_of, repeat_fits
-from psdlab.validation.demo.run_order import repeated_order as repeated_order
-from psdlab.validation.demo.run_order import spread_rounds as spread_rounds
+from psdlab.validation.demo.run_order import RunSpec, block_of, repeat_fits, repeated_order
 
 @dataclass(frozen=True)
 class MeasurementPlan:

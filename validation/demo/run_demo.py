@@ -327,7 +327,7 @@ def reanalyse(trace_dir: str, out_dir: str, *, seeds: Sequence[int] = SEEDS,
               quiet: bool = True, diagnostics: bool = False) -> DemoResult:
     """Steps 3-5 again on the traces a demo wrote (``TRACE_DIR/*.jsonl``, run order = the
     order the runs were made, read from each trace's run record), into ``out_dir``."""
-    from psdlab.validation.demo.measurement_plan import RunSpec
+    from psdlab.validation.demo.run_order import RunSpec
     paths = sorted(os.path.join(trace_dir, f) for f in os.listdir(trace_dir)
                    if f.endswith(".jsonl"))
     measured = []

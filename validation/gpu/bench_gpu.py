@@ -32,9 +32,6 @@ from typing import TYPE_CHECKING, Any, Mapping
 from psdlab.validation.gpu.gpu_results import (SECTIONS, GpuBenchConfig, GpuBenchSummary,
                                                GpuSections, InvariantCheck, PhaseSpread,
                                                RunFigure)
-from psdlab.validation.gpu.lossless import MARGIN_ULPS as MARGIN_ULPS
-from psdlab.validation.gpu.lossless import bf16_spacing as bf16_spacing
-from psdlab.validation.gpu.lossless import divergences as divergences
 from psdlab.validation.gpu.lossless import lossless
 from psdlab.validation.gpu.passes import PassTable, pass_table, static_passes
 
