@@ -139,23 +139,34 @@ def _core(config: SimConfig, inp: Inputs) -> tuple[Core, int, dict[str, Any]]:
                 jitter=inp.jitter, cap_proposals=srv.cap_proposals and srv.spec.drafting,
                 first_token_at_step_end=srv.first_token == "step",
                 step_host=inp.step_host(srv.mode, config.target.device),
-                **_decoupled(config, inp, traj.ctx.size))
+                **_decoupled(config, inp, traj))
     extra = {"policy": srv.policy, "cap_proposals": srv.cap_proposals,
              "k_choices": list(srv.k_choices), "kv_blocks": srv.kv_blocks,
              "block_size": srv.block_size}
     if srv.spec.step.has("predraft"):
-        extra["dsd"] = {"hit_rate": srv.dsd_hit_rate, "fanout": srv.dsd_fanout}
+        extra["dsd"] = {"hit_rate": srv.dsd_hit_rate, "fanout": srv.dsd_fanout,
+                        "hits": srv.dsd_hits}
     return core, int(karr.max()) if n else 0, extra
 
 
-def _decoupled(config: SimConfig, inp: Inputs, total: int) -> dict[str, Any]:
-    """Decoupled drafting (a step with a ``predraft`` phase): each verification's hit, drawn
-    with probability ``server.dsd_hit_rate`` per request and verification (flat trajectory
-    index), and the fan-out; nothing for the other modes."""
+def _decoupled(config: SimConfig, inp: Inputs, traj: Any) -> dict[str, Any]:
+    """Decoupled drafting (a step with a ``predraft`` phase): each verification's hit (per
+    request and verification: its flat trajectory index) and the fan-out F; nothing for the
+    other modes.  ``server.dsd_hits = "rate"``: a hit with probability ``dsd_hit_rate``;
+    "accepted-length": the accepted count among the F most frequent of the run's pre-sampled
+    counts (ties: the longer) and a draw of probability ``dsd_hit_rate`` (the bonus token)."""
     srv = config.server
     if not srv.spec.step.has("predraft"):
         return {}
-    hits = np.random.default_rng(inp.s_hit).random(total) < srv.dsd_hit_rate
+    hits = np.random.default_rng(inp.s_hit).random(traj.ctx.size) < srv.dsd_hit_rate
+    if srv.dsd_hits == "accepted-length":
+        n = traj.nsteps
+        first = np.repeat(traj.off, n)
+        flat = first + np.arange(first.size) - np.repeat(np.cumsum(n) - n, n)
+        acc = traj.acc.astype(np.int64)
+        counts = np.bincount(acc[flat], minlength=1)
+        likeliest = np.lexsort((-np.arange(counts.size), -counts))[:srv.dsd_fanout]
+        hits &= np.isin(acc, likeliest)[:hits.size]
     return {"hits": hits, "fanout": srv.dsd_fanout}
 
 

@@ -13,7 +13,7 @@ Layout of a config file (see ``sim/configs/*.toml``)::
     seed = 0
     requests = 200
     [server]      mode, k, k_choices, m, policy, kv_blocks, block_size, max_interval_steps,
-                  dsd_hit_rate, dsd_fanout (mode = "dsd"),
+                  dsd_hit_rate, dsd_fanout, dsd_hits (mode = "dsd"; docs/dsd.md),
                   cap_proposals (as psdlab's runtime: a sequence proposes min(k, tokens it
                   still needs - 1) and the verification computes every row at the longest
                   row's width; plans advance one step at a time), engine_step (host work
@@ -73,6 +73,10 @@ def drafter_device(mode: Mode, target_device: str, drafter_dev: str | None) -> s
     return drafter_dev
 
 
+#: how decoupled drafting's hits are drawn (``ServerConfig.dsd_hits``; sim.build)
+DSD_HITS = ("rate", "accepted-length")
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     mode: Mode = "psd"
@@ -94,9 +98,13 @@ class ServerConfig:
     #: mode = "dsd" (docs/dsd.md): the probability that a request's verification outcome is
     #: among those the drafter pre-drafted (a hit; drawn per request and verification), and
     #: the fan-out, the outcomes pre-drafted per request (the pre-drafting pass is an F-way
-    #: batch of drafting passes); ignored by the other modes
+    #: batch of drafting passes); ``dsd_hits``: "rate" (a hit with probability dsd_hit_rate)
+    #: or "accepted-length" (a hit when the accepted count is among the F likeliest of the
+    #: run's accepted counts and, with probability dsd_hit_rate, the bonus token was guessed);
+    #: ignored by the other modes
     dsd_hit_rate: float = 0.6
     dsd_fanout: int = 3
+    dsd_hits: str = "rate"
 
     def __post_init__(self) -> None:
         check_mode("server.mode", self.mode, SERVER_MODES)
@@ -120,6 +128,7 @@ class ServerConfig:
         object.__setattr__(self, "dsd_hit_rate",
                            check_range("server.dsd_hit_rate", self.dsd_hit_rate, 0.0, 1.0))
         check_int("server.dsd_fanout", self.dsd_fanout, 1, 64)
+        check_choice("server.dsd_hits", self.dsd_hits, DSD_HITS)
         from psdlab.sim.costs.engine_step import check_spec
         check_spec(self.engine_step)
 

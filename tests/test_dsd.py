@@ -26,10 +26,11 @@ POISSON = {"name": "poisson", "rate": 30.0, "prompt": {"name": "fixed", "value":
 def _config(*, mode: str = "dsd", m: int = 4, h: float = 0.5, fanout: int = 2,
             requests: int | None = None, output: int = 1000, seed: int = 0,
             workload: dict[str, Any] | None = None, acceptance: dict[str, Any] | None = None,
-            jitter: dict[str, Any] | None = None) -> SimConfig:
+            jitter: dict[str, Any] | None = None, hits: str = "rate") -> SimConfig:
     raw: dict[str, Any] = {
         "seed": seed, "requests": m if requests is None else requests,
-        "server": {"mode": mode, "k": K, "m": m, "dsd_hit_rate": h, "dsd_fanout": fanout},
+        "server": {"mode": mode, "k": K, "m": m, "dsd_hit_rate": h, "dsd_fanout": fanout,
+                   "dsd_hits": hits},
         "target": {"name": "t", "cost": {"name": "constant", "time": V}},
         "drafter": {"name": "d", "cost": {"name": "affine", "base": D0, "per_seq": D1}},
         # every draft token accepted: the same number of steps whatever the hits
@@ -158,7 +159,7 @@ def test_paths_and_seeds(tmp_path):
     assert filecmp.cmp(a, c, shallow=False)
     other = simulate(_config(**kw, seed=1), path="fast", trace_path=d).trace
     assert trace_hits(other.steps) != trace_hits(fast.trace.steps)
-    assert fast.trace.run.extra["dsd"] == {"hit_rate": 0.6, "fanout": 2}
+    assert fast.trace.run.extra["dsd"] == {"hit_rate": 0.6, "fanout": 2, "hits": "rate"}
 
 
 @pytest.mark.parametrize("value", [-0.1, 1.5, "0.5", float("nan"), None])
@@ -169,10 +170,32 @@ def test_bad_hit_rate_is_a_one_line_error(value):
     assert msg.startswith("server.dsd_hit_rate: ") and "\n" not in msg
 
 
+@pytest.mark.parametrize("bonus", [1.0, 0.7])
+def test_accepted_length_hits_follow_the_fanout(bonus):
+    """``server.dsd_hits = "accepted-length"``: a hit iff the accepted count is among the F
+    likeliest (geometric 0.8, k 4: k itself, then 0, 1, ...) and the bonus guess (rate
+    ``bonus``) came up: the measured hit rate within 5 standard errors of
+    ``geometric_hit_rate``, growing with F to ``bonus``."""
+    measured = []
+    for fanout in range(1, K + 2):
+        cfg = _config(m=8, h=bonus, fanout=fanout, requests=64, output=200, hits="accepted-length",
+                      acceptance={"name": "geometric", "alpha": 0.8})
+        hits, rows = trace_hits(simulate(cfg, trace_path=None).trace.steps)
+        want = geometric_hit_rate(0.8, K, fanout, bonus)
+        assert abs(hits / rows - want) <= 5 * math.sqrt(want * (1 - want) / rows) + 1e-12
+        measured.append(hits / rows)
+    assert measured == sorted(measured) and measured[-1] == pytest.approx(bonus, abs=0.03)
+
+
 @pytest.mark.parametrize("value", [0, 65, 1.5, "2"])
 def test_bad_fanout_is_a_one_line_error(value):
     with pytest.raises(ValueError, match=r"^server\.dsd_fanout: "):
         _config(fanout=value)
+
+
+def test_bad_hits_rule_is_a_one_line_error():
+    with pytest.raises(ValueError, match=r"^server\.dsd_hits: "):
+        _config(hits="bonus")
 
 
 def test_closed_form_rules_and_limits():
