@@ -180,7 +180,7 @@ MODES: tuple[ModeSpec, ...] = (
     ModeSpec("psd", "PSD", 2, "own", SEP_STEP, OVERLAP_STEP, held_per_m=2, policy_step=True,
              theory=True, vllm=True, gain_over=("sd-sep", "sd"), marker="o", color="#1f77b4"),
     ModeSpec("adaptive", "adaptive", 2, "own", SEP_STEP, OVERLAP_STEP, policy=True),
-    ModeSpec("dsd", "DSD", 1, "own", DSD_STEP, marker="P", color="#2ca02c", runtime=False),
+    ModeSpec("dsd", "DSD", 1, "own", DSD_STEP, marker="P", color="#6b6ecf", runtime=False),
 )
 _BY_NAME: dict[str, ModeSpec] = {s.name: s for s in MODES}
 assert tuple(_BY_NAME) == get_args(Mode), "MODES must list every Mode once, in its order"
