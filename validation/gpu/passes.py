@@ -17,9 +17,17 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
 
-#: pass kinds: (name, model role, tokens per row, only the last token's logits)
-KINDS = (("ar_decode", "target", 1, False), ("verify", "target", None, False),
-         ("draft", "drafter", 1, True))
+from psdlab.runtime.pass_modes import PASS_MODES
+
+#: pass kinds: (name, model role, tokens per row (None: k + 1), only the last token's logits,
+#: passes (None: k: a whole drafting phase, `ModelRunner.draft`; one graph with --passes fused-k))
+KINDS = (("ar_decode", "target", 1, False, 1), ("verify", "target", None, False, 1),
+         ("draft", "drafter", 1, True, 1), ("draft_k", "drafter", 1, True, None))
+
+
+def kind_passes(kind: str, k: int) -> int:
+    """How many forward passes one timed call of ``kind`` is (its floor is that many)."""
+    return next(k if n is None else n for name, _r, _w, _l, n in KINDS if name == kind)
 
 
 def floor_ms(cfg: Any, rows: int, context: int, dtype_bytes: int, bw_gbs: float | None
@@ -140,13 +148,14 @@ def psdlab_pass_times(spec: Any, runner_cfg: Any, role: str, m: int, k: int,
     runner.feed(slots, [0] * m, prompts[:m])
     keep = [runner.cache.host_lengths[s] for s in slots]
     out: dict[str, PassStats] = {}
-    for name, who, width, last in KINDS:
+    for name, who, width, last, passes in KINDS:
         if who != role:
             continue
         w = k + 1 if width is None else width
         rows = [[p[-1]] * w for p in prompts[:m]]
-        out[name] = _stats(time_calls(functools.partial(_one_pass, runner, slots, rows, last,
-                                                        keep), sync, warm, repeats))
+        call = (functools.partial(_one_pass, runner, slots, rows, last, keep) if passes == 1
+                else functools.partial(runner.draft, slots, keep, rows, [k] * m))
+        out[name] = _stats(time_calls(call, sync, warm, repeats))
     info = runner.info()
     return PassTimes(out, setup=StaticSetup(static_setup_s=info.get("static_setup_s"),
                                             static_shapes=info.get("static_shapes")))
@@ -176,13 +185,14 @@ def hf_pass_times(hf_config: dict, dtype: Any, device: str, role: str, m: int, k
         warnings.filterwarnings("ignore", message=".*past_key_values.*deprecated")
         past = model(input_ids=ids, use_cache=True).past_key_values
         n0 = ids.shape[1]
-        for name, who, width, _last in KINDS:
+        for name, who, width, _last, passes in KINDS:
             if who != role:
                 continue
             w = k + 1 if width is None else width
             step = ids[:, -1:].expand(m, w).contiguous()
-            out[name] = _stats(time_calls(functools.partial(_hf_step, model, step, past, n0),
-                                          sync, warm, repeats))
+            call = (functools.partial(_hf_step, model, step, past, n0) if passes == 1 else
+                    functools.partial(_hf_draft, model, step, past, n0, k))
+            out[name] = _stats(time_calls(call, sync, warm, repeats))
         gen = {}
         for new in (1, 9):
             kw = dict(max_new_tokens=new, min_new_tokens=new, do_sample=False,
@@ -195,6 +205,15 @@ def hf_pass_times(hf_config: dict, dtype: Any, device: str, role: str, m: int, k
 def _hf_step(model: Any, step: Any, past: Any, keep: int) -> None:
     model(input_ids=step, past_key_values=past, use_cache=True)
     _crop(past, keep, step.shape[1])
+
+
+def _hf_draft(model: Any, step: Any, past: Any, keep: int, k: int) -> None:
+    """k greedy one-token steps, each fed the argmax of the last (a drafting phase)."""
+    for _ in range(k - 1):
+        step = model(input_ids=step, past_key_values=past, use_cache=True
+                     ).logits[:, -1:].argmax(-1)
+    model(input_ids=step, past_key_values=past, use_cache=True)
+    _crop(past, keep, k)
 
 
 def _crop(cache: Any, keep: int, added: int) -> None:
@@ -231,7 +250,10 @@ def pass_table(cfg: Any, models: Mapping[str, tuple[Any, dict]], base: Any, requ
     static = static_passes(base.passes)
     variants = variants or {"psdlab_eager": {"passes": "dynamic"},
                             "psdlab_static": {"passes": static},
-                            "psdlab_static_invariant": {"passes": static, "uniform": True}}
+                            "psdlab_static_invariant": {"passes": static, "uniform": True},
+                            # on a GPU whose default is fused: the graphs without compiling
+                            **({"psdlab_graphs": {"passes": "graphs"}}
+                               if PASS_MODES[static].fused and cfg.device != "cpu" else {})}
     key, bw = hardware_bandwidth(machine.get("gpus", ["cpu"])[0])
     return PassTable(m=m, k=cfg.k, context=cfg.prompt_len, hardware=key, memory_bw_gbs=bw,
                      static_passes=static,
@@ -265,6 +287,7 @@ def _role_passes(cfg: Any, model: tuple[Any, dict], base: Any, role: str,
     for kind in next(iter(row.values())).kinds:
         width = cfg.k + 1 if kind == "verify" else 1
         fl = floor_ms(mc, m, cfg.prompt_len + width, 2 if dtype != torch.float32 else 4, bw)
+        fl = fl * kind_passes(kind, cfg.k) if fl else fl
         cells: dict[str, PassCell] = {}
         for lab, times in row.items():
             got = times.kinds.get(kind)
