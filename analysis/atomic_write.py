@@ -12,14 +12,20 @@ from typing import Any
 def write_all(writers: Mapping[str, Callable[[str], None]]) -> None:
     """Every file or none: each writer writes a temporary file beside its path
     (``.NAME.PID.tmp``); they are renamed into place, mode 0644, only once all succeeded (on
-    any error the temporaries go and the old files stay)."""
+    any error the temporaries go and the old files stay).  An OSError on a temporary file
+    names the file asked for (``Not a directory: out/p.csv``), not the temporary."""
     temps: list[tuple[str, str]] = []
     try:
         for path, write in writers.items():
             tmp = os.path.join(os.path.dirname(path) or ".",
                                f".{os.path.basename(path)}.{os.getpid()}.tmp")
             temps.append((tmp, path))
-            write(tmp)
+            try:
+                write(tmp)
+            except OSError as exc:
+                if exc.filename != tmp or exc.errno is None:
+                    raise
+                raise type(exc)(exc.errno, exc.strerror, path) from None
             os.chmod(tmp, 0o644)       # results files are for all, whatever the umask
         for tmp, path in temps:
             os.replace(tmp, path)

@@ -27,3 +27,25 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
         write_text(path, 123)            # type: ignore[arg-type]
     assert open(path).read() == "old"
     assert os.listdir(tmp_path) == ["r.json"]
+
+
+def test_write_all_is_every_file_or_none_and_errors_name_the_file_asked_for(tmp_path):
+    from psdlab.analysis.atomic_write import write_all
+    (tmp_path / "a.csv").write_text("old")
+
+    def fine(p):
+        with open(p, "w") as fh:
+            fh.write("new")
+
+    def broken(p):
+        with open(p, "w") as fh:
+            fh.write("half")
+        raise OSError("disk full")
+    with pytest.raises(OSError, match="disk full"):
+        write_all({str(tmp_path / "a.csv"): fine, str(tmp_path / "b.csv"): broken})
+    assert os.listdir(tmp_path) == ["a.csv"] and (tmp_path / "a.csv").read_text() == "old"
+    (tmp_path / "afile").write_text("")
+    target = str(tmp_path / "afile" / "x.json")
+    with pytest.raises(NotADirectoryError) as err:
+        write_text(target, "x", make_folders=False)
+    assert err.value.filename == target

@@ -16,8 +16,9 @@ from psdlab.validation.acceptance.fit import beta_moments, fit_acceptance, posit
 from psdlab.validation.phase_model import design, predict_phases
 from psdlab.validation.calibrate import calibrate
 from psdlab.validation.nnls_fit import fit_nonneg, identifiable_columns
-from psdlab.validation.model_file import (acceptance_spec, read_model, role_coefficients,
-                                          role_cost_spec, write_model)
+from psdlab.sim.costs.fitted import read_fit_file, write_fit
+from psdlab.validation.model_file import (acceptance_spec, model_parts, role_coefficients,
+                                          role_cost_spec)
 
 # the "true" machine the synthetic traces come from (seconds)
 VERIFY = {"base": 4e-3, "per_seq": 3e-4, "per_token": 5e-4, "per_context": 2e-6}
@@ -127,7 +128,7 @@ def test_fixed_cost_per_drafting_phase_is_told_from_the_per_pass_base(tmp_path):
     draft = cal.costs["draft"]
     _covers(draft, {**DRAFT, "per_phase": phase})
     path = str(tmp_path / "m.json")
-    write_model(path, cal)
+    write_fit(path, *model_parts(cal))
     from psdlab.sim.costs import make_cost_model
     from psdlab.sim.costs.calibrated import calibrated_cost
     fitted = make_cost_model(role_cost_spec(path, "drafter"))
@@ -140,8 +141,9 @@ def test_fixed_cost_per_drafting_phase_is_told_from_the_per_pass_base(tmp_path):
     one = calibrate([make_trace(3, seed=4, draft_phase=phase)])
     assert one.costs["draft"].coefficients().get("per_phase", 0.0) == 0.0
     assert any("one k only" in w for w in one.warnings)
-    write_model(str(tmp_path / "one.json"), one)
-    assert "phase_overhead" not in read_model(str(tmp_path / "one.json"))["roles"]["drafter"]
+    write_fit(str(tmp_path / "one.json"), *model_parts(one))
+    roles = read_fit_file(str(tmp_path / "one.json"), "model").doc["roles"]
+    assert "phase_overhead" not in roles["drafter"]
 
 
 def test_planner_adds_the_phase_overhead_once_per_drafting_phase(tmp_path):
@@ -330,8 +332,8 @@ def test_no_spread_gives_capped_concentration():
 def test_model_file_round_trip(tmp_path):
     cal = calibrate([make_trace(2, seed=40), make_trace(4, seed=41)])
     path = tmp_path / "model.json"
-    write_model(path, cal, traces=["a", "b"])
-    model = read_model(path)
+    write_fit(path, *model_parts(cal, traces=["a", "b"]))
+    model = read_fit_file(path, "model").doc
     target = role_coefficients(model, "target")
     assert target == pytest.approx(cal.costs["verify"].coefficients())
     assert role_coefficients(model, "drafter")["per_seq"] == 0.0
@@ -348,7 +350,7 @@ def test_model_file_round_trip(tmp_path):
     doc["version"] = 99
     path.write_text(json.dumps(doc))
     with pytest.raises(ValueError, match="'version': 99 is not supported"):
-        read_model(path)
+        read_fit_file(path, "model")
 
 
 def test_model_file_loads_in_the_simulator_and_reproduces_the_fit(tmp_path):
@@ -358,7 +360,7 @@ def test_model_file_loads_in_the_simulator_and_reproduces_the_fit(tmp_path):
     traces = [make_trace(2, seed=42), make_trace(4, seed=43)]
     cal = calibrate(traces)
     path = tmp_path / "model.json"
-    write_model(path, cal)
+    write_fit(path, *model_parts(cal))
     target = make_cost_model(role_cost_spec(path, "target"))
     drafter = make_cost_model(role_cost_spec(path, "drafter"))
     prefill = make_cost_model(role_cost_spec(path, "target:prefill"))
@@ -374,9 +376,9 @@ def test_model_file_loads_in_the_simulator_and_reproduces_the_fit(tmp_path):
                           for j in range(k))
             fitted = cal.costs[ph.kind].predict(design(ph.kind, [ph]))[0]
             assert sim == pytest.approx(fitted, rel=1e-9)
-    acc = make_acceptance(acceptance_spec(read_model(path)))
+    acc = make_acceptance(acceptance_spec(read_fit_file(path, "model").doc))
     assert acc.expected_accepted(1) == pytest.approx(cal.acceptance.rates[0])
-    beta = make_acceptance(acceptance_spec(read_model(path), "beta"))
+    beta = make_acceptance(acceptance_spec(read_fit_file(path, "model").doc, "beta"))
     assert beta.expected_accepted(1) == pytest.approx(cal.acceptance.mean)
 
 
@@ -404,13 +406,13 @@ def test_cli_calibrates_and_writes_a_loadable_model(tmp_path, capsys):
     assert main(["calibrate", a, b, "-o", str(out), "--no-acceptance-selection"]) == 0
     text = capsys.readouterr().out
     assert "verify" in text and "held-out error" in text and "position 1" in text
-    assert read_model(out)["meta"]["calibration"]["k"] == [2, 4]
+    assert read_fit_file(out, "model").doc["meta"]["calibration"]["k"] == [2, 4]
     assert main(["calibrate", a, b, "-o", str(out), "--json", "--holdout", "0.3",
                  "--no-acceptance-selection"]) == 0
     obj = json.loads(capsys.readouterr().out)
     fit = obj["meta"]["fits"]["verify"]
     assert fit["n_heldout"] == round(0.3 * fit["n"])
-    replay = read_model(out)["meta"]["replay"]          # written by calibrate itself
+    replay = read_fit_file(out, "model").doc["meta"]["replay"]   # written by calibrate itself
     assert replay["serial_target"] == pytest.approx(1.0)
     assert {"contention_target", "overhead_serial", "jitter_cv"} <= set(replay)
 

@@ -14,7 +14,8 @@ from psdlab.analysis.trace import Phase, RunInfo, StepRecord, Trace, Verified
 from psdlab.sim.costs.calibrated import calibrated_cost
 from psdlab.validation.calibrate import MIN_TABLE, calibrate
 from psdlab.validation.nnls_fit import fit_nonneg, within_group_slope
-from psdlab.validation.model_file import write_model
+from psdlab.sim.costs.fitted import write_fit
+from psdlab.validation.model_file import model_parts
 
 #: a CPU pass's time is a step function of its shape (on the demo's machine 4 sequences verify
 #: as fast as 1): per-shape offsets, falling with the batch, that no affine model has
@@ -122,7 +123,7 @@ def test_verify_table_records_each_shapes_mean_context():
 def _model_with_table(tmp_path, rows) -> tuple[str, dict]:
     cal = calibrate([_serial_trace(5, 4e-5)], holdout=0.0)
     path = str(tmp_path / "m.json")
-    write_model(path, cal)
+    write_fit(path, *model_parts(cal))
     doc = json.loads(open(path).read())
     doc["meta"]["tables"]["target"] = rows
     out = tmp_path / "t.json"
@@ -186,7 +187,7 @@ def test_drafter_table_reaches_the_replays_drafter(tmp_path):
     one-sequence pass at the table's context costs the table's time, not the fit's."""
     cal = calibrate([_serial_trace(7, 4e-5)], holdout=0.0)
     path = str(tmp_path / "m.json")
-    write_model(path, cal)
+    write_fit(path, *model_parts(cal))
     doc = json.loads(open(path).read())
     rows = doc["meta"]["tables"]["drafter"]
     n, _, per_pass, _, ctx = rows[0]
@@ -211,11 +212,11 @@ def test_a_context_probe_fixes_the_decode_fits_context_slopes(tmp_path):
     assert draft.coefficients()["per_context"] == 0.0
     assert probe_slopes(probe)["draft"] == (0.0, 0.0, pytest.approx(-2e-6 + 3.92e-6))
     assert sum("per_context fixed at the controlled context probe" in n for n in cal.notes) == 2
-    doc = write_model(tmp_path / "m.json", cal)
+    doc = write_fit(tmp_path / "m.json", *model_parts(cal))
     assert doc["meta"]["context_probe"] == probe
     plain = calibrate([tr], holdout=0.0)
     assert plain.costs["verify"].coefficients()["per_context"] == pytest.approx(4e-5, rel=0.2)
-    assert "context_probe" not in write_model(tmp_path / "p.json", plain)["meta"]
+    assert "context_probe" not in write_fit(tmp_path / "p.json", *model_parts(plain))["meta"]
 
 
 def test_context_probe_file_roundtrip_and_bad_files(tmp_path):

@@ -210,7 +210,7 @@ def test_calibration_with_a_probe_never_reads_psd(tmp_path, capsys):
     contention is what the file's replay parameters carry."""
     from psdlab.validation.calibrate_files import calibrate_to_file
     from psdlab.validation.corun_file import write_corun
-    from psdlab.validation.model_file import load_fit_file
+    from psdlab.sim.costs.fitted import read_fit_file
     from psdlab.validation.validate import validate
     import os
     os.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -230,8 +230,8 @@ def test_calibration_with_a_probe_never_reads_psd(tmp_path, capsys):
     assert doc["meta"]["contention"]["source"] == "probe"
     assert doc["meta"]["calibration"]["traces"] == ["sd-sep_k2.jsonl", "sd-sep_k4.jsonl"]
     held = [("psd_k3", psd[1][1])]
-    pa = validate(load_fit_file(str(a)), held, seeds=(0, 1)).to_dict()
-    pb = validate(load_fit_file(str(b)), held, seeds=(0, 1)).to_dict()
+    pa = validate(read_fit_file(str(a), "model"), held, seeds=(0, 1)).to_dict()
+    pb = validate(read_fit_file(str(b), "model"), held, seeds=(0, 1)).to_dict()
     def text(doc):                                      # less the model file's own path
         return json.dumps(doc, sort_keys=True, default=str).replace(str(b), str(a))
     assert text(pa) == text(pb)

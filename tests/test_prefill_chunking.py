@@ -14,7 +14,8 @@ from psdlab.analysis.trace import (Phase, RequestRecord, RunInfo, StepRecord, Tr
                                    TraceFormatError, read_trace, write_trace)
 from psdlab.validation.phase_model import phase_features
 from psdlab.validation.calibrate import calibrate, prefill_chunking
-from psdlab.validation.model_file import write_model
+from psdlab.sim.costs.fitted import write_fit
+from psdlab.validation.model_file import model_parts
 
 # ---------------------------------------------------------------------------- the rule
 
@@ -125,7 +126,8 @@ def test_a_model_fitted_on_short_prompts_costs_long_ones_as_the_engine_runs_them
     from psdlab.sim.costs import make_cost_model
     from psdlab.sim.costs.calibrated import calibrated_cost_spec
     path = tmp_path / "model.json"
-    write_model(path, calibrate([_chunked_trace(2, 200, long_prompts=False)], holdout=0.0))
+    cal = calibrate([_chunked_trace(2, 200, long_prompts=False)], holdout=0.0)
+    write_fit(path, *model_parts(cal))
     assert json.loads(path.read_text())["meta"]["prefill_chunking"] == {"target": [128, 1]}
     cost = make_cost_model(calibrated_cost_spec(str(path), "target"))
     assert cost.chunking == RULE
@@ -260,6 +262,6 @@ def test_runtime_traces_record_the_passes_and_the_rule(models, tmp_path):
                 seen += ph.chunks > ph.seqs
     assert seen >= 2                         # the long prompts really took extra passes
     path = tmp_path / "model.json"
-    write_model(path, calibrate([trace], holdout=0.0))
+    write_fit(path, *model_parts(calibrate([trace], holdout=0.0)))
     cost = make_cost_model(calibrated_cost_spec(str(path), "target"))
     assert cost.chunking == PREFILL_RULES["target"]

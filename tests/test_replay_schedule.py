@@ -19,7 +19,8 @@ from psdlab.runtime.runner import ModelSpec  # noqa: E402
 from runtime_engine_util import prompts, shared_pair  # noqa: E402
 from psdlab.validation.calibrate import calibrate  # noqa: E402
 from psdlab.validation.compare import predict_trace  # noqa: E402
-from psdlab.validation.model_file import write_model  # noqa: E402
+from psdlab.sim.costs.fitted import write_fit  # noqa: E402
+from psdlab.validation.model_file import model_parts  # noqa: E402
 from psdlab.validation.schedule import admission_index, agreement, schedule  # noqa: E402
 from psdlab.validation.validate import model_params  # noqa: E402
 
@@ -41,7 +42,7 @@ def test_replay_takes_the_runs_schedule(models, tmp_path, mode, k, batch):
     with Engine(cfg, ModelSpec(str(models["target"])), ModelSpec(str(models["noisy"]))) as eng:
         trace = eng.run(reqs).trace
     path = str(tmp_path / "model.json")
-    write_model(path, calibrate([trace], holdout=0.0))
+    write_fit(path, *model_parts(calibrate([trace], holdout=0.0)))
     _, sim = predict_trace(trace, path, seeds=(0,), params=model_params(path))
     measured = schedule(trace, admission_index(trace))
     assert sum(x[1] for x in measured if x[0] == "P") == len(reqs)

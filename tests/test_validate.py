@@ -23,8 +23,8 @@ from psdlab.sim.workloads import read_requests
 from psdlab.validation.calibrate import calibrate
 from psdlab.validation.compare import flatten, rel_error, write_replay
 from psdlab.validation.gains import closed_form, gain_rows, pair_traces, workload_key
-from psdlab.validation.model_file import read_model
-from psdlab.validation.model_file import write_model
+from psdlab.sim.costs.fitted import read_fit_file, write_fit
+from psdlab.validation.model_file import model_parts
 from psdlab.validation.phase_model import serial_only
 from psdlab.validation.replay_model import (ReplayParams, contention_scales, load_replay_params,
                                             replay_params, step_overheads, store_replay_params)
@@ -59,8 +59,8 @@ def loop(tmp_path_factory):
     cal = {f"{mode}_k{k}": sim_trace(mode, k, 4) for mode in ("sd-sep", "psd") for k in (2, 4)}
     cal["ar"] = sim_trace("ar", 0, 4)
     path = str(d / "model.json")
-    write_model(path, calibrate([serial_only(t) for t in cal.values()]))
-    store_replay_params(path, replay_params(list(cal.values()), read_model(path)))
+    write_fit(path, *model_parts(calibrate([serial_only(t) for t in cal.values()])))
+    store_replay_params(path, replay_params(list(cal.values()), read_fit_file(path, "model").doc))
     poisson = {"name": "poisson", "rate": 40.0,
                "prompt": {"name": "uniform", "low": 20, "high": 60},
                "output": {"name": "fixed", "value": 40}}
@@ -249,7 +249,7 @@ def test_prefill_overheads_per_run_kind_and_added_to_prefill_passes_only(tmp_pat
     assert prefill_overheads([with_prefill("psd", 0.004, 2.0)]) == pytest.approx((0.004, 0.0))
     serial = _hand_trace("sd-sep", 0.1, 0.2, 0.0, n=12)
     path = str(tmp_path / "m.json")
-    write_model(path, calibrate([serial], holdout=0.0))
+    write_fit(path, *model_parts(calibrate([serial], holdout=0.0)))
     base = calibrated_cost(path, "target")
     more = calibrated_cost(path, "target", prefill_overhead=0.03)
     assert more.forward_time(2, 40, 0) == pytest.approx(base.forward_time(2, 40, 0) + 0.03)
@@ -299,8 +299,8 @@ def test_overlap_slowdown_measured_against_serial_fit(tmp_path):
     serial = _hand_trace("sd-sep", 0.1, 0.2, 0.0)
     psd = _hand_trace("psd", 0.15, 0.3, 0.0)
     path = str(tmp_path / "m.json")
-    write_model(path, calibrate([serial_only(serial), serial_only(psd)], holdout=0.0))
-    p = replay_params([serial, psd], read_model(path))
+    write_fit(path, *model_parts(calibrate([serial_only(serial), serial_only(psd)], holdout=0.0)))
+    p = replay_params([serial, psd], read_fit_file(path, "model").doc)
     assert p.slowdown == pytest.approx((1.5, 1.5), rel=1e-3)
     assert p.scales("sd-sep") == pytest.approx((1.0, 1.0), rel=1e-3)
     assert p.scales("psd") == pytest.approx((1.5, 1.5), rel=1e-3)
@@ -324,7 +324,7 @@ def test_calibrate_is_unbiased_for_the_mean_of_a_noisy_fit(tmp_path):
         noisy.append(replace(s, phases=ph, end=max(p.end for p in ph)))
     tr = replace(tr, steps=noisy)
     path = str(tmp_path / "m.json")
-    write_model(path, calibrate([tr], holdout=0.0))
+    write_fit(path, *model_parts(calibrate([tr], holdout=0.0)))
     v = [x.end - x.start for s in tr.steps for x in s.phases if x.kind == "verify"]
     rows = collect_phases([tr])[0]["verify"]
     raw = fit_nonneg(design("verify", [p for p, _ in rows]), np.array([d for _, d in rows]),
@@ -528,7 +528,7 @@ def test_verify_table_overrides_the_fit_for_measured_shapes(tmp_path):
     assert [(sq, tk, n) for sq, tk, _, n, _ in cal.verify_table] == [(2, 10, MIN_TABLE + 3)]
     assert cal.verify_table[0][2] == pytest.approx(0.2)
     path = str(tmp_path / "m.json")
-    write_model(path, cal)
+    write_fit(path, *model_parts(cal))
     doc = json.loads(open(path).read())
     coef = doc["roles"]["target"]["coef"]
     doc["meta"]["tables"]["target"] = [[2, 10, 0.5, 9]]          # pretend: a slow shape
@@ -556,7 +556,7 @@ def test_verify_table_interpolates_between_measured_token_counts(tmp_path):
     from psdlab.validation.calibrate import MIN_TABLE
     cal = calibrate([_hand_trace("sd-sep", 0.1, 0.2, 0.0, n=MIN_TABLE + 3)], holdout=0.0)
     path = str(tmp_path / "m.json")
-    write_model(path, cal)
+    write_fit(path, *model_parts(cal))
     doc = json.loads(open(path).read())
     doc["meta"]["tables"]["target"] = [[2, 10, 0.5, 9], [2, 20, 0.7, 9], [4, 8, 0.4, 9]]
     (tmp_path / "t.json").write_text(json.dumps(doc))

@@ -7,10 +7,11 @@ parses psdlab and MineDraft traces from those bytes (the same checks and one-lin
 
 ``calibrate_to_file`` is the one path from loaded traces to a model file: the cost and
 acceptance fits (``validation.calibrate``), the acceptance model for new prompts
-(``validation.acceptance.cross_validation.select``: cross-validation over the calibration prompts
-and the acceptance pool's, ``validation.acceptance.pool``), written by ``validation.model_file.
-write_model`` alone.  The demo's ``model.json`` and ``psdlab calibrate -o`` on the same traces
-(named alike, in the same order) are the same file.
+(``validation.acceptance.cross_validation.select``: cross-validation over the calibration
+prompts and the acceptance pool's, ``validation.acceptance.pool``), written by
+``sim.costs.fitted.write_fit`` with ``validation.model_file.model_parts`` alone.  The demo's
+``model.json`` and ``psdlab calibrate -o`` on the same traces (named alike, in the same order)
+are the same file.
 """
 from __future__ import annotations
 
@@ -134,7 +135,8 @@ def calibrate_to_file(path: str | os.PathLike, traces: Sequence[Trace], names: S
     Returns the object written."""
     from psdlab.validation.acceptance.cross_validation import select
     from psdlab.validation.calibrate import calibrate, non_psd
-    from psdlab.validation.model_file import write_model
+    from psdlab.sim.costs.fitted import write_fit
+    from psdlab.validation.model_file import model_parts
     if corun is not None:
         traces, names, _ = non_psd(traces, names)
     cal = calibrate(traces, holdout=holdout, seed=seed, context_probe=context_probe,
@@ -143,5 +145,5 @@ def calibrate_to_file(path: str | os.PathLike, traces: Sequence[Trace], names: S
     transfer = None
     if select_acceptance and cal.acceptance is not None and rows:
         transfer = select(rows, pool=dict(pool) if pool else None).to_dict()
-    return write_model(path, cal, traces=list(names), holdout=holdout, seed=seed,
-                       transfer=transfer)
+    return write_fit(path, *model_parts(cal, traces=list(names), holdout=holdout, seed=seed,
+                                        transfer=transfer))

@@ -36,8 +36,8 @@ import numpy as np
 from psdlab.analysis.modes import TRACE_MODES, mode_spec
 from psdlab.analysis.metrics import summarize
 from psdlab.analysis.trace import Trace
-from psdlab.sim.costs.fitted import FitFile
-from psdlab.validation.model_file import acceptance_spec, load_fit_file, read_model
+from psdlab.sim.costs.fitted import FitFile, read_fit_file
+from psdlab.validation.model_file import acceptance_spec
 
 #: (metric key in the flattened summary, label, unit); errors are relative
 METRICS: tuple[tuple[str, str, str], ...] = (
@@ -150,7 +150,7 @@ def trace_sim_config(trace: Trace, model: str | FitFile, replay: Sequence[Any] |
     params = params or ReplayParams()
     acc: dict[str, Any] = {"name": "none"}
     if spec.drafting:
-        acc = acceptance or acceptance_spec(read_model(model))
+        acc = acceptance or acceptance_spec(read_fit_file(model, "model").doc)
     t_scale, d_scale = decode_scales(trace, model, params, overlap_share)
     # two batches: the runtime's batch manager rebalances them (runtime.batch_manager)
     server = ServerConfig(mode=mode, k=max(run.k, 1) if spec.drafting else 0, m=run.m,
@@ -189,7 +189,7 @@ def predict_trace(trace: Trace, model: str | FitFile, *, seeds: Sequence[int] = 
 
     if not seeds:
         raise ValueError("seeds: need at least one")
-    model = load_fit_file(model)           # read once for every seed's cost models
+    model = read_fit_file(model, "model")           # read once for every seed's cost models
     from psdlab.validation.replay_scales import overlap_share
     replay = replay_rows(trace)
     share = None

@@ -1,10 +1,12 @@
 """The calibrated model file: what ``psdlab calibrate -o MODEL.json`` writes and the simulator
 loads by name -- ``sim.costs.make_cost_model({"name": "fitted", "path": "MODEL.json", "role":
-"target" | "drafter"})`` for costs and ``make_acceptance(acceptance_spec(read_model(path)))``
-for acceptance.
+"target" | "drafter"})`` for costs and ``make_acceptance(acceptance_spec(read_fit_file(path,
+"model").doc))`` for acceptance.
 
-The file is the fit file of ``sim/costs/fitted.py`` (format ``psdlab.cost-fit``, version 1;
-written with its ``write_fit``, which checks every role builds), times in seconds::
+The file is the fit file of ``sim/costs/fitted.py`` (format ``psdlab.cost-fit``, version 1),
+read with its ``read_fit_file`` and written with its ``write_fit`` (which checks every role
+builds); this module makes what is specific to calibration (``model_parts``: the roles and the
+meta), times in seconds::
 
     {"format": "psdlab.cost-fit", "version": 1,
      "roles": {
@@ -39,8 +41,9 @@ written with its ``write_fit``, which checks every role builds), times in second
                                chosen, spec, scores, prompts, criterion, method}}}
 
 With a selection (``acceptance_transfer``), its chosen model is also ``meta.acceptance.fitted``
-and the file's default acceptance.  ``write_model`` is the one writer: ``psdlab calibrate`` and
-the demo (``validation.calibrate_files.calibrate_to_file``) both write through it.
+and the file's default acceptance.  ``write_fit(path, *model_parts(cal, ...))`` is the one
+writer: ``psdlab calibrate`` and the demo (``validation.calibrate_files.calibrate_to_file``)
+both write through it.
 
 Unbounded interval ends (too few phases) are written as null.
 """
@@ -50,7 +53,6 @@ import math
 import os
 from typing import Any, Mapping, Sequence
 
-from psdlab.sim.costs.fitted import FitFile, load_fit, read_fit_file, write_fit
 from psdlab.sim.costs.affine import AFFINE_TERMS
 from psdlab.validation.phase_model import Calibration, forward_coefficients, phase_overhead
 
@@ -124,30 +126,17 @@ def meta_doc(cal: Calibration, *, traces: Sequence[str] = (), holdout: float = 0
     })
 
 
-def write_model(path: str | os.PathLike, cal: Calibration, *, traces: Sequence[str] = (),
-                holdout: float = 0.2, seed: int = 0,
-                transfer: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Write the model file (module docstring): the calibration, the traces it was fitted on
-    (as named by the caller), its held-out fraction and seed, and the acceptance selection
-    (``transfer``: ``validation.acceptance.cross_validation.Selection.to_dict()``) when one was
-    made; returns the document written, as a reader of the file gets it."""
+def model_parts(cal: Calibration, *, traces: Sequence[str] = (), holdout: float = 0.2,
+                seed: int = 0, transfer: Mapping[str, Any] | None = None
+                ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """The model file's ``roles`` and ``meta`` (module docstring) for
+    ``sim.costs.fitted.write_fit``: the calibration, the traces it was fitted on (as named by
+    the caller), its held-out fraction and seed, and the acceptance selection (``transfer``:
+    ``validation.acceptance.cross_validation.Selection.to_dict()``) when one was made."""
     if not cal.costs:
         raise ValueError("calibration: no cost model was fitted; nothing to write")
-    roles = role_docs(cal)
-    meta = meta_doc(cal, traces=traces, holdout=holdout, seed=seed, transfer=transfer)
-    return write_fit(path, roles, meta)
-
-
-def read_model(path: str | os.PathLike | FitFile) -> dict[str, Any]:
-    """Read and check a model file (one-line ValueErrors naming the file and field); a
-    `FitFile` already read gives its document."""
-    return load_fit(path, "model")
-
-
-def load_fit_file(source: str | os.PathLike | FitFile) -> FitFile:
-    """The model file read once (a path) or as given (a `FitFile`): what the validation
-    passes down to every replay, report and figure instead of the path."""
-    return read_fit_file(source, "model")
+    return role_docs(cal), meta_doc(cal, traces=traces, holdout=holdout, seed=seed,
+                                    transfer=transfer)
 
 
 def role_coefficients(model: dict[str, Any], role: str, *, prefill: bool = False

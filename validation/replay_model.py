@@ -297,8 +297,8 @@ def _spread(cal: Any, traces: Sequence[Trace],
 
 
 def replay_params(traces: Sequence[Trace], model: Mapping[str, Any]) -> ReplayParams:
-    """Replay parameters of a model file's fits (the read file, ``model_file.read_model``) on
-    (calibration) traces (module doc)."""
+    """Replay parameters of a model file's fits (the read file's document,
+    ``sim.costs.fitted.read_fit_file``) on (calibration) traces (module doc)."""
     return replay_params_of(calibration_view(model),
                             [with_draft_forwards(t) for t in traces])
 

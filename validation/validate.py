@@ -24,8 +24,8 @@ import numpy as np
 
 from psdlab.analysis.metrics import summarize
 from psdlab.analysis.trace import Trace
-from psdlab.sim.costs.fitted import FitFile
-from psdlab.validation.model_file import acceptance_spec, load_fit_file, read_model
+from psdlab.sim.costs.fitted import FitFile, read_fit_file
+from psdlab.validation.model_file import acceptance_spec
 from psdlab.validation.compare import (DEFAULT_SEEDS, Row, TraceComparison, compare_trace, flatten,
                                 merged)
 from psdlab.validation.gains import (GainResult, closed_form, gain_rows, pair_traces,
@@ -142,7 +142,7 @@ class Validation:
 
 def model_params(model: str | FitFile) -> ReplayParams:
     """The replay parameters stored in a model file (defaults when absent)."""
-    return load_replay_params(read_model(model))
+    return load_replay_params(read_fit_file(model, "model").doc)
 
 
 def trace_name(path: str, trace: Trace, used: set[str]) -> str:
@@ -203,7 +203,7 @@ def validate(model: str | FitFile, traces: Sequence[tuple[str, Trace]], *,
     enters the chance that noise alone breaks a bound, ``validation.noise``)."""
     if not traces:
         raise ValueError("traces: need at least one trace")
-    model = load_fit_file(model)           # read once; every replay below is handed the object
+    model = read_fit_file(model, "model")  # read once; every replay below is handed the object
     params = model_params(model) if params is None else params
     comps: list[TraceComparison] = []
     notes: list[str] = []
@@ -239,7 +239,7 @@ def calibration_configs(model: str | FitFile, traces: Sequence[tuple[str, Trace]
                         groups: dict[str, str] | None = None) -> set[str]:
     """The configurations of the named traces that the model file says it was fitted on
     (``meta.calibration.traces``: file names, matched on their stem)."""
-    meta = (read_model(model).get("meta") or {}).get("calibration") or {}
+    meta = (read_fit_file(model, "model").doc.get("meta") or {}).get("calibration") or {}
     stems = {os.path.splitext(os.path.basename(str(t)))[0] for t in meta.get("traces") or ()}
     return {(groups or {}).get(name) or config_name(name) for name, _ in traces
             if os.path.splitext(os.path.basename(name))[0] in stems}
@@ -247,7 +247,7 @@ def calibration_configs(model: str | FitFile, traces: Sequence[tuple[str, Trace]
 
 def _default_acceptance(model: str | FitFile) -> dict[str, Any] | None:
     try:
-        return acceptance_spec(read_model(model))
+        return acceptance_spec(read_fit_file(model, "model").doc)
     except ValueError:
         return None
 

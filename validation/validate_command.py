@@ -33,7 +33,8 @@ def validate_command(model: str, traces: list[str], *, seeds: int = 5,
     """Predicted vs measured for ``traces`` under the model file ``model``: what to print."""
     from psdlab.analysis.checks import check_int
     from psdlab.validation.importers import load_traces
-    from psdlab.validation.model_file import acceptance_spec, read_model
+    from psdlab.sim.costs.fitted import read_fit_file
+    from psdlab.validation.model_file import acceptance_spec
     from psdlab.validation.replay_model import ReplayParams
     from psdlab.validation.report import format_summary, format_table, write_report
     from psdlab.validation.serving_results.replay import bench_inputs
@@ -45,7 +46,7 @@ def validate_command(model: str, traces: list[str], *, seeds: int = 5,
             raise ValueError("-o/--raw/--acceptance: not used with bench results as "
                              "measurements")
         return _bench(model, traces, seeds, as_json)
-    doc = read_model(model)
+    doc = read_fit_file(model, "model").doc
     spec = acceptance_spec(doc, acceptance) if acceptance else None
     named: list[tuple[str, Any]] = []
     used: set[str] = set()

@@ -21,13 +21,13 @@ from .affine import AffineCost, ConstantCost
 from .base import COST_MODELS, CostModel, make_cost_model, register_cost_model
 from .catalog import (HardwareSpec, ModelShape, get_hardware, get_model, hardware_catalog,
                       model_catalog)
-from .fitted import TableCost, load_fit, write_fit
+from .fitted import FitFile, TableCost, read_fit_file, write_fit
 from .step_jitter import NO_JITTER, Jitter, make_jitter
 from .roofline import RooflineCost
 
 __all__ = [
     "COST_MODELS", "CostModel", "make_cost_model", "register_cost_model", "ConstantCost",
-    "AffineCost", "RooflineCost", "TableCost", "load_fit", "write_fit", "Jitter", "NO_JITTER",
-    "make_jitter", "HardwareSpec", "ModelShape", "get_hardware", "get_model", "hardware_catalog",
-    "model_catalog",
+    "AffineCost", "RooflineCost", "TableCost", "FitFile", "read_fit_file", "write_fit", "Jitter",
+    "NO_JITTER", "make_jitter", "HardwareSpec", "ModelShape", "get_hardware", "get_model",
+    "hardware_catalog", "model_catalog",
 ]

@@ -46,6 +46,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from psdlab.analysis.atomic_write import write_text
 from psdlab.analysis.checks import check_fields, check_nonnegative
 
 from .affine import AFFINE_TERMS, AffineCost
@@ -164,31 +165,26 @@ class FitFile:
 
 
 def read_fit_file(source: str | os.PathLike | FitFile, where: str = "cost.path") -> FitFile:
-    """``source`` as a `FitFile` (read and checked now unless it already is one)."""
+    """``source`` as a `FitFile` (read, and its envelope checked, now unless it already is
+    one): the one reader of a fit file (a calibrated model file is one), with `write_fit` its
+    writer; errors are one line naming ``where``, the file and the field."""
     if isinstance(source, FitFile):
         return source
-    return FitFile(os.fspath(source), load_fit(source, where))
-
-
-def load_fit(path: str | os.PathLike | FitFile, where: str = "cost.path") -> dict[str, Any]:
-    """Read and check the envelope of a fit file; returns the parsed JSON (a `FitFile`'s
-    document as it is)."""
-    if isinstance(path, FitFile):
-        return path.doc
+    path = os.fspath(source)
     try:
         with open(path, encoding="utf-8") as fh:
             doc = json.load(fh)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{where}: {os.fspath(path)}:{exc.lineno}: not valid JSON "
+        raise ValueError(f"{where}: {path}:{exc.lineno}: not valid JSON "
                          f"({exc.msg})") from None
     if not isinstance(doc, dict) or doc.get("format") != FIT_FORMAT:
-        raise ValueError(f"{where}: {os.fspath(path)}: field 'format' must be {FIT_FORMAT!r}")
+        raise ValueError(f"{where}: {path}: field 'format' must be {FIT_FORMAT!r}")
     if doc.get("version") != FIT_VERSION:
-        raise ValueError(f"{where}: {os.fspath(path)}: field 'version': {doc.get('version')!r} "
+        raise ValueError(f"{where}: {path}: field 'version': {doc.get('version')!r} "
                          f"is not supported (reads {FIT_VERSION})")
     if not isinstance(doc.get("roles"), dict) or not doc["roles"]:
-        raise ValueError(f"{where}: {os.fspath(path)}: field 'roles' must be a non-empty object")
-    return doc
+        raise ValueError(f"{where}: {path}: field 'roles' must be a non-empty object")
+    return FitFile(path, doc)
 
 
 def cost_from_role(role_doc: Any, where: str) -> CostModel:
@@ -222,7 +218,7 @@ def cost_from_role(role_doc: Any, where: str) -> CostModel:
 
 
 def _role_from_file(spec: Mapping[str, Any], where: str) -> CostModel:
-    doc = load_fit(spec["path"], f"{where}.path")
+    doc = read_fit_file(spec["path"], f"{where}.path").doc
     role = spec.get("role", "target")
     if role not in doc["roles"]:
         raise ValueError(f"{where}.role: {role!r} not in {os.fspath(spec['path'])}; has: "
@@ -251,9 +247,9 @@ def _make_tabulated(spec: Mapping[str, Any], where: str) -> CostModel:
 
 def write_fit(path: str | os.PathLike, roles: Mapping[str, Mapping[str, Any]],
               meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Write a fit file after checking every role builds (for validation's calibration);
-    returns the document as a reader of the file gets it (JSON's types: lists, not tuples),
-    so the caller need not read it back."""
+    """Write a fit file after checking every role builds (for validation's calibration),
+    whole or not at all (``analysis.atomic_write``); returns the document as a reader of the
+    file gets it (JSON's types: lists, not tuples), so the caller need not read it back."""
     for name, role in roles.items():
         cost_from_role(dict(role), f"roles.{name}")
         if role.get("residual_cv") is not None:
@@ -261,6 +257,5 @@ def write_fit(path: str | os.PathLike, roles: Mapping[str, Mapping[str, Any]],
     doc = {"format": FIT_FORMAT, "version": FIT_VERSION, "meta": dict(meta or {}),
            "roles": {k: dict(v) for k, v in roles.items()}}
     text = json.dumps(doc, indent=1, allow_nan=False)
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(text + "\n")
+    write_text(os.fspath(path), text + "\n", make_folders=False)
     return json.loads(text)

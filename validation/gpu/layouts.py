@@ -75,14 +75,15 @@ def calibrate_and_validate(trace_dir: Path, rounds: int) -> SimulatorCheck:
     ``psdlab calibrate`` and ``psdlab validate`` do, called directly."""
     from psdlab.validation.calibrate import calibrate
     from psdlab.validation.importers import load_traces
-    from psdlab.validation.model_file import write_model
+    from psdlab.sim.costs.fitted import write_fit
+    from psdlab.validation.model_file import model_parts
     from psdlab.validation.validate import trace_name, validate
     fit_on = [trace_dir / "ar.jsonl"] + sorted(trace_dir.glob("*_r1.jsonl"))
     held = sorted(trace_dir.glob("*_r2.jsonl")) if rounds >= 2 else sorted(
         trace_dir.glob("*_r1.jsonl"))
     model = trace_dir / "model.json"
     cal = calibrate([t for p in fit_on for t in load_traces(str(p))])
-    doc = write_model(str(model), cal, traces=[str(p) for p in fit_on])
+    doc = write_fit(str(model), *model_parts(cal, traces=[str(p) for p in fit_on]))
     named: list[tuple[str, Any]] = []
     used: set[str] = set()
     for p in held:

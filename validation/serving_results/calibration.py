@@ -90,7 +90,6 @@ class BenchFit:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """The ``psdlab.cost-fit`` model file (temp file and rename: nothing half-written)."""
-        from psdlab.analysis.atomic_write import write_all
         from psdlab.sim.costs.fitted import write_fit
         roles = {"target": _role(self.target_cost, self.intervals, "target")}
         if self.drafter_cost is not None:
@@ -98,12 +97,12 @@ class BenchFit:
         meta: dict[str, Any] = {"bench_fit": self.to_dict()}
         if self.acceptance is not None:
             meta["acceptance"] = {"default": "positional", "positional": dict(self.acceptance)}
-        write_all({os.fspath(path): lambda tmp: write_fit(tmp, roles, meta)})
+        write_fit(path, roles, meta)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> BenchFit:
-        from psdlab.sim.costs.fitted import load_fit
-        doc = load_fit(path, "model")
+        from psdlab.sim.costs.fitted import read_fit_file
+        doc = read_fit_file(path, "model").doc
         raw = (doc.get("meta") or {}).get("bench_fit")
         if not isinstance(raw, dict):
             raise ValueError(f"{os.fspath(path)}: field 'meta.bench_fit': missing (not written "
