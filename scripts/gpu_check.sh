@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The device check for a GPU machine with torch but no installs or network (../shared/GPU.md's
-# recipe): the CUDA tests (graphs == eager == dynamic passes; the engine on graphs equals AR),
+# recipe): the CUDA tests (graphs == eager == dynamic passes, fused graphs too, the k-pass graph
+# == k single passes; the engine on graphs, fused-k and graphs-k equals AR),
 # then `psdlab bench-gpu`. What comes back goes to $RESULTS: env.txt, cuda_tests.log,
 # bench.log, summary.json, summary.md, traces.tgz.
 #   RESULTS=$OUT bash scripts/gpu_check.sh                   # on the GPU machine
@@ -28,7 +29,7 @@ export PYTHONPATH=/tmp/site:$PWD
 "$PY" -c "import torch, psdlab.runtime.pass_graphs as g; print('torch', torch.__version__, \
 torch.version.cuda, g.__file__)" | tee -a "$RESULTS/env.txt"
 timeout "${TEST_TIMEOUT:-150}" "$PY" -m pytest -q -p no:cacheprovider ${TESTS:-tests/test_cuda_graphs.py \
-  tests/test_static_pass.py tests/test_fused_passes.py} 2>&1 | tail -n 30 | tee "$RESULTS/cuda_tests.log"
+  tests/test_static_pass.py} 2>&1 | tail -n 30 | tee "$RESULTS/cuda_tests.log"
 timeout "${BENCH_TIMEOUT:-420}" "$PY" -m psdlab bench-gpu --device "$DEVICE" -o /tmp/bench-gpu \
   --passes "${PASSES:-auto}" --budget-s "${BUDGET:-330}" ${BENCH_ARGS:-} 2>&1 | tee "$RESULTS/bench.log"
 cp /tmp/bench-gpu/summary.json /tmp/bench-gpu/summary.md "$RESULTS/" 2>/dev/null
