@@ -3,7 +3,7 @@ allowed range, so the CLI can print them as they are."""
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 
 def _is_number(value: Any) -> bool:
@@ -158,3 +158,71 @@ def field_types(cls: type) -> dict[str, tuple[type, ...]]:
         out[f.name] = tuple(typing.get_origin(a) or a for a in args
                             if isinstance(typing.get_origin(a) or a, type))
     return out
+
+
+def _finite_number(value: Any) -> bool:
+    """A JSON number that is finite (a bool is not a number; an integer too large for a float
+    is not finite)."""
+    if not _is_number(value):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+#: a parsed record's field kinds: the test a value must pass and what the error says expected
+RECORD_KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    "num": (_finite_number, "a finite number"),
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "bool": (lambda v: isinstance(v, bool), "true/false"),
+    "dict": (lambda v: isinstance(v, dict), "an object"),
+    "list": (lambda v: isinstance(v, list), "a list"),
+    "id": (lambda v: isinstance(v, (int, str)) and not isinstance(v, bool),
+           "an integer or string id"),
+}
+
+
+class RecordFields:
+    """Typed access to the fields of one parsed record (a JSON object of a trace or an imported
+    engine's log): the one check of a record's fields, a bad one raising ``error`` (ValueError
+    or a subclass) ``WHERE: field 'PREFIXNAME': expected KIND, got VALUE`` (``RECORD_KINDS``)."""
+
+    def __init__(self, obj: Mapping[str, Any], where: str, prefix: str = "", *,
+                 error: type[ValueError] = ValueError) -> None:
+        self.obj, self.where, self.prefix, self.error = obj, where, prefix, error
+
+    def fail(self, name: str, what: str) -> ValueError:
+        return self.error(f"{self.where}: field '{self.prefix}{name}': {what}")
+
+    def get(self, name: str, kind: str, *, optional: bool = False, default: Any = None) -> Any:
+        """The field's value, checked to be of ``kind`` (a number as float); a missing or null
+        field is ``default`` when ``optional``, else an error."""
+        if name not in self.obj or self.obj[name] is None:
+            if optional:
+                return default
+            raise self.fail(name, "missing")
+        value = self.obj[name]
+        ok, expected = RECORD_KINDS[kind]
+        if not ok(value):
+            raise self.fail(name, f"expected {expected}, got {value!r}")
+        return float(value) if kind == "num" else value
+
+    def nonneg_int(self, name: str, **kw: Any) -> Any:
+        """An integer field that must be >= 0 (None when optional and absent)."""
+        value = self.get(name, "int", **kw)
+        if value is not None and value < 0:
+            raise self.fail(name, f"must be >= 0, got {value}")
+        return value
+
+    def count(self, name: str, default: int | None = None) -> int:
+        """A count written as any number (3.0 counts) that must be a non-negative integer;
+        ``default`` when absent (None: required)."""
+        v = self.obj.get(name)
+        if v is None and default is not None:
+            return default
+        x = self.get(name, "num")
+        if x < 0 or not x.is_integer():
+            raise self.fail(name, f"expected a non-negative integer, got {v!r}")
+        return int(x)

@@ -3,71 +3,22 @@ record is validated and a malformed one rejected with the line number and the fi
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Iterator
 
+from .checks import RecordFields
 from .trace_records import (PHASE_KINDS, READABLE_VERSIONS, LeftOut, Phase, RequestRecord,
                             RunInfo, StepRecord, Trace, TraceFormatError, Verified,
                             declared_requests)
 
-def _is_finite_number(value: Any) -> bool:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:       # an integer too large for a float
-        return False
+def _fields(obj: dict[str, Any], where: str, prefix: str = "") -> RecordFields:
+    """A trace record's fields (``analysis.checks.RecordFields``), errors naming line and
+    field as TraceFormatError."""
+    return RecordFields(obj, where, prefix, error=TraceFormatError)
 
 
-class _Fields:
-    """Typed field access that raises TraceFormatError naming line and field."""
-
-    def __init__(self, obj: dict[str, Any], where: str, prefix: str = ""):
-        self.obj, self.where, self.prefix = obj, where, prefix
-
-    def fail(self, name: str, what: str) -> TraceFormatError:
-        return TraceFormatError(f"{self.where}: field '{self.prefix}{name}': {what}")
-
-    def get(self, name: str, kind: str, *, optional: bool = False, default: Any = None) -> Any:
-        if name not in self.obj or self.obj[name] is None:
-            if optional:
-                return default
-            raise self.fail(name, "missing")
-        value = self.obj[name]
-        if kind == "int":
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise self.fail(name, f"expected an integer, got {value!r}")
-        elif kind == "num":
-            if not _is_finite_number(value):
-                raise self.fail(name, f"expected a finite number, got {value!r}")
-            value = float(value)
-        elif kind == "str":
-            if not isinstance(value, str):
-                raise self.fail(name, f"expected a string, got {value!r}")
-        elif kind == "bool":
-            if not isinstance(value, bool):
-                raise self.fail(name, f"expected true/false, got {value!r}")
-        elif kind == "dict":
-            if not isinstance(value, dict):
-                raise self.fail(name, f"expected an object, got {value!r}")
-        elif kind == "list":
-            if not isinstance(value, list):
-                raise self.fail(name, f"expected a list, got {value!r}")
-        elif kind == "id":
-            if isinstance(value, bool) or not isinstance(value, (int, str)):
-                raise self.fail(name, f"expected an integer or string id, got {value!r}")
-        return value
-
-    def nonneg_int(self, name: str, **kw) -> Any:
-        value = self.get(name, "int", **kw)
-        if value is not None and value < 0:
-            raise self.fail(name, f"must be >= 0, got {value}")
-        return value
-
-
-def _parse_run(f: _Fields) -> RunInfo:
+def _parse_run(f: RecordFields) -> RunInfo:
     schema = f.get("schema", "int")
     if schema not in READABLE_VERSIONS:
         raise f.fail("schema", f"trace schema version {schema} is not supported by this psdlab "
@@ -85,7 +36,7 @@ def _parse_run(f: _Fields) -> RunInfo:
 def _parse_phase(obj: Any, where: str, name: str) -> Phase:
     if not isinstance(obj, dict):
         raise TraceFormatError(f"{where}: field '{name}': expected an object, got {obj!r}")
-    f = _Fields(obj, where, prefix=f"{name}.")
+    f = _fields(obj, where, prefix=f"{name}.")
     kind = f.get("kind", "str")
     if kind not in PHASE_KINDS:
         raise f.fail("kind", f"must be one of {', '.join(PHASE_KINDS)}, got {kind!r}")
@@ -123,14 +74,14 @@ def _parse_verified(row: Any, where: str, name: str) -> Verified:
     return Verified(req=req, proposed=proposed, accepted=accepted, emitted=emitted)
 
 
-def _parse_batch(f: _Fields, name: str) -> int | None:
+def _parse_batch(f: RecordFields, name: str) -> int | None:
     value = f.get(name, "int", optional=True)
     if value is not None and value not in (0, 1):
         raise f.fail(name, f"must be 0, 1 or null, got {value}")
     return value
 
 
-def _parse_step(f: _Fields) -> StepRecord:
+def _parse_step(f: RecordFields) -> StepRecord:
     start, end = f.get("start", "num"), f.get("end", "num")
     if end < start:
         raise f.fail("end", f"step ends before it starts ({end} < {start})")
@@ -149,7 +100,7 @@ def _parse_step(f: _Fields) -> StepRecord:
                       preempted=tuple(preempted))
 
 
-def _parse_request(f: _Fields) -> RequestRecord:
+def _parse_request(f: RecordFields) -> RequestRecord:
     rec = RequestRecord(
         id=f.get("id", "id"), arrival=f.get("arrival", "num"), admitted=f.get("admitted", "num"),
         first_token=f.get("first_token", "num"), finish=f.get("finish", "num"),
@@ -170,7 +121,7 @@ def parse_record(obj: Any, where: str, *, after_run: bool) -> RunInfo | StepReco
     if not isinstance(obj, dict):
         raise TraceFormatError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     kind = obj.get("type")
-    f = _Fields(obj, where)
+    f = _fields(obj, where)
     if kind == "run":
         if after_run:
             raise f.fail("type", "a second 'run' record")

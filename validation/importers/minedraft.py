@@ -44,6 +44,7 @@ import os
 import re
 from typing import Any, Iterator
 
+from psdlab.analysis.checks import RecordFields
 from psdlab.analysis.modes import Mode
 from psdlab.analysis.trace import (Phase, RequestRecord, RunInfo, StepRecord, Trace,
                             TraceFormatError, Verified)
@@ -78,35 +79,19 @@ def looks_like_minedraft(obj: Any) -> bool:
     return isinstance(obj, dict) and "traces" in obj and "type" not in obj
 
 
-class _Rec:
-    """Typed access to one record, errors naming file:line, record and field."""
+class _Rec(RecordFields):
+    """One MineDraft record's fields (``analysis.checks.RecordFields``: errors naming file:line,
+    record and field), with the plugin's own shapes: request-id lists, prefill groups and
+    proposal budgets."""
 
     def __init__(self, obj: Any, where: str):
         if not isinstance(obj, dict):
             raise TraceFormatError(f"{where}: expected an object, got {obj!r}")
-        self.obj, self.where = obj, where
-
-    def fail(self, name: str, what: str) -> TraceFormatError:
-        return TraceFormatError(f"{self.where}: field '{name}': {what}")
+        super().__init__(obj, where, error=TraceFormatError)
 
     def num(self, name: str, default: float | None = None) -> float:
-        v = self.obj.get(name)
-        if v is None:
-            if default is None:
-                raise self.fail(name, "missing")
-            return default
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise self.fail(name, f"expected a finite number, got {v!r}")
-        return float(v)
-
-    def count(self, name: str, default: int | None = None) -> int:
-        v = self.obj.get(name)
-        if v is None and default is not None:
-            return default
-        x = self.num(name)
-        if x < 0 or not x.is_integer():
-            raise self.fail(name, f"expected a non-negative integer, got {v!r}")
-        return int(x)
+        """A finite number; ``default`` when absent (None: required)."""
+        return self.get(name, "num", optional=default is not None, default=default)
 
     def ids(self, name: str) -> list[str]:
         v = self.obj.get(name, [])
