@@ -23,10 +23,11 @@ The lowest mean CRPS wins and is refitted on all prompts.
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 from dataclasses import asdict, dataclass, replace
 from functools import partial
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -265,6 +266,42 @@ def _folds(data: Trials, cells: Cells) -> list[Fold]:
     return out
 
 
+@contextlib.contextmanager
+def _one_blas_thread() -> Iterator[None]:
+    """Run the block with the bundled OpenBLAS libraries (numpy's and scipy's wheels) on one
+    thread, then restore their counts.  L-BFGS-B calls BLAS on tiny matrices thousands of
+    times; with a thread per core, each call woke threads that then spun on the cores the
+    fit needs: on 2 shared cores the selection ran 2-3x slower (measured).  Where the
+    libraries are not found (another BLAS), nothing changes."""
+    import ctypes
+    import glob
+    import os
+
+    import numpy
+    import scipy
+    found = []
+    for pkg in (numpy, scipy):
+        libs = os.path.join(os.path.dirname(os.path.dirname(pkg.__file__)),
+                            f"{pkg.__name__}.libs", "libscipy_openblas*.so")
+        for path in glob.glob(libs):
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError:
+                continue
+            for suffix in ("64_", ""):
+                get = getattr(lib, f"scipy_openblas_get_num_threads{suffix}", None)
+                put = getattr(lib, f"scipy_openblas_set_num_threads{suffix}", None)
+                if get is not None and put is not None:
+                    found.append((put, int(get())))
+                    put(1)
+                    break
+    try:
+        yield
+    finally:
+        for put, n in found:
+            put(n)
+
+
 def _progress(total: int) -> Any:
     """A progress bar on stderr, only when it is a terminal and the work has run 2 s."""
     from tqdm import tqdm
@@ -291,7 +328,7 @@ def select(traces: Sequence[Trace], candidates: Sequence[Candidate] = CANDIDATES
         raise ValueError("traces: no verified draft tokens to fit an acceptance model to")
     cells = Cells.of(data)
     whole, splits = Fold(data, cells), _folds(data, cells)
-    with _progress(len(builders) * len(splits)) as bar:
+    with _one_blas_thread(), _progress(len(builders) * len(splits)) as bar:
         rows = [_cv_row(name, build, nll, whole, splits, bar.update)
                 for name, build, nll in builders]
     table = [r for r, _ in rows]
