@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 
-def write_all(writers: Mapping[str, Callable[[str], None]]) -> None:
+def write_all(writers: Mapping[str, Callable[[str], object]]) -> None:
     """Every file or none: each writer writes a temporary file beside its path
     (``.NAME.PID.tmp``); they are renamed into place, mode 0644, only once all succeeded (on
     any error the temporaries go and the old files stay).  An OSError on a temporary file
