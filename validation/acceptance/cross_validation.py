@@ -231,7 +231,7 @@ def _cv_row(name: str, build: Callable[[Fold, Any], Model], nll: bool, whole: Fo
             c, err = _scored(mine, rows, np.random.default_rng(pi))
             c_sum += c
             errs.append(abs(err))
-            if nll:
+            if nll and isinstance(model, FittedModel):
                 test = cells.of_prompt(pi)
                 weight = float(test.sw.sum())
                 tok += weight
@@ -281,7 +281,7 @@ def _one_blas_thread() -> Iterator[None]:
     import scipy
     found = []
     for pkg in (numpy, scipy):
-        libs = os.path.join(os.path.dirname(os.path.dirname(pkg.__file__)),
+        libs = os.path.join(os.path.dirname(os.path.dirname(str(pkg.__file__))),
                             f"{pkg.__name__}.libs", "libscipy_openblas*.so")
         for path in glob.glob(libs):
             try:

@@ -219,7 +219,7 @@ class Cells:
                      self.draft[sel], self.out[sel], self.count[sel], self.hits[sel],
                      self.sw[sel], self.sy[sel], self.swo[sel])
 
-    def without(self, prompts: Sequence[int]) -> "Cells":
+    def without(self, prompts: Sequence[int] | np.ndarray) -> "Cells":
         """The cells of every prompt but ``prompts`` (indices into ``prompts``)."""
         return self._take(~np.isin(self.prompt, np.asarray(prompts, dtype=int)))
 
@@ -421,14 +421,15 @@ def _start(design: Design, model: FittedModel) -> np.ndarray:
     ns = len(model.design.styles)
     level = dict(zip(model.design.styles, b[:ns]))
     npos = max(0, design.positions - 1)
-    parts = [[level[s] for s in design.styles], b[ns:ns + npos]]
+    parts: list[float] = [float(level[s]) for s in design.styles]
+    parts += [float(x) for x in b[ns:ns + npos]]
     if design.output:
-        parts.append([b[-1]])
+        parts.append(float(b[-1]))
     if design.request:
-        parts.append([np.log(max(model.sigma, _SIGMA_START))])
+        parts.append(float(np.log(max(model.sigma, _SIGMA_START))))
     if design.growth:
-        parts.append([model.growth])
-    return np.concatenate(parts)
+        parts.append(float(model.growth))
+    return np.array(parts, dtype=float)
 
 
 @dataclass(frozen=True)
