@@ -15,12 +15,14 @@ means equal).
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from psdlab.analysis.atomic_write import write_text
 from psdlab.analysis.metrics import summarize
 from psdlab.analysis.trace import Trace
 from psdlab.runtime.controller import Engine, EngineConfig
@@ -38,10 +40,14 @@ def bench_runtime(target: ModelSpec, drafter: ModelSpec, requests: list[Request]
                   base: EngineConfig,
                   trace_dir: str | None = None, tokenizer: Any = None, quiet: bool = False,
                   warmup: bool = True, rounds: int = 2,
-                  steps_fraction: float = 1.0, keep_outputs: bool = False) -> dict[str, Any]:
+                  steps_fraction: float = 1.0, keep_outputs: bool = False,
+                  corun: bool = False) -> dict[str, Any]:
     """Run SD-sep (m), PSD (2 x m) and PSD (2 x m/2) on the same workers, ``rounds`` times
     interleaved (so a busy spell of a shared machine hits every mode alike); return the
-    figures computed over all rounds (with ``keep_outputs``, every run's token ids too)."""
+    figures computed over all rounds (with ``keep_outputs``, every run's token ids too).
+    ``corun``: after the warm-up, the co-run probe on the same workers at m sequences, the
+    runs' k and their mean prompt length (``runtime.corun_probe``; under ``corun_probe``, a
+    ``CorunProbe``, and as ``corun_probe.json`` in ``trace_dir``)."""
     m = base.batch
     runs: dict[str, EngineConfig] = {"sd": replace(base, mode="sd-sep", max_num_seqs=None),
                                      "psd": replace(base, mode="psd", max_num_seqs=None)}
@@ -80,6 +86,13 @@ def bench_runtime(target: ModelSpec, drafter: ModelSpec, requests: list[Request]
             summaries.setdefault(name, []).append(summary)
             outputs[f"{name}{extra.get('suffix', '')}"] = [o.token_ids for o in result.outputs]
 
+        probe = None
+        if corun:
+            _say("bench-runtime: co-run probe", quiet)
+            probe = _corun(eng, requests, base, workers.slots)
+            if trace_dir:
+                write_text(str(Path(trace_dir) / "corun_probe.json"),
+                           json.dumps(probe.to_dict(), indent=1) + "\n")
         measure("ar", replace(plain, mode="ar", max_num_seqs=None), "reference outputs: ", {})
         for r in range(rounds):
             for name, cfg in runs.items():
@@ -91,7 +104,18 @@ def bench_runtime(target: ModelSpec, drafter: ModelSpec, requests: list[Request]
                                      for p, q in zip(summaries["psd"], summaries["sd"])]
     if keep_outputs:
         fig["outputs"] = outputs
+    if probe is not None:
+        fig["corun_probe"] = probe
     return fig
+
+
+def _corun(eng: Any, requests: list[Request], base: EngineConfig, slots: int) -> Any:
+    """The co-run probe on an engine's workers (``runtime.corun_probe``)."""
+    from psdlab.runtime.corun_probe import corun_probe
+    lengths = [len(r.prompt_ids) for r in requests] or [16]
+    context = max(1, min(int(sum(lengths) / len(lengths)), base.max_len - base.k - 8))
+    return corun_probe(eng.target, eng.drafter, seqs=min(base.batch, slots), ks=(base.k,),
+                       context=context, reps=8, slots=slots)
 
 
 def cycle_requests(requests: list[Request], n: int) -> list[Request]:

@@ -13,7 +13,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           "rule on a GPU",
         description="Per pass kind psdlab eager, psdlab CUDA graphs, Hugging Face eager and "
                     "the memory floor; AR, SD-separate and PSD at each m with the closed form "
-                    "and the simulator calibrated on round 1, judged on round 2; the lossless "
+                    "and the simulator calibrated on AR, SD-sep and a co-run probe, judged on "
+                    "every PSD run (PSD predicted before it ran); the lossless "
                     "rule (docs/cuda.md). Writes summary.json and summary.md. --device cpu is "
                     "the dry run (tiny models). Defaults: "
                     "psdlab.validation.gpu.gpu_results.GpuBenchConfig.")

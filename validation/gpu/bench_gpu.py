@@ -5,8 +5,9 @@
    passes (CUDA graphs on a GPU), Hugging Face eager and the streaming floor; median and max.
 2. **Runs** at each m (`validation.gpu.layouts.run_layout`: AR, SD-separate, PSD at 2 x m and
    at 2 x m/2, ``rounds`` times interleaved, on two streams of one GPU or two GPUs): PSD/SD-sep
-   measured against the closed form (t + V) / max(t, V), the simulator calibrated on round 1
-   and judged on round 2, and each phase kind's median / max step time from the traces.
+   measured against the closed form (t + V) / max(t, V), the simulator calibrated on AR, SD-sep
+   and the co-run probe of the layout's workers and judged on every PSD run (PSD predicted
+   before it ran), and each phase kind's median / max step time from the traces.
 3. **The lossless rule** (`docs/cuda.md`): PSD == SD-separate token for token; against AR, each
    first divergence with the target's top-2 logit margin there, accepted only within
    `MARGIN_ULPS` bf16 spacings of the top logit; and the batch-invariant mode (every target

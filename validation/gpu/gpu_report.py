@@ -63,8 +63,9 @@ def _run_lines(m: str, fig: RunFigure) -> list[str]:
             f"PSD == SD-sep {rule.psd_equals_sd_sep}; divergences "
             f"from AR {rule.divergences_total} (accepted "
             f"{rule.divergences_accepted}); holds {rule.holds}",
-            f"- simulator (calibrated on {', '.join(sim.calibrated_on)}; "
-            f"held out: {sim.held_out}): {_sim(sim.summary)}", ""]
+            f"- simulator (calibrated on {', '.join(sim.calibrated_on)} and PSD's contention "
+            f"from {sim.psd_inputs}; PSD held out, predicted before it ran): "
+            f"{_sim(sim.summary)}", ""]
 
 
 def _sim(rows: Sequence[Mapping[str, Any]]) -> str:

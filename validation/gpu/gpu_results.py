@@ -176,7 +176,8 @@ def _simulator_doc(c: SimulatorCheck) -> dict[str, Any]:
     return {"calibrated_on": list(c.calibrated_on), "validated_on": list(c.validated_on),
             "held_out": c.held_out, "model": c.model,
             "fit_heldout_errors": dict(c.fit_heldout_errors),
-            "summary": [dict(r) for r in c.summary], "notes": list(c.notes)}
+            "summary": [dict(r) for r in c.summary], "notes": list(c.notes),
+            "psd_inputs": c.psd_inputs}
 
 
 def _rule_doc(rule: LosslessVerdict) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The layouts of `psdlab bench-gpu` (`validation.gpu.bench_gpu`): AR, SD-separate and PSD on a
-device layout of the machine, then the simulator calibrated on the first round of traces and
-validated on the second.
+device layout of the machine, then the simulator calibrated on AR, SD-sep and a co-run probe
+and validated on every PSD run.
 
 Layouts (`layouts`): ``two-devices`` (drafter on the second GPU, one process per GPU: no shared
 GIL) when there are two GPUs, and ``two-streams`` (both on the first GPU, one process, a CUDA
@@ -8,9 +8,10 @@ stream each).  A dry run (``device="cpu"``) runs the same layouts on CPU with ti
 ``two-devices`` as two pinned processes on cores 0 and 1, ``two-streams`` as two threads -- so
 every line but the CUDA-only ones runs in CI.  Each layout runs
 `runtime.overlap_bench.bench_runtime`
-(AR for the reference output, then SD-sep at m, PSD at 2 x m and PSD at 2 x m/2, ``rounds``
-times interleaved), then `psdlab calibrate` on round 1 and `psdlab validate` on round 2 (with
-one round, on round 1 itself: a consistency check, not held out; the summary says which).
+(AR for the reference output, the co-run probe on the layout's workers, then SD-sep at m, PSD
+at 2 x m and PSD at 2 x m/2, ``rounds`` times interleaved), then `psdlab calibrate` on AR, the
+SD-sep rounds and the probe, and `psdlab validate` on every PSD run: PSD predicted before it
+ran, on two streams as on two devices.
 """
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
+
+from psdlab.analysis.contention import CorunProbe
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ class SimulatorCheck:
     fit_heldout_errors: Mapping[str, float | None]
     summary: tuple[Mapping[str, Any], ...]      # `validation.validate`'s rows, as it gives them
     notes: tuple[str, ...]
+    psd_inputs: str = ""        # what PSD's contention rests on: "probe" or "default:<layout>"
 
 
 @dataclass(frozen=True)
@@ -70,32 +74,43 @@ class LayoutRun:
     outputs: Mapping[str, list] | None
 
 
-def calibrate_and_validate(trace_dir: Path, rounds: int) -> SimulatorCheck:
-    """Calibrate on AR + round 1, validate on round 2 (round 1 when there is one round): what
-    ``psdlab calibrate`` and ``psdlab validate`` do, called directly."""
+def calibrate_and_validate(trace_dir: Path, rounds: int,
+                           corun: CorunProbe | None = None) -> SimulatorCheck:
+    """PSD predicted before it runs: calibrate on AR and every round of SD-sep, plus the
+    co-run probe the layout's workers ran (``corun``: on two streams of one GPU, on two GPUs,
+    or on two CPU cores in the dry run; none: the layout's stated default), and validate on
+    every PSD run, none of which the calibration read (held out whatever the rounds): what
+    ``psdlab calibrate --corun-probe`` and ``psdlab validate`` do, called directly."""
     from psdlab.validation.calibrate import calibrate
     from psdlab.validation.importers import load_traces
     from psdlab.sim.costs.fitted import write_fit
     from psdlab.validation.model_file import model_parts
     from psdlab.validation.validate import trace_name, validate
-    fit_on = [trace_dir / "ar.jsonl"] + sorted(trace_dir.glob("*_r1.jsonl"))
-    held = sorted(trace_dir.glob("*_r2.jsonl")) if rounds >= 2 else sorted(
-        trace_dir.glob("*_r1.jsonl"))
+    fit_on = [trace_dir / "ar.jsonl"] + sorted(trace_dir.glob("sd_r*.jsonl"))
+    held = sorted(trace_dir.glob("psd*_r*.jsonl"))
     model = trace_dir / "model.json"
-    cal = calibrate([t for p in fit_on for t in load_traces(str(p))])
+    cal = calibrate([t for p in fit_on for t in load_traces(str(p))], corun=corun)
     doc = write_fit(str(model), *model_parts(cal, traces=[str(p) for p in fit_on]))
     named: list[tuple[str, Any]] = []
     used: set[str] = set()
     for p in held:
         for tr in load_traces(str(p)):
             named.append((trace_name(str(p), tr, used), tr))
-    result = validate(str(model), named, seeds=range(2))
+    result = validate(doc_file(str(model), doc), named, seeds=range(2))
+    contention = doc.get("meta", {}).get("contention") or {}
     return SimulatorCheck(
         calibrated_on=tuple(p.name for p in fit_on), validated_on=tuple(p.name for p in held),
-        held_out=rounds >= 2, model=str(model),
+        held_out=True, model=str(model),
         fit_heldout_errors={name: f.get("heldout_error")
                             for name, f in doc.get("meta", {}).get("fits", {}).items()},
-        summary=tuple(result.summary()), notes=tuple(result.notes))
+        summary=tuple(result.summary()), notes=tuple(result.notes),
+        psd_inputs=str(contention.get("source", "its own PSD runs")))
+
+
+def doc_file(path: str, doc: Mapping[str, Any]) -> Any:
+    """The model file as written (``sim.costs.fitted.FitFile``), not read back."""
+    from psdlab.sim.costs.fitted import FitFile
+    return FitFile(path, dict(doc))
 
 
 def run_layout(layout: DeviceLayout, target: Any, drafter: Any, requests: list, base: Any,
@@ -106,11 +121,13 @@ def run_layout(layout: DeviceLayout, target: Any, drafter: Any, requests: list, 
     trace_dir = out / layout.name
     t0 = time.perf_counter()
     fig = bench_runtime(target, drafter, requests, cfg, trace_dir=str(trace_dir), rounds=rounds,
-                        quiet=True, keep_outputs=keep_outputs)
+                        quiet=True, keep_outputs=keep_outputs, corun=True)
     wall_s = time.perf_counter() - t0
     outputs = fig.pop("outputs", None)
+    probe = fig.pop("corun_probe", None)
     return LayoutRun(figures=fig, bench_wall_s=wall_s, layout=layout,
-                     simulator=calibrate_and_validate(trace_dir, rounds), outputs=outputs)
+                     simulator=calibrate_and_validate(trace_dir, rounds, probe),
+                     outputs=outputs)
 
 
 def machine(device: str, load_before: list[float] | None = None) -> dict[str, Any]:
