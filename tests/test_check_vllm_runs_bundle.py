@@ -100,7 +100,8 @@ def test_a_measured_run_writes_the_bundle(tmp_path, monkeypatch):
 
     monkeypatch.setattr(vr, "measure", measure)
     out = tmp_path / "out"
-    s = vr.CheckSettings(target_core=-1, client_core=-1, bootstrap=2, drafter_ratio="0.6842")
+    s = vr.CheckSettings(target_core=-1, client_core=-1, bootstrap=2, drafter_ratio="0.6842",
+                         psd_ks=())                  # no PSD runs (they need the models)
     vr.check_vllm_command(s, str(out), ["-o", str(out)], as_json=True)
     doc = json.loads((out / "check_vllm.json").read_text())
     assert [r["result"] for r in doc["runs"]] == [r["result"] for r in recorded]

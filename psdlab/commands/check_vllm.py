@@ -4,12 +4,14 @@ In the vLLM environment: starts ``vllm serve`` (vLLM's OpenAI-compatible server,
 server configuration -- AR, and vLLM's draft-model speculative decoding with psdlab's committed
 drafter at each k of ``--ks`` -- with the target's threads on ``--target-core``; drives each with
 vLLM's own ``vllm bench serve`` at each rate of ``--rates`` on the same prompts (``--repeats``
-runs of every configuration), snapshots ``/metrics`` around every run; then fits on the
-calibration (by default every rate of the SD server with the largest k) and predicts the other
-servers (`validation.vllm_check.harness`, `validation.vllm_check.judgement`).
+runs of every configuration), snapshots ``/metrics`` around every run; runs a co-run probe of
+the model pair and PSD inside vLLM offline (psdlab's plugin) at ``--psd-ks`` on the same
+prompts; then fits on the calibration (by default every rate of the SD server with the largest
+k) and predicts the other servers and the PSD runs (`validation.vllm_check.harness`,
+`validation.vllm_check.judgement`, `validation.vllm_check.psd_check`).
 Writes ``DIR/check_vllm.json``, ``DIR/check_vllm.md``, the bench results (``DIR/bench``),
-the snapshots (``DIR/metrics``), both again in one file (``DIR/runs.json``, what ``--reuse``
-reads) and the server and client logs (``DIR/logs``).
+the snapshots (``DIR/metrics``), the PSD traces and probe (``DIR/psd``), all again in one file
+(``DIR/runs.json``, what ``--reuse`` reads) and the logs (``DIR/logs``).
 """
 from __future__ import annotations
 
@@ -68,6 +70,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "'none': no "
                         "prior, so an SD-only calibration cannot split its step between target "
                         "and drafter")
+    p.add_argument("--psd-ks", default="auto", metavar="K,K|auto|none",
+                   help="draft lengths of PSD inside vLLM (psdlab's plugin, offline, each run "
+                        "--repeats times, held out: predicted from the calibration and a "
+                        "co-run probe); auto (default): the calibrated k and one other; none: "
+                        "no PSD runs")
+    p.add_argument("--psd-batch", type=int, default=4, metavar="M",
+                   help="PSD's m, requests verified per step (2m in flight), 1-64 (default 4)")
+    p.add_argument("--probe-reps", type=int, default=12, metavar="N",
+                   help="repeats of each co-run probe timing, 2-1000 (default 12)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bootstrap", type=int, default=10,
                    help="bootstrap replicates of the fit's intervals (default 10)")
@@ -85,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
         target_core=args.target_core, client_core=args.client_core,
         startup_timeout=args.startup_timeout, bench_timeout=args.bench_timeout,
         server_command=args.server_command, drafter_ratio=args.drafter_ratio, seed=args.seed,
-        bootstrap=args.bootstrap)
+        bootstrap=args.bootstrap, psd_ks=args.psd_ks, psd_batch=args.psd_batch,
+        probe_reps=args.probe_reps)
     print(check_vllm_command(s, args.out, sys.argv[2:], reuse=args.reuse, as_json=args.json))
     return 0

@@ -1,12 +1,15 @@
 """The records of `psdlab check-vllm`, frozen: the plan (`CheckPlan`), a measured run's records
 (`RunRecord`, `ServedServer`, `RecordedSettings`, together `MeasuredRun`), the judgement
 (`CheckJudgement`: a `ConfigRow` per configuration, each figure in a `PerFigure`, the tallies
-`HeldOutTally` and `MetricSummary`) and the report (`CheckReport`), whose ``to_dict()`` is the
+`HeldOutTally` and `MetricSummary`; PSD inside vLLM's held-out rows `PsdRow` in a
+`PsdJudgement`, from its runs' `PsdRunRecord`), the repeats' spread (`noise`) and the report
+(`CheckReport`), whose ``to_dict()`` is the
 one place they become ``check_vllm*.json``'s object: the keys, their order and values the file
 has always had.  The harness (`validation.vllm_check.harness`) and the judgement
 (`validation.vllm_check.judgement`) build them; this module imports neither."""
 from __future__ import annotations
 
+import statistics
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Callable, Generic, Mapping, Sequence, TypeVar
 
@@ -45,6 +48,7 @@ class CheckPlan:
     servers: tuple[PlannedServer, ...]
     configs: tuple[str, ...]
     calibration: str
+    psd_ks: tuple[int, ...] = ()       # PSD inside vLLM's draft lengths (none: no PSD runs)
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,18 @@ class RunRecord:
 
 
 @dataclass(frozen=True)
+class PsdRunRecord:
+    """One measured offline run of PSD inside vLLM (``psdlab run --engine vllm --mode psd``):
+    its configuration (``psd-k4-m4``), k, batch m (requests verified per step; 2m in flight),
+    repeat and trace."""
+    config: str
+    k: int
+    batch: int
+    repeat: int
+    trace: str
+
+
+@dataclass(frozen=True)
 class MeasuredRun:
     """Where, when and what a measured run ran: what a re-judged report keeps of it (None where
     the measured run's report has no such key)."""
@@ -121,6 +137,8 @@ class MeasuredRun:
     served_drafter_to_target_ratio: float | None
     runs: tuple[RunRecord, ...]
     measure_s: float | None
+    psd_runs: tuple[PsdRunRecord, ...] = ()     # PSD inside vLLM, offline (none: not measured)
+    corun_probe: str | None = None              # the co-run probe's record (PSD runs only)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> MeasuredRun:
@@ -134,7 +152,9 @@ class MeasuredRun:
                    else tuple(ServedServer.from_dict(x) for x in servers),
                    served_drafter_to_target_ratio=d.get("served_drafter_to_target_ratio"),
                    runs=tuple(RunRecord.from_dict(r) for r in d.get("runs") or ()),
-                   measure_s=d.get("measure_s"))
+                   measure_s=d.get("measure_s"),
+                   psd_runs=tuple(PsdRunRecord(**r) for r in d.get("psd_runs") or ()),
+                   corun_probe=d.get("corun_probe"))
 
 
 @dataclass(frozen=True)
@@ -186,6 +206,14 @@ class ConfigRow:
     results: tuple[str, ...]
 
 
+def noise(values: Sequence[float | None]) -> float | None:
+    """Run-to-run spread of repeats: (max - min) / mean."""
+    vals = [v for v in values if v is not None]
+    if len(vals) < 2 or not statistics.fmean(vals):
+        return None
+    return (max(vals) - min(vals)) / statistics.fmean(vals)
+
+
 @dataclass(frozen=True)
 class HeldOutTally:
     """The held-out figures judged: within the goal, with repeat noise, and the misses told
@@ -223,6 +251,45 @@ class MetricSummary:
                    max_abs_error=max((abs(e) for e in errors), default=None))
 
 
+#: PSD's compared figures (vLLM bench's keys, computed alike from the measured and the
+#: simulated trace): key -> label
+PSD_FIGURES = {"output_throughput": "output throughput (tok/s)",
+               "mean_tpot_ms": "mean TPOT (ms)", "mean_e2el_ms": "mean e2e latency (ms)"}
+
+
+@dataclass(frozen=True)
+class PsdRow:
+    """One PSD configuration, held out: measured (mean over its repeats) vs predicted from the
+    served calibration and the co-run probe (`PSD_FIGURES`, each a key -> value table in that
+    order), the error, the repeats' spread."""
+    config: str
+    k: int
+    batch: int
+    repeats: int
+    measured: Mapping[str, float | None]
+    predicted: Mapping[str, float | None]
+    not_predicted: str | None
+    error: Mapping[str, float | None]
+    noise: Mapping[str, float | None]
+    measured_repeats: tuple[Mapping[str, float | None], ...]
+    acceptance_length: float | None          # measured, mean over repeats (not judged)
+    traces: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PsdJudgement:
+    """PSD inside vLLM as a held-out judge: whether it was measured (``why`` when not), the
+    probe's contention the prediction used, the rows, their tally and what differs between
+    the served calibration and an offline PSD run (``notes``)."""
+    measured: bool
+    why: str | None
+    probe: str | None
+    contention: Mapping[str, Any] | None     # `analysis.contention.Contention.to_dict`
+    rows: tuple[PsdRow, ...]
+    held_out: HeldOutTally
+    notes: tuple[str, ...]
+
+
 @dataclass(frozen=True)
 class CheckJudgement:
     """The fit on the calibration, every configuration predicted and compared, the tallies."""
@@ -235,6 +302,7 @@ class CheckJudgement:
     rows: tuple[ConfigRow, ...]
     held_out: HeldOutTally
     summary: PerFigure[MetricSummary]
+    psd: PsdJudgement | None = None
 
 
 @dataclass(frozen=True)
@@ -275,6 +343,9 @@ class CheckReport:
             "servers": None if run.servers is None else [asdict(x) for x in run.servers],
             "served_drafter_to_target_ratio": run.served_drafter_to_target_ratio,
             "runs": [r.to_dict() for r in run.runs], "measure_s": run.measure_s}
+        if run is not None and run.psd_runs:      # a run without PSD keeps its keys as they were
+            kept.update({"psd_runs": [asdict(r) for r in run.psd_runs],
+                         "corun_probe": run.corun_probe})
         out: dict[str, Any] = {"command": self.command}
         if self.rejudged is not None:
             out.update({"paths": PATHS_NOTE, "reused_from": self.rejudged.reused_from,
@@ -293,4 +364,5 @@ class CheckReport:
                 "calibration_configs": list(j.calibration_configs), "goal": j.goal,
                 "fit": j.fit.to_dict(), "drafter_to_target_ratio": j.drafter_to_target_ratio,
                 "notes": list(j.notes), "rows": [asdict(r) for r in j.rows],
-                "held_out": asdict(j.held_out), "summary": asdict(j.summary)}
+                "held_out": asdict(j.held_out), "summary": asdict(j.summary),
+                **({} if j.psd is None else {"psd": asdict(j.psd)})}

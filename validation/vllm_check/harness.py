@@ -24,12 +24,13 @@ import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from psdlab.validation.vllm_check.check_results import (CalibrationChoice, CheckPlan,
                                                         CheckReport, MeasuredRun, PlannedServer,
-                                                        RecordedSettings, Rejudging, RunRecord,
-                                                        ServedServer, SHARED_CORES_NOTE)
+                                                        PsdRunRecord, RecordedSettings,
+                                                        Rejudging, RunRecord, ServedServer,
+                                                        SHARED_CORES_NOTE)
 
 Say = Callable[[str], None]
 
@@ -56,6 +57,9 @@ class CheckSettings:
     drafter_ratio: str = "configs"     # a number, "configs" or "none"
     seed: int = 0
     bootstrap: int = 10
+    psd_ks: tuple[int, ...] | None = None   # None: the calibrated k and one other; (): no PSD
+    psd_batch: int = 4                      # PSD's m (requests verified per step; 2m in flight)
+    probe_reps: int = 12                    # repeats of each co-run probe timing
 
 
 def plan(s: CheckSettings) -> CheckPlan:
@@ -85,8 +89,24 @@ def plan(s: CheckSettings) -> CheckPlan:
     if len(configs) < 2:
         raise ValueError("--rates/--ks: need at least two configurations (one to calibrate "
                          "on, one to predict)")
+    check_int("--psd-batch", s.psd_batch, minimum=1, maximum=64)
+    check_int("--probe-reps", s.probe_reps, minimum=2, maximum=1000)
+    for k in s.psd_ks or ():
+        check_int("--psd-ks", k, minimum=1, maximum=16)
     return CheckPlan(rates=s.rates, ks=s.ks, servers=servers, configs=configs,
-                     calibration=calibration)
+                     calibration=calibration, psd_ks=planned_psd_ks(s, calibration))
+
+
+def planned_psd_ks(s: CheckSettings, calibration: str) -> tuple[int, ...]:
+    """PSD's draft lengths: ``--psd-ks``, else the calibrated server's k and one other
+    (`validation.vllm_check.psd_check.psd_ks`; an AR calibration: the first of ``--ks``)."""
+    from psdlab.validation.vllm_check.judgement import server_of
+    from psdlab.validation.vllm_check.psd_check import psd_ks
+    if s.psd_ks is not None:
+        return tuple(dict.fromkeys(s.psd_ks))
+    server = server_of(calibration)
+    k = int(server[4:]) if server.startswith("sd-k") else s.ks[0]
+    return psd_ks(k, s.ks)
 
 
 def _models(s: CheckSettings, out: Path, progress: bool) -> tuple[str, str]:
@@ -150,6 +170,77 @@ def measure(s: CheckSettings, p: CheckPlan, out: Path, say: Say,
                                     ready_s=ready, argv=tuple(server.argv()),
                                     log=str(server.log_path)))
     return records, servers
+
+
+def _psd_cores(s: CheckSettings) -> list[str]:
+    """``psdlab run`` / ``psdlab probe`` core options: the target on its core, the drafter on
+    the client's (free in an offline run)."""
+    out = []
+    if s.target_core >= 0:
+        out += ["--target-core", str(s.target_core)]
+    if s.client_core >= 0:
+        out += ["--drafter-core", str(s.client_core)]
+    return out
+
+
+def _run_logged(argv: Sequence[str], log: Path, timeout_s: float, what: str) -> None:
+    """Run ``argv`` (in its own session, killed past ``timeout_s``), its output to ``log``; a
+    one-line error naming ``what`` and the log when it fails."""
+    import subprocess
+    import sys
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1")
+    with open(log, "wb") as fh:
+        fh.write(f"$ {shlex.join(argv)}\n".encode())
+        fh.flush()
+        try:
+            rc = subprocess.run([sys.executable, *argv], stdout=fh, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=env, timeout=timeout_s).returncode
+        except subprocess.TimeoutExpired:
+            raise ValueError(f"{what}: did not finish within {timeout_s:g} s (log {log})") \
+                from None
+    if rc != 0:
+        raise ValueError(f"{what}: exited with status {rc} (log {log})")
+
+
+def measure_psd(s: CheckSettings, p: CheckPlan, out: Path, dataset: str, say: Say,
+                progress: bool = True) -> tuple[list[PsdRunRecord], str | None]:
+    """The co-run probe of the model pair (``out/psd/corun_probe.json``: psdlab's CPU runner
+    on the cores PSD uses, at PSD's m and ks), then PSD inside vLLM offline (``psdlab run
+    --engine vllm --mode psd``, a fresh process each, on the bench's prompt file, EOS
+    ignored) at each k of ``p.psd_ks``, ``repeats`` times, the ks interleaved within a
+    repeat; the run records and the probe's path (None: no PSD planned)."""
+    from psdlab.validation.vllm_check.psd_check import psd_config_name
+    if not p.psd_ks:
+        return [], None
+    target, draft = _models(s, out, progress)
+    folder = out / "psd"
+    probe = folder / "corun_probe.json"
+    t0 = time.monotonic()
+    _run_logged(["-m", "psdlab", "probe", "-o", str(probe), "--batch", str(s.psd_batch),
+                 "--k", ",".join(str(k) for k in p.psd_ks), "--reps", str(s.probe_reps),
+                 "--target", target, "--draft", draft, "--json"],
+                out / "logs" / "corun-probe.log", s.bench_timeout, "co-run probe")
+    say(f"co-run probe: {time.monotonic() - t0:.0f} s")
+    records = []
+    for rep in range(s.repeats):
+        for k in p.psd_ks:
+            name = psd_config_name(k, s.psd_batch)
+            trace = folder / f"{name}-r{rep + 1}.jsonl"
+            t0 = time.monotonic()
+            _run_logged(["-m", "psdlab", "run", "--engine", "vllm", "--mode", "psd",
+                         "--k", str(k), "--batch", str(s.psd_batch), "--prompts", dataset,
+                         "--num-prompts", str(s.num_prompts),
+                         "--max-new-tokens", str(s.output_len), "--ignore-eos",
+                         "--max-len", "512" if s.tiny else "1024", "--seed", str(s.seed),
+                         "--target", target, "--draft", draft, *_psd_cores(s),
+                         "--trace", str(trace), "--json"],
+                        out / "logs" / f"{name}-r{rep + 1}.log", s.bench_timeout,
+                        f"PSD run {name}-r{rep + 1}")
+            say(f"  {name}-r{rep + 1}: {time.monotonic() - t0:.0f} s")
+            records.append(PsdRunRecord(config=name, k=k, batch=s.psd_batch, repeat=rep + 1,
+                                        trace=str(trace)))
+    return records, str(probe)
 
 
 def relative_paths(text: str, out: Path) -> str:
@@ -222,10 +313,12 @@ def measure_and_judge(s: CheckSettings, out: Path, command: str, say: Say,
     started = _utc_now()
     t0 = time.monotonic()
     records, servers = measure(s, p, out, say, progress)
+    psd_records, probe = measure_psd(s, p, out, str(out / "prompts.json"), say, progress)
     measured_s = time.monotonic() - t0
     served = served_ratio(servers)
     judged = evaluate(records, p.calibration, seed=s.seed, bootstrap=s.bootstrap,
-                      drafter_to_target_ratio=drafter_ratio(s.drafter_ratio, servers, served))
+                      drafter_to_target_ratio=drafter_ratio(s.drafter_ratio, servers, served),
+                      psd_runs=psd_records, corun_probe=probe)
     run = MeasuredRun(
         machine=machine_info(load0), git=git_info(), date=started,
         vllm_version=vllm_version(), shared_cores_note=SHARED_CORES_NOTE,
@@ -234,7 +327,7 @@ def measure_and_judge(s: CheckSettings, out: Path, command: str, say: Say,
             num_prompts=s.num_prompts, output_len=s.output_len, repeats=s.repeats,
             tiny=s.tiny, seed=s.seed, target_core=s.target_core, client_core=s.client_core),
         servers=tuple(servers), served_drafter_to_target_ratio=served, runs=tuple(records),
-        measure_s=measured_s)
+        measure_s=measured_s, psd_runs=tuple(psd_records), corun_probe=probe)
     return CheckReport(judgement=judged, choice=_chosen(s), command=command, measured=run,
                        total_s=time.monotonic() - t0), "check_vllm"
 
@@ -264,15 +357,26 @@ def rejudge(s: CheckSettings, out: Path, command: str) -> tuple[CheckReport, str
     calibration = check_calibration(s.calibration, sorted(order))
     ratio = drafter_ratio(s.drafter_ratio, kept.servers or (),
                           kept.served_drafter_to_target_ratio)
-    with reused_files(out, old["runs"]) as base:
+    with reused_files(out, old["runs"], psd_files(old)) as base:
         records = [replace(r, load_before=r.load_before or None, result=str(base / r.result),
                            metrics_before=str(base / r.metrics_before),
                            metrics_after=str(base / r.metrics_after)) for r in kept.runs]
+        psd = [replace(r, trace=str(base / r.trace)) for r in kept.psd_runs]
+        probe = None if kept.corun_probe is None else str(base / kept.corun_probe)
         judged = swap_prefix(evaluate(records, calibration, seed=s.seed, bootstrap=s.bootstrap,
-                                      drafter_to_target_ratio=ratio), base, out)
+                                      drafter_to_target_ratio=ratio, psd_runs=psd,
+                                      corun_probe=probe), base, out)
     return CheckReport(judgement=judged, choice=_chosen(s), command=command, measured=kept,
                        rejudged=Rejudging(reused_from=path.name, date=_utc_now(),
                                           git=git_info())), f"check_vllm-{calibration}"
+
+
+def psd_files(doc: Mapping[str, Any]) -> list[str]:
+    """The files a report's PSD runs name (their traces, then the co-run probe's record),
+    relative to its folder; none for a run without PSD."""
+    runs = doc.get("psd_runs") or []
+    probe = doc.get("corun_probe")
+    return [str(r["trace"]) for r in runs] + ([str(probe)] if runs and probe else [])
 
 
 def _write(path: Path, text: str) -> None:
@@ -301,11 +405,15 @@ def _list(text: str, name: str, kind: type) -> tuple[Any, ...]:
     return out
 
 
-def settings_from_options(rates: str, ks: str, **options: Any) -> CheckSettings:
-    """`psdlab check-vllm`'s options as settings (``rates``, ``ks``: comma-separated; the
-    rest: `CheckSettings` fields; checked by `plan`)."""
+def settings_from_options(rates: str, ks: str, psd_ks: str = "auto",
+                          **options: Any) -> CheckSettings:
+    """`psdlab check-vllm`'s options as settings (``rates``, ``ks``: comma-separated;
+    ``psd_ks``: comma-separated, ``auto`` or ``none``; the rest: `CheckSettings` fields;
+    checked by `plan`)."""
+    psd: tuple[int, ...] | None = (None if psd_ks == "auto" else () if psd_ks == "none"
+                                   else _list(psd_ks, "--psd-ks", int))
     return CheckSettings(rates=_list(rates, "--rates", float), ks=_list(ks, "--ks", int),
-                         **options)
+                         psd_ks=psd, **options)
 
 
 def check_vllm_command(s: CheckSettings, out: str, argv: list[str], *, reuse: bool = False,
@@ -328,7 +436,8 @@ def check_vllm_command(s: CheckSettings, out: str, argv: list[str], *, reuse: bo
     paths = write_check_report(folder, report, stem)
     if not reuse:                      # every run's files in one, keyed as the report's runs[]
         from psdlab.validation.vllm_check.runs_bundle import write_runs_bundle
-        write_runs_bundle(folder, json.loads(paths[0].read_text())["runs"])
+        doc = json.loads(paths[0].read_text())
+        write_runs_bundle(folder, doc["runs"], psd_files(doc))
     if as_json:
         doc = report.to_dict()
         return json.dumps({k: doc[k] for k in ("calibration", "rows", "summary", "held_out")})

@@ -23,9 +23,11 @@ import math
 import statistics
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from psdlab.validation.vllm_check.check_results import (GOAL, METRICS, CheckJudgement,
-                                                        CheckReport, ConfigRow, HeldOutTally,
-                                                        MetricSummary, PerFigure, RunRecord)
+from psdlab.validation.vllm_check.check_results import (GOAL, METRICS, PSD_FIGURES,
+                                                        CheckJudgement, CheckReport, ConfigRow,
+                                                        HeldOutTally, MetricSummary, PerFigure,
+                                                        PsdJudgement, PsdRunRecord, RunRecord,
+                                                        noise)
 
 if TYPE_CHECKING:
     from psdlab.analysis.formats.records import SpecCounters
@@ -66,14 +68,6 @@ def _err(pred: float | None, meas: float | None) -> float | None:
     if pred is None or meas is None or not meas:
         return None
     return pred / meas - 1.0
-
-
-def noise(values: Sequence[float | None]) -> float | None:
-    """Run-to-run spread of repeats: (max - min) / mean."""
-    vals = [v for v in values if v is not None]
-    if len(vals) < 2 or not statistics.fmean(vals):
-        return None
-    return (max(vals) - min(vals)) / statistics.fmean(vals)
 
 
 def server_of(config: str) -> str:
@@ -134,10 +128,16 @@ def _counter_span(runs: Sequence[RunRecord], cal: Sequence[RunRecord],
 
 def evaluate(runs: Sequence[RunRecord], calibration: str, *, seed: int = 0,
              bootstrap: int = 10,
-             drafter_to_target_ratio: float | None = None) -> CheckJudgement:
+             drafter_to_target_ratio: float | None = None,
+             psd_runs: Sequence[PsdRunRecord] = (),
+             corun_probe: str | None = None) -> CheckJudgement:
     """Fit on the runs of configuration ``calibration``, predict every configuration (the
-    calibration one in-sample), compare; the judgement."""
+    calibration one in-sample), compare; and PSD inside vLLM's runs ``psd_runs``, held out,
+    predicted from the same fit and the co-run probe's record ``corun_probe``
+    (`validation.vllm_check.psd_check`: no PSD run is among the fit's inputs); the
+    judgement."""
     from psdlab.validation.serving_results.calibration import fit_from_bench
+    from psdlab.validation.vllm_check.psd_check import judge_psd
 
     cal = [r for r in runs if in_calibration(r.config, calibration)]
     if not cal:
@@ -161,7 +161,8 @@ def evaluate(runs: Sequence[RunRecord], calibration: str, *, seed: int = 0,
         goal=GOAL, fit=fit, drafter_to_target_ratio=ratio, notes=(span,) if span else (),
         rows=rows, held_out=HeldOutTally.of(judged),
         summary=PerFigure.of(lambda m: MetricSummary.of(
-            [e for e in (r.error.get(m) for r in held) if e is not None])))
+            [e for e in (r.error.get(m) for r in held) if e is not None])),
+        psd=judge_psd(psd_runs, corun_probe, fit, seed))
 
 
 def _row(reps: Sequence[RunRecord], fit: BenchFit, workload: str, calibration: str,
@@ -286,8 +287,19 @@ def check_markdown(report: CheckReport) -> str:
                          f"{_f(meas, '.4g')} | {_f(pred, '.4g')} | "
                          f"{_pct(err)}{_mark(r.role, err, r.noise.get(m), doc.goal)} | "
                          f"{_pct(r.noise.get(m)).lstrip('+')} |")
+    psd = doc.psd
+    for pr in (psd.rows if psd is not None else ()):
+        for m, label in PSD_FIGURES.items():
+            err = pr.error.get(m)
+            lines.append(f"| {pr.config} (PSD in vLLM, offline) | held-out (x{pr.repeats}) | "
+                         f"{label} | {_f(pr.measured.get(m), '.4g')} | "
+                         f"{_f(pr.predicted.get(m), '.4g')} | "
+                         f"{_pct(err)}{_mark('held-out', err, pr.noise.get(m), doc.goal)} | "
+                         f"{_pct(pr.noise.get(m)).lstrip('+')} |")
     lines += [f"\n{r.config}: not predicted ({r.not_predicted})" for r in order
               if r.not_predicted]
+    lines += [f"\n{r.config}: not predicted ({r.not_predicted})"
+              for r in (psd.rows if psd is not None else ()) if r.not_predicted]
     lines += ["", "Held-out figures within the goal: " + ", ".join(
         f"{METRICS[m]} {s.held_out_within_goal}/{s.held_out_compared}"
         for m, s in doc.summary.items())]
@@ -299,8 +311,34 @@ def check_markdown(report: CheckReport) -> str:
               f"misses, {h.misses_beyond_noise} exceed their repeat noise, "
               f"{h.misses_within_noise} lie within it, {h.misses_noise_unmeasured} "
               f"have no repeat noise measured."]
+    if psd is not None:
+        lines += _psd_lines(psd, doc.calibration)
     notes = list(doc.notes) + list(doc.fit.notes)
     if notes:
         lines += ["", "What the calibration could and could not identify (the fit's notes):", ""]
         lines += [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
+
+
+def _psd_lines(psd: PsdJudgement, calibration: str) -> list[str]:
+    """PSD inside vLLM's paragraph of the markdown: not measured, or its tally, the probe's
+    contention and what differs from the served calibration."""
+    if not psd.measured:
+        return ["", f"{psd.why}."]
+    h, c = psd.held_out, psd.contention or {}
+    misses = h.judged - h.within_goal
+    out = ["", f"PSD inside vLLM (offline, held out: predicted before it ran, from the "
+               f"`{calibration}` calibration and the co-run probe `{psd.probe}`; no PSD run is "
+               f"among the fit's inputs): {h.within_goal} of {h.judged} figures within the "
+               f"goal; of the {misses} misses, {h.misses_beyond_noise} exceed their repeat "
+               f"noise, {h.misses_within_noise} lie within it, "
+               f"{h.misses_noise_unmeasured} have no repeat noise measured.",
+           "", f"Co-run probe ({c.get('why')}): contention c target "
+               f"{_f(c.get('target'), '+.3f')}, drafter {_f(c.get('drafter'), '+.3f')}; "
+               f"co-run / solo verification {_f(c.get('overlap_target'), '.3f')}, drafting "
+               f"{_f(c.get('overlap_drafter'), '.3f')}. It ran on psdlab's CPU runner of the "
+               f"same model pair on the same two cores (vLLM's plugin exposes no way to run "
+               f"its drafter's and target's passes at once outside a PSD step; psdlab's runner "
+               f"prices the same passes within 1%, docs/vllm.md).",
+           "", "What differs between the served calibration and the offline PSD run:", ""]
+    return out + [f"- {n}" for n in psd.notes]

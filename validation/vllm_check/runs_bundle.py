@@ -30,15 +30,18 @@ FILE_KEYS = ("result", "metrics_before", "metrics_after")
 V = TypeVar("V")
 
 
-def run_paths(runs: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The files the run records ``runs`` name, in the order they name them, once each."""
-    return list(dict.fromkeys(str(r[k]) for r in runs for k in FILE_KEYS))
+def run_paths(runs: Sequence[Mapping[str, Any]], extra: Sequence[str] = ()) -> list[str]:
+    """The files the run records ``runs`` name, in the order they name them, once each, then
+    the ``extra`` files (PSD's traces and co-run probe: ``harness.psd_files``)."""
+    return list(dict.fromkeys([str(r[k]) for r in runs for k in FILE_KEYS] + list(extra)))
 
 
-def runs_bundle_text(folder: Path, runs: Sequence[Mapping[str, Any]]) -> str:
-    """The bundle of the files ``runs`` name (paths relative to ``folder``), as text."""
+def runs_bundle_text(folder: Path, runs: Sequence[Mapping[str, Any]],
+                     extra: Sequence[str] = ()) -> str:
+    """The bundle of the files ``runs`` name and the ``extra`` ones (paths relative to
+    ``folder``), as text."""
     lines = []
-    for rel in run_paths(runs):
+    for rel in run_paths(runs, extra):
         text = (folder / rel).read_text()
         value = json.loads(text) if rel.endswith(".json") else text
         lines.append(f"  {json.dumps(rel)}: {json.dumps(value)}")
@@ -50,12 +53,13 @@ def runs_bundle_text(folder: Path, runs: Sequence[Mapping[str, Any]]) -> str:
             + '  "files": {\n' + ",\n".join("  " + x for x in lines) + "\n  }\n}\n")
 
 
-def write_runs_bundle(folder: Path, runs: Sequence[Mapping[str, Any]]) -> Path:
+def write_runs_bundle(folder: Path, runs: Sequence[Mapping[str, Any]],
+                      extra: Sequence[str] = ()) -> Path:
     """``folder/runs.json`` from the files the run records ``runs`` name (the measured run's
-    ``bench/`` and ``metrics/``, or an older run's folders: the conversion)."""
+    ``bench/`` and ``metrics/``, or an older run's folders: the conversion) and ``extra``."""
     path = folder / BUNDLE
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(runs_bundle_text(folder, runs))
+    tmp.write_text(runs_bundle_text(folder, runs, extra))
     tmp.replace(path)
     return path
 
@@ -75,9 +79,10 @@ def read_runs_bundle(path: Path) -> dict[str, object]:
 
 
 def unpack_runs(files: Mapping[str, object], folder: Path,
-                runs: Sequence[Mapping[str, Any]]) -> None:
-    """Write the files ``runs`` name from the bundle's ``files`` under ``folder``."""
-    for rel in run_paths(runs):
+                runs: Sequence[Mapping[str, Any]], extra: Sequence[str] = ()) -> None:
+    """Write the files ``runs`` name and ``extra`` from the bundle's ``files`` under
+    ``folder``."""
+    for rel in run_paths(runs, extra):
         if rel not in files:
             raise ValueError(f"--reuse: {BUNDLE} holds no {rel} (named in runs[])")
         value = files[rel]
@@ -87,20 +92,21 @@ def unpack_runs(files: Mapping[str, object], folder: Path,
 
 
 @contextlib.contextmanager
-def reused_files(out: Path, runs: Sequence[Mapping[str, Any]]) -> Iterator[Path]:
+def reused_files(out: Path, runs: Sequence[Mapping[str, Any]],
+                 extra: Sequence[str] = ()) -> Iterator[Path]:
     """The folder the files of ``runs`` lie in under their recorded paths: ``out`` itself
     (the two folders of a run measured before the bundle), or, when ``out/runs.json`` exists,
     a temporary folder the bundle is unpacked into (removed afterwards)."""
     bundle = out / BUNDLE
     if not bundle.is_file():
-        missing = [p for p in run_paths(runs) if not (out / p).is_file()]
+        missing = [p for p in run_paths(runs, extra) if not (out / p).is_file()]
         if missing:
             raise ValueError(f"--reuse: no {bundle} and no {out / missing[0]}")
         yield out
         return
     files = read_runs_bundle(bundle)
     with tempfile.TemporaryDirectory(prefix="psdlab-check-vllm-") as tmp:
-        unpack_runs(files, Path(tmp), runs)
+        unpack_runs(files, Path(tmp), runs, extra)
         yield Path(tmp)
 
 
