@@ -103,5 +103,21 @@ def test_prediction_without_contention_is_the_simulators_run_and_contention_slow
     alone = predict_psd(fit, trace, _contention(0.0))
     assert alone == {f: doc[f] for f in PSD_FIGURES}
     shared = predict_psd(fit, trace, _contention(0.3))
-    assert shared["output_throughput"] < alone["output_throughput"]
-    assert shared["mean_tpot_ms"] > alone["mean_tpot_ms"]
+    slow_drafter = predict_psd(fit, trace, _contention(0.0), draft_scale=3.0)
+    for other in (shared, slow_drafter):
+        assert other["output_throughput"] is not None and alone["output_throughput"] is not None
+        assert other["mean_tpot_ms"] is not None and alone["mean_tpot_ms"] is not None
+        assert other["output_throughput"] < alone["output_throughput"]
+        assert other["mean_tpot_ms"] > alone["mean_tpot_ms"]
+
+
+def test_drafter_scale_is_the_probes_solo_drafting_over_the_fits():
+    from psdlab.analysis.contention import CorunProbe, CorunShape
+    from psdlab.validation.vllm_check.psd_check import drafter_scale
+    fit = _fit()
+    d = fit.drafter_cost or {}
+    fitted = sum(d["base"] + d["per_seq"] * 4 + d["per_token"] * 4 for _ in range(2))
+    shape = CorunShape(4, 2, 64, (0.1,) * 3, (2 * fitted, 2.5 * fitted, 1.5 * fitted),
+                       (0.1,) * 3, (0.1,) * 3, (0.05,) * 3, (0.0,) * 3, (0.0,) * 3)
+    probe = CorunProbe("cpu-cores", ("cpu:1", "cpu:0"), (shape,))
+    assert drafter_scale(fit, probe) == pytest.approx(2.0)

@@ -285,6 +285,7 @@ class PsdJudgement:
     why: str | None
     probe: str | None
     contention: Mapping[str, Any] | None     # `analysis.contention.Contention.to_dict`
+    drafter_scale: float | None              # PSD's drafter pass / the fit's (`psd_check`)
     rows: tuple[PsdRow, ...]
     held_out: HeldOutTally
     notes: tuple[str, ...]

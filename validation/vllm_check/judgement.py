@@ -336,9 +336,11 @@ def _psd_lines(psd: PsdJudgement, calibration: str) -> list[str]:
            "", f"Co-run probe ({c.get('why')}): contention c target "
                f"{_f(c.get('target'), '+.3f')}, drafter {_f(c.get('drafter'), '+.3f')}; "
                f"co-run / solo verification {_f(c.get('overlap_target'), '.3f')}, drafting "
-               f"{_f(c.get('overlap_drafter'), '.3f')}. It ran on psdlab's CPU runner of the "
-               f"same model pair on the same two cores (vLLM's plugin exposes no way to run "
-               f"its drafter's and target's passes at once outside a PSD step; psdlab's runner "
-               f"prices the same passes within 1%, docs/vllm.md).",
+               f"{_f(c.get('overlap_drafter'), '.3f')}; PSD's drafter pass "
+               f"{_f(psd.drafter_scale, '.3f')} x the fit's (drafter_scale). It ran on psdlab's "
+               f"CPU runner of the same model pair on the same two cores (vLLM's plugin exposes "
+               f"no way to run its drafter's and target's passes at once outside a PSD step; "
+               f"PSD's drafter is psdlab's runner, and psdlab's runner prices the target's "
+               f"passes within 1% of vLLM's, docs/vllm.md).",
            "", "What differs between the served calibration and the offline PSD run:", ""]
     return out + [f"- {n}" for n in psd.notes]

@@ -32,11 +32,14 @@ What differs between the served calibration runs and an offline PSD run (the rep
   (``served = false``).  Its per-request share reaches the served TTFT and e2e latency only;
 - arrivals: the served runs are Poisson at 0.5-1 req/s (a few requests in flight), PSD is
   offline with 2m in flight: the fit's per-sequence cost is extrapolated to larger batches;
-- the drafter: in vLLM's SD it shares the target's core and process; in PSD it runs on its own
-  core (the probe's contention says what sharing the CPU still costs) and its drafts cross a
-  process boundary, whose host cost the served calibration cannot see (no SD-sep run: the
-  probe's host saving against SD-sep's driver has nothing to be subtracted from, so PSD's
-  controller overhead is the fitted step's own, as the calibration measured it for SD);
+- the drafter: in vLLM's SD it is vLLM's, sharing the target's core and process, in the
+  server's dtype; in PSD it is psdlab's runner (``runtime.vllm_ext.psd_drafter``) on its own
+  core in the dtype its directory asks for (the shipped drafter: bfloat16) -- the probe's
+  drafter exactly -- so the fit's drafter cost is rescaled by the probe's solo drafting over
+  the fit's at the probe's shapes (`drafter_scale`); the probe's contention says what sharing
+  the CPU still costs; its drafts cross a process boundary, whose host cost the served
+  calibration cannot see (no SD-sep run: the probe's host saving against SD-sep's driver has
+  nothing to be subtracted from, so PSD's controller overhead is the fitted step's own);
 - prompts: the bench client sends the raw prompt text, ``psdlab run`` wraps it in the chat
   template where the tokenizer has one: the prediction uses the PSD run's own prompt lengths.
 """
@@ -44,6 +47,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from psdlab.validation.vllm_check.check_results import (PSD_FIGURES, HeldOutTally,
@@ -51,7 +55,7 @@ from psdlab.validation.vllm_check.check_results import (PSD_FIGURES, HeldOutTall
                                                         noise)
 
 if TYPE_CHECKING:
-    from psdlab.analysis.contention import Contention
+    from psdlab.analysis.contention import Contention, CorunProbe
     from psdlab.analysis.trace import Trace
     from psdlab.validation.serving_results.calibration import BenchFit
 
@@ -64,9 +68,12 @@ DIFFERENCES = (
     "reached the served TTFT and e2e only",
     "the served calibration ran at 0.5-1 req/s (few requests in flight); the offline PSD run "
     "holds 2m: the fit's per-sequence cost is extrapolated to that batch",
-    "the drafter: co-located in vLLM's SD (the calibration), on its own core in PSD; the "
-    "co-run probe's contention prices the shared CPU; PSD's controller overhead is the fitted "
-    "step's own (no SD-sep run to take the probe's host saving off)",
+    "the drafter: in vLLM's SD (the calibration) vLLM's own, on the target's core in the "
+    "server's dtype; in PSD psdlab's runner on its own core in the dtype its directory asks "
+    "for: its cost is the fit's times the probe's solo drafting over the fit's at the probe's "
+    "shapes (drafter_scale), and the probe's contention prices the shared CPU; PSD's "
+    "controller overhead is the fitted step's own (no SD-sep run to take the probe's host "
+    "saving off)",
     "the prediction reads the PSD run's workload only (arrivals, prompt and output lengths: "
     "psdlab run wraps the prompts in the chat template, the bench client does not); none of "
     "its timings",
@@ -124,6 +131,24 @@ def solo_step(fit: BenchFit, m: int, k: int, mean_context: float) -> tuple[float
     return draft, verify
 
 
+def drafter_scale(fit: BenchFit, probe: CorunProbe) -> float:
+    """PSD's drafter pass against the calibration's: the probe's solo drafting phase (psdlab's
+    runner on the drafter's own core, in the dtype PSD's drafter runs: what PSD inside vLLM
+    drafts with) over the fit's drafter cost at the same shape (k one-token passes over
+    ``seqs`` sequences at ``context`` tokens each), the median over the probe's shapes.  The
+    served SD drafter ran inside vLLM on the target's core in the server's dtype; this is
+    measured without PSD."""
+    if fit.drafter_cost is None:
+        raise ValueError("calibration: PSD needs a drafter cost (no speculative run in it)")
+    ratios = []
+    for shape in probe.shapes:
+        m, ctx = shape.seqs, shape.seqs * shape.context
+        fitted = sum(_affine_time(fit.drafter_cost, m, m, ctx + j * m) for j in range(shape.k))
+        if fitted > 0:
+            ratios.append(statistics.median(shape.solo_draft_s) / fitted)
+    return statistics.median(ratios) if ratios else 1.0
+
+
 def _scaled(cost: Mapping[str, Any], scale: float) -> dict[str, Any]:
     from psdlab.sim.costs.affine import AFFINE_TERMS
     return {**cost, **{t: scale * float(cost.get(t, 0.0)) for t in AFFINE_TERMS}}
@@ -149,10 +174,13 @@ def psd_sim_config(fit: BenchFit, rows: Sequence[tuple[float, int, int, str]], k
         trace=TraceConfig(path=None, level="step"))
 
 
-def predict_psd(fit: BenchFit, trace: Trace, contention: Contention,
-                seed: int = 0) -> dict[str, float | None]:
+def predict_psd(fit: BenchFit, trace: Trace, contention: Contention, seed: int = 0,
+                draft_scale: float = 1.0) -> dict[str, float | None]:
     """`PSD_FIGURES` of the PSD run ``trace`` predicted from the served calibration ``fit``
-    and the probe's ``contention`` (module docstring); only the trace's workload is read."""
+    and the probe's ``contention``, the fit's drafter cost times ``draft_scale``
+    (`drafter_scale`) (module docstring); only the trace's workload is read."""
+    fit = replace(fit, drafter_cost=None if fit.drafter_cost is None
+                  else _scaled(fit.drafter_cost, draft_scale))
     from psdlab.analysis.formats.vllm_bench_write import bench_result_from_trace
     from psdlab.sim.simulation import simulate
     from psdlab.validation.replay_model import contention_scales
@@ -197,11 +225,13 @@ def judge_psd(records: Sequence[PsdRunRecord], probe_path: str | None, fit: Benc
 
     if not records:
         return PsdJudgement(measured=False, why=NOT_MEASURED, probe=None, contention=None,
-                            rows=(), held_out=HeldOutTally.of([]), notes=())
+                            drafter_scale=None, rows=(), held_out=HeldOutTally.of([]), notes=())
     if probe_path is None:
         raise ValueError("corun_probe: the PSD runs have no co-run probe's record to be "
                          "predicted from")
-    contention = fit_corun(read_corun_file(probe_path))
+    probe = read_corun_file(probe_path)
+    contention = fit_corun(probe)
+    scale = drafter_scale(fit, probe)
     configs: dict[str, list[PsdRunRecord]] = {}
     for r in records:
         configs.setdefault(r.config, []).append(r)
@@ -212,7 +242,8 @@ def judge_psd(records: Sequence[PsdRunRecord], probe_path: str | None, fit: Benc
         figs = tuple(f for f, _ in each)
         meas = {m: _mean([f[m] for f in figs]) for m in PSD_FIGURES}
         try:
-            pred: dict[str, float | None] = predict_psd(fit, traces[0], contention, seed)
+            pred: dict[str, float | None] = predict_psd(fit, traces[0], contention, seed,
+                                                        scale)
             why = None
         except ValueError as exc:
             pred, why = {m: None for m in PSD_FIGURES}, str(exc).splitlines()[0]
@@ -225,7 +256,7 @@ def judge_psd(records: Sequence[PsdRunRecord], probe_path: str | None, fit: Benc
             traces=tuple(r.trace for r in reps)))
     judged = [(e, r.noise[m]) for r in rows for m, e in r.error.items() if e is not None]
     return PsdJudgement(measured=True, why=None, probe=probe_path,
-                        contention=contention.to_dict(), rows=tuple(rows),
+                        contention=contention.to_dict(), drafter_scale=scale, rows=tuple(rows),
                         held_out=HeldOutTally.of(judged), notes=DIFFERENCES)
 
 
