@@ -252,6 +252,7 @@ def test_the_command_module_only_parses_and_prints():
         elif isinstance(node, ast.Import):
             imported |= {a.name for a in node.names}
     assert {x for x in imported if x.startswith("psdlab.")} == {
+        "psdlab.analysis.checks.check_output_path",         # the option checked before work
         "psdlab.validation.vllm_check.harness.check_vllm_command",
         "psdlab.validation.vllm_check.harness.settings_from_options"}
     assert {x.split(".")[0] for x in imported} <= {"__future__", "argparse", "json", "shlex",
