@@ -62,8 +62,9 @@ def register(subparsers) -> None:
                         "demo's REPORT_DIR, when there is one)")
     p.add_argument("--no-acceptance-selection", action="store_true",
                    help="do not choose the acceptance model for new prompts by "
-                        "cross-validation (faster: the cross-validation takes about a "
-                        "minute on 2 cores for a demo's traces and pool); the file's default "
+                        "cross-validation (faster: the cross-validation takes seconds to "
+                        "tens of seconds on 2 cores, benchmarks/calibrate_speed.py); the "
+                        "file's default "
                         "acceptance is then the calibration requests' match patterns or the "
                         "per-position rates")
     g = p.add_argument_group("serving-benchmark results (vLLM / SGLang) as input")
