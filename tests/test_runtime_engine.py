@@ -423,7 +423,9 @@ def test_bench_gpu_dry_run_on_cpu(tmp_path):
     assert summary["dry_run"] is True and summary["lossless"] is True
     assert summary["machine"]["date"] and "commit" in summary["machine"]
     kinds = summary["sections"]["passes"]["kinds"]
-    assert set(kinds) == {"target:ar_decode", "target:verify", "drafter:draft"}
+    # draft_k: the drafter's whole k-pass drafting phase, timed against k draft floors
+    assert set(kinds) == {"target:ar_decode", "target:verify", "drafter:draft",
+                          "drafter:draft_k"}
     for entry in kinds.values():
         for label in ("psdlab_eager", "psdlab_static", "psdlab_static_invariant", "hf_eager"):
             assert entry[label]["median_ms"] > 0 and entry[label]["max_ms"] >= \
@@ -434,9 +436,13 @@ def test_bench_gpu_dry_run_on_cpu(tmp_path):
     for m, fig in summary["sections"]["runs"].items():
         sim = fig["simulator"]
         assert sim["held_out"] is True
-        assert sim["calibrated_on"][0] == "ar.jsonl" and {"psd_r1.jsonl", "sd_r1.jsonl"} <= set(
-            sim["calibrated_on"]) and all(n.endswith("_r1.jsonl") for n in sim["calibrated_on"][1:])
-        assert all(name.endswith("_r2.jsonl") for name in sim["validated_on"])
+        # PSD before it runs: calibrated on AR and every SD-sep round (plus the co-run probe),
+        # every PSD run held out
+        assert sim["calibrated_on"][0] == "ar.jsonl" and {"sd_r1.jsonl", "sd_r2.jsonl"} <= set(
+            sim["calibrated_on"]) and not any(n.startswith("psd") for n in sim["calibrated_on"])
+        assert {"psd_r1.jsonl", "psd_r2.jsonl"} <= set(sim["validated_on"]) and all(
+            n.startswith("psd") for n in sim["validated_on"])
+        assert sim["psd_inputs"], m                 # what PSD's prediction rests on
         assert sim["summary"], m                    # the simulator's errors per target
         assert fig["lossless_rule"]["holds"] and fig["batch_invariant"] is True
         assert set(fig["phase_spread"]) >= {"prefill", "verify", "draft"}
