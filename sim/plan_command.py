@@ -1,7 +1,8 @@
-"""What `psdlab plan CONFIG.toml` does once its arguments are parsed: the plan of the config's
-[plan] table (with the command line's overrides), its run on a sweep backend, the files (CSV,
-PNG, vLLM k table; written only when every configuration ran and the adaptive policy's
-thresholds were found) and the text it prints.  The command module only parses and prints."""
+"""What `psdlab plan CONFIG.toml` (or the one-command form, `sim.quick_plan`) does once its
+arguments are parsed: the plan of the config's [plan] table (with the command line's
+overrides), its run on a sweep backend, the files (CSV, PNG, vLLM k table; written only when
+every configuration ran and the adaptive policy's thresholds were found) and the text it
+prints.  The command module only parses and prints."""
 from __future__ import annotations
 
 import dataclasses
@@ -13,12 +14,14 @@ from typing import Callable, Sequence
 
 from psdlab.analysis.json_out import finite_json
 from psdlab.sim.plan_rows import PlanRow
+from psdlab.sim.quick_plan import QuickPlan
 
 
 @dataclass(frozen=True)
 class PlanOptions:
-    """The command's options (None: the config's [plan] value or the default)."""
-    config: str
+    """The command's options (None: the config's [plan] value or the default); ``config``
+    None: the one-command plan ``quick`` describes."""
+    config: str | None
     jobs: int | None = None
     csv: str | None = None
     requests: int | None = None
@@ -33,6 +36,7 @@ class PlanOptions:
     vllm_k_table: str | None = None
     k_table_drafter: str | None = None
     k_table_by: str = "rate"
+    quick: QuickPlan | None = None
 
 
 def _write_text(path: str, text: str) -> None:
@@ -64,12 +68,30 @@ def plan_command(opts: PlanOptions) -> str:
     from psdlab.sim.policy_search import format_policy_report as policy_text
     from psdlab.sim.policy_search import plan_thresholds, policy_agreement
     from psdlab.sim.sim_config import config_from_dict, read_toml
+    from psdlab.sim.quick_plan import option_error, quick_config
     from psdlab.sim.simulate_command import file_workload
     from psdlab.sim.vllm_k_table import k_table
 
-    raw = read_toml(opts.config)
-    cfg = config_from_dict(raw, os.path.dirname(os.path.abspath(opts.config)))
-    spec_file = file_workload(opts.workload, opts.format, opts.max_model_len)
+    defaults: tuple[str, ...] = ()
+    workload = opts.workload
+    if opts.config is not None:
+        raw = read_toml(opts.config)
+        cfg = config_from_dict(raw, os.path.dirname(os.path.abspath(opts.config)))
+    else:
+        if opts.quick is None:
+            raise ValueError("plan: a config file, or --target and --gpu")
+        qc = quick_config(opts.quick)
+        raw, defaults = qc.raw, qc.defaults
+        try:
+            cfg = config_from_dict(raw, os.getcwd())
+            parse_plan(raw["plan"], cfg)
+        except ValueError as exc:
+            raise ValueError(option_error(str(exc))) from None
+        if qc.traffic_file is not None:
+            if workload is not None:
+                raise ValueError("--workload: the one-command plan takes --traffic FILE")
+            workload = qc.traffic_file
+    spec_file = file_workload(workload, opts.format, opts.max_model_len)
     if spec_file is not None:
         cfg = cfg.replace(workload=spec_file)
     spec = parse_plan(raw.get("plan"), cfg)
@@ -85,7 +107,8 @@ def plan_command(opts: PlanOptions) -> str:
     check_slo_met(spec, rows)         # nothing meets the SLO: one line, exit 2, no file
     per_trial = trial_requests(cfg, spec)
     ctx = PlanContext(cfg, spec, rows, show_all=opts.show_all,
-                      k_table_drafter=opts.k_table_drafter, k_table_by=opts.k_table_by)
+                      k_table_drafter=opts.k_table_drafter, k_table_by=opts.k_table_by,
+                      rate=None if opts.quick is None else opts.quick.rate)
     sections = build_report(ctx)
     csv_path = opts.csv or spec.csv
     png_path = (os.path.splitext(csv_path)[0] + ".png") if csv_path and not opts.no_png else None
@@ -111,18 +134,23 @@ def plan_command(opts: PlanOptions) -> str:
                            "adaptive_agreement": None if agreement is None
                            else agreement.strip(),
                            "vllm_k_table": opts.vllm_k_table,
+                           "defaults": list(defaults),
                            "sections": [{"name": s.name, "title": s.title, "data": s.data}
                                         for s in sections]}, sort_keys=True)
     first, stop = steady_requests(per_trial)
-    lines = [f"SLO: {slo_text(spec)}; {per_trial} requests per trial, {spec.iterations} "
+    lines = [*(f"default: {d}" for d in defaults),
+             f"SLO: {slo_text(spec)}; {per_trial} requests per trial, {spec.iterations} "
              f"bisection steps; backend {opts.backend}",
              f"steady state: the SLO judged on requests {first + 1}..{stop} of each trial by "
              f"arrival (warm-up and drain left out); rates never above the offline steady "
              f"capacity (bound 'capacity': capped there, the SLO did not bind); mean and 95% "
              f"interval over {spec.seeds} seed{'s' if spec.seeds > 1 else ''}",
-             *capped_note(rows, per_trial), format_plan_report(sections)]
+             *capped_note(rows, per_trial),
+             format_plan_report([s for s in sections if s.name != "answer"])]
     if policy is not None and agreement is not None:
         lines += [policy_text(policy), agreement]
+    # the answer last, after the adaptive policy's thresholds
+    lines += ["", format_plan_report([s for s in sections if s.name == "answer"])]
     for label, path in (("csv", csv_path), ("png", png_path),
                         ("vllm k table", opts.vllm_k_table)):
         if path:

@@ -11,7 +11,10 @@ appended there (``register_section``).
   and the winner by sustainable rate per device;
 - ``vllm_k_table``: vLLM's ``num_speculative_tokens_per_batch_size`` for the SD part
   (``sim.vllm_k_table``);
-- ``inputs``: what the figures rest on and how far each is trusted (``sim.plan_inputs``).
+- ``inputs``: what the figures rest on and how far each is trusted (``sim.plan_inputs``);
+- ``answer``: the one configuration to run (mode, k, m, devices, replicas for ``rate``), the
+  rate it sustains under the SLO with its interval, the modes within that interval, and the
+  least trusted input its figure rests on.
 """
 from __future__ import annotations
 
@@ -31,6 +34,8 @@ class PlanContext:
     show_all: bool = False
     k_table_drafter: str | None = None
     k_table_by: str = "rate"
+    #: the traffic the user must serve (req/s), None: the answer is for one replica
+    rate: float | None = None
 
 
 @dataclass(frozen=True)
@@ -182,8 +187,78 @@ def inputs_section(ctx: PlanContext) -> Section:
                    "model)", format_plan_inputs(inputs), [asdict(x) for x in inputs])
 
 
+#: how far an input is trusted, most first (``sim.plan_inputs``'s bases)
+TRUST_ORDER = ("measured", "probed", "model", "preset", "assumed")
+
+
+def answer(ctx: PlanContext) -> dict[str, Any] | None:
+    """The plan's one answer: over every load level's winner the highest sustainable rate per
+    device (ties: the fewer devices, then the smaller m), the modes whose best at that m ties
+    with it, replicas for ``ctx.rate``, and the inputs the winner's mode rests on by basis.
+    None: no configuration meets the SLO (``check_slo_met`` stops such a plan first)."""
+    from psdlab.sim.plan_inputs import plan_inputs
+    from psdlab.sim.quick_plan import replicas_for
+
+    levels = [lv for lv in best_per_load(ctx.rows) if lv["winner"] is not None]
+    if not levels:
+        return None
+    top = max(levels, key=lambda lv: (lv["winner"]["rate_per_device"],
+                                      -lv["winner"]["devices_per_replica"], -lv["m"]))
+    win = top["winner"]
+    modes = (win["mode"],) if win["mode"] == "ar" else ("ar", win["mode"])
+    inputs = [x for x in plan_inputs(ctx.cfg, ctx.spec.drafters, modes)
+              if win["mode"] != "ar" or not x.term.startswith(("drafter", "acceptance"))]
+    weakest = max(inputs, key=lambda x: TRUST_ORDER.index(x.basis)
+                  if x.basis in TRUST_ORDER else len(TRUST_ORDER))
+    replicas = None if ctx.rate is None else replicas_for(ctx.rate, win["max_rate_req_s"])
+    return {"mode": win["mode"], "k": win["k"], "m": top["m"], "drafter": win["drafter"],
+            "devices_per_replica": win["devices_per_replica"],
+            "max_rate_req_s": win["max_rate_req_s"],
+            "max_rate_lo_req_s": None if win["rate_per_device_lo"] is None
+            else win["rate_per_device_lo"] * win["devices_per_replica"],
+            "max_rate_hi_req_s": None if win["rate_per_device_hi"] is None
+            else win["rate_per_device_hi"] * win["devices_per_replica"],
+            "rate_per_device": win["rate_per_device"], "ties": list(top["ties"]),
+            "rate": ctx.rate, "replicas": replicas,
+            # the largest m planned, and the SLO did not bind there: a larger m may do better
+            "at_edge": top["m"] == max(ctx.spec.ms) and win["bound"] in ("capacity", "mixed"),
+            "trust": {b: [x.term for x in inputs if x.basis == b] for b in TRUST_ORDER
+                      if any(x.basis == b for x in inputs)},
+            "weakest": {"term": weakest.term, "basis": weakest.basis, "value": weakest.value}}
+
+
+def answer_section(ctx: PlanContext) -> Section | None:
+    a = answer(ctx)
+    if a is None:
+        return None
+    what = (a["mode"].upper() if a["mode"] == "ar"
+            else f"{a['mode'].upper()} k={a['k']} (drafter {a['drafter']})")
+    lo, hi = a["max_rate_lo_req_s"], a["max_rate_hi_req_s"]
+    span = "" if lo is None or hi is None else f" [{lo:.3f}, {hi:.3f}]"
+    lines = [f"run {what} at m = {a['m']} on {a['devices_per_replica']} device"
+             f"{'s' if a['devices_per_replica'] > 1 else ''} a replica: "
+             f"{a['max_rate_req_s']:.3f}{span} req/s a replica under {slo_text(ctx.spec)} "
+             f"({a['rate_per_device']:.3f} req/s per device)"]
+    if a["ties"]:
+        lines.append(f"within its interval at m = {a['m']}: "
+                     f"{', '.join(t.upper() for t in a['ties'])} (a tie: choose by cost)")
+    if a["at_edge"]:
+        lines.append(f"m = {a['m']} is the largest m planned and the SLO did not bind there "
+                     f"(bound capacity or mixed): a larger m may sustain more")
+    if a["rate"] is not None:
+        lines.append("it sustains nothing under the SLO" if a["replicas"] is None else
+                     f"{a['rate']:g} req/s needs {a['replicas']} replica"
+                     f"{'s' if a['replicas'] > 1 else ''} "
+                     f"({a['replicas'] * a['devices_per_replica']} devices)")
+    lines.append("trust: " + "; ".join(f"{b}: {', '.join(terms)}"
+                                       for b, terms in a["trust"].items()))
+    w = a["weakest"]
+    lines.append(f"least trusted: {w['term']} ({w['basis']}: {w['value']})")
+    return Section("answer", "the answer", "\n".join(lines), a)
+
+
 SECTIONS: list[SectionBuilder] = [pareto_section, best_per_load_section, k_table_section,
-                                  inputs_section]
+                                  inputs_section, answer_section]
 
 
 def register_section(builder: SectionBuilder) -> None:

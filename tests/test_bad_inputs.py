@@ -88,6 +88,7 @@ def fx(tmp_path_factory) -> Path:
     (d / "prompts2.jsonl").write_text(
         "".join(json.dumps({"id": f"p{i}", "style": "chat", "text": f"Say {i}."}) + "\n"
                 for i in range(2)))
+    (d / "bad-config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
     (d / "cut_header.jsonl").write_bytes((d / "k4.jsonl").read_bytes()[:200])
     return d
 
@@ -178,6 +179,29 @@ CASES: list[Case] = [
     C("plan " + PLAN + " --jobs 0", "jobs"),
     C("plan " + PLAN + " --backend bogus", "--backend"),
     C("plan " + CFG, "plan"),
+    # plan in one command (sim.quick_plan)
+    C("plan", "--target and --gpu"),
+    C("plan --target llama-3.3-70b", "--target and --gpu"),
+    C("plan " + PLAN + " --target llama-3.3-70b", "--target: only without a config"),
+    C("plan " + PLAN + " --tp 4", "--tp: only without a config"),
+    C("plan --target bogus-model --gpu h100", "--target"),
+    C("plan --target llama-3.3-70b --gpu bogus-gpu", "--gpu"),
+    C("plan --target llama-3.3-70b --gpu h100 --tp 0", "--tp"),
+    C("plan --target llama-3.3-70b --gpu h100 --drafter llama-3.2-1b --drafter-gpu bogus",
+      "--drafter-gpu"),
+    C("plan --target llama-3.3-70b --gpu h100 --drafter bogus-model", "--drafter"),
+    C("plan --target llama-3.3-70b --gpu h100 --alpha 0.5", "--alpha"),
+    C("plan --target llama-3.3-70b --gpu h100 --drafter llama-3.2-1b --alpha 1.5", "--alpha"),
+    C("plan --target llama-3.3-70b --gpu h100 --slo tpot_p50", "--slo"),
+    C("plan --target llama-3.3-70b --gpu h100 --slo tpot_p50=fast", "--slo.tpot_p50"),
+    C("plan --target llama-3.3-70b --gpu h100 --slo tpot_p50=-5ms", "--slo.tpot_p50"),
+    C("plan --target llama-3.3-70b --gpu h100 --tp 4 --slo speed_p50=5ms",
+      "--slo (plan.slo.speed_p50)"),
+    C("plan --target llama-3.3-70b --gpu h100 --tp 1", "--tp (target.cost.tp)"),
+    C("plan --target llama-3.3-70b --gpu h100 --traffic {fx}/missing.json", "--traffic"),
+    C("plan --target llama-3.3-70b --gpu h100 --rate 0", "--rate"),
+    C("plan --target llama-3.3-70b --gpu h100 --engine bogus", "--engine"),
+    C("plan --target {fx}/bad-config.json --gpu h100", "bad-config.json"),
     # figs
     C("figs {afile}/out", "Not a directory"),
     C("figs out --only bogus", "--only"),

@@ -48,7 +48,7 @@ def test_outputs_and_report_sections(plan_run):
     with open(out / "p.csv") as fh:
         assert len(list(csv.DictReader(fh))) == len(doc["rows"])
     assert [s["name"] for s in doc["sections"]] == ["pareto", "best_per_load", "vllm_k_table",
-                                                   "inputs"]
+                                                   "inputs", "answer"]
     # best per load: per m, each mode's best is its highest rate; the winner the best per device
     rows = doc["rows"]
     for level in doc["by_name"]["best_per_load"]:

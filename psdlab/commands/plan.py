@@ -4,13 +4,18 @@ device, with the Pareto set (devices vs sustainable rate) as a table, a CSV and 
 the best fixed configuration per load (batch size) and vLLM's k-per-batch-size table.  The
 configurations run as tasks of a backend (``--backend local``: processes; ``ray``: Ray tasks;
 ``psdlab.sim.sweep_backends``); nothing is written unless every configuration ran.  This
-module parses the arguments and prints; ``sim.plan_command.plan_command`` does the rest."""
+module parses the arguments and prints; ``sim.plan_command.plan_command`` does the rest.
+Without a config, the one-command form (``--target --gpu --tp --drafter --traffic --slo``,
+``sim.quick_plan``) builds the config, every other field defaulted and printed."""
 from __future__ import annotations
 
 import argparse
+from typing import TypeVar
 
 from psdlab.cli import UsageError
 from psdlab.cli_options import add_file_workload_args
+
+T = TypeVar("T")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,8 +27,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Sweep the [plan] table of a simulator config (modes, k, m, drafters, "
                     "replicas, slo = {ttft_p99 = ..., tpot_p50 = ...}, requests, iterations) "
                     "and bisect on the Poisson rate; see sim/capacity.py and "
-                    "sim/configs/plan_example.toml.")
-    p.add_argument("config", help="simulator config (.toml) with a [plan] table")
+                    "sim/configs/plan_example.toml.  Or in one command, no config: "
+                    "psdlab plan --target llama-3.3-70b --gpu h100 --tp 4 --drafter "
+                    "llama-3.2-1b --slo tpot_p50=50ms,ttft_p99=3s (the rest defaulted and "
+                    "printed), ending in one answer.")
+    p.add_argument("config", nargs="?",
+                   help="simulator config (.toml) with a [plan] table (or the options below)")
+    q = p.add_argument_group("a plan in one command (no config)")
+    q.add_argument("--target", metavar="NAME|config.json",
+                   help="the target: a catalog name, Hugging Face id or config.json path")
+    q.add_argument("--gpu", metavar="NAME", help="the target's GPU (a hardware preset)")
+    q.add_argument("--tp", type=int, help="the target's tensor parallelism (1)")
+    q.add_argument("--drafter", metavar="NAME|config.json",
+                   help="the drafter (none: AR only)")
+    q.add_argument("--drafter-gpu", metavar="NAME",
+                   help="the drafter's GPU (default: one more --gpu)")
+    q.add_argument("--drafter-tp", type=int, help="the drafter's tensor parallelism")
+    q.add_argument("--traffic", metavar="FILE|sharegpt",
+                   help="sharegpt (Poisson arrivals, ShareGPT-like lengths; default) or a "
+                        "bench result / trace file (as --workload)")
+    q.add_argument("--slo", metavar="NAME=TIME,...", default=None,
+                   help="e.g. tpot_p50=50ms,ttft_p99=3s (the default); units us, ms, s")
+    q.add_argument("--alpha", type=float, help="per-token acceptance rate, assumed (0.8)")
+    q.add_argument("--engine", default=None, help="GPU cost preset (vllm-cudagraph)")
+    q.add_argument("--dtype", help="weights' dtype (bf16)")
+    q.add_argument("--rate", type=float, metavar="REQ_S",
+                   help="the traffic to serve: the answer says how many replicas it needs")
     p.add_argument("--jobs", type=int, help="worker processes (default: plan.jobs or 1)")
     p.add_argument("--csv", metavar="PATH", help="CSV of all rows (default: plan.csv)")
     p.add_argument("--requests", type=int, help="requests per trial (overrides plan.requests)")
@@ -56,16 +85,41 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _or(value: T | None, default: T) -> T:
+    return default if value is None else value
+
+
 def run(args: argparse.Namespace) -> int:
     from psdlab.sim.plan_command import PlanOptions, plan_command
+    from psdlab.sim.quick_plan import BUILTIN_TRAFFIC, DEFAULT_ENGINE, DEFAULT_SLO, QuickPlan
     from psdlab.sim.sweep_backends import SweepTaskError
+    quick_given = [f"--{n.replace('_', '-')}" for n in ("target", "gpu", "tp", "drafter",
+                                                        "drafter_gpu", "drafter_tp",
+                                                        "traffic", "slo", "alpha",
+                                                        "engine", "dtype", "rate")
+                   if getattr(args, n) is not None]
+    quick = None
+    if args.config is not None and quick_given:
+        raise UsageError(f"{quick_given[0]}: only without a config file (the one-command "
+                         f"plan); a config's [plan] table says it")
+    if args.config is None:
+        if args.target is None or args.gpu is None:
+            raise UsageError("plan: a config file, or --target and --gpu (the one-command "
+                             "plan; see psdlab plan --help)")
+        quick = QuickPlan(target=args.target, gpu=args.gpu, tp=_or(args.tp, 1),
+                          drafter=args.drafter, drafter_gpu=args.drafter_gpu,
+                          drafter_tp=_or(args.drafter_tp, 1),
+                          traffic=_or(args.traffic, BUILTIN_TRAFFIC),
+                          slo=_or(args.slo, DEFAULT_SLO), alpha=args.alpha,
+                          engine=_or(args.engine, DEFAULT_ENGINE), dtype=_or(args.dtype, "bf16"),
+                          rate=args.rate)
     try:
         text = plan_command(PlanOptions(
             config=args.config, jobs=args.jobs, csv=args.csv, requests=args.requests,
             workload=args.workload, format=args.format, max_model_len=args.max_model_len,
             show_all=args.all, as_json=args.json, backend=args.backend, address=args.address,
             no_png=args.no_png, vllm_k_table=args.vllm_k_table,
-            k_table_drafter=args.k_table_drafter, k_table_by=args.k_table_by))
+            k_table_drafter=args.k_table_drafter, k_table_by=args.k_table_by, quick=quick))
     except SweepTaskError as exc:
         raise UsageError(str(exc)) from None
     print(text)
