@@ -65,3 +65,45 @@ def add_file_workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-model-len", type=int, default=None, metavar="N",
                    help="with --workload: refuse requests whose prompt + output exceed N "
                         "tokens, as vLLM does (counted in one warning line)")
+
+
+#: the deployment options of the one-command forms (`psdlab plan`, `psdlab simulate`)
+DEPLOYMENT_OPTIONS = ("target", "gpu", "tp", "drafter", "drafter_gpu", "drafter_tp", "alpha",
+                      "engine", "dtype")
+
+
+def add_deployment_args(p: argparse.ArgumentParser, what: str) -> argparse._ArgumentGroup:
+    """What runs where, for a command's one-command form (no config): sim.quick_plan."""
+    q = p.add_argument_group(f"{what} in one command (no config)")
+    q.add_argument("--target", metavar="NAME|config.json",
+                   help="the target: a catalog name, Hugging Face id or config.json path")
+    q.add_argument("--gpu", metavar="NAME", help="the target's GPU (a hardware preset)")
+    q.add_argument("--tp", type=int, help="the target's tensor parallelism (1)")
+    q.add_argument("--drafter", metavar="NAME|config.json", help="the drafter (none: AR only)")
+    q.add_argument("--drafter-gpu", metavar="NAME",
+                   help="the drafter's GPU (default: one more --gpu)")
+    q.add_argument("--drafter-tp", type=int, help="the drafter's tensor parallelism (1)")
+    q.add_argument("--alpha", type=float, help="per-token acceptance rate, assumed (0.8)")
+    q.add_argument("--engine", help="GPU cost preset (vllm-cudagraph)")
+    q.add_argument("--dtype", help="weights' dtype (bf16)")
+    return q
+
+
+def one_command_options(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, object]:
+    """The one-command options given (not None), by name."""
+    return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
+
+
+def check_one_command(args: argparse.Namespace, given: dict[str, object], command: str) -> bool:
+    """True: the one-command form (no config; --target and --gpu given); a config with those
+    options, or neither, is a one-line error (``ValueError``)."""
+    if args.config is not None:
+        if given:
+            first = next(iter(given)).replace("_", "-")
+            raise ValueError(f"--{first}: only without a config file (the one-command "
+                             f"{command}); the config says it")
+        return False
+    if "target" not in given or "gpu" not in given:
+        raise ValueError(f"{command}: a config file, or --target and --gpu (the one-command "
+                         f"{command}; see psdlab {command} --help)")
+    return True

@@ -1,4 +1,5 @@
-"""A plan in one command: ``psdlab plan --target NAME --gpu NAME --tp N --drafter NAME ...``.
+"""A plan (or a simulation) in one command: ``psdlab plan --target NAME --gpu NAME --tp N
+--drafter NAME ...`` (``psdlab simulate --target ... --gpu ...``).
 
 The command line's few answers (which target on which GPUs, which drafter, what traffic, which
 SLO) become the same config a ``[plan]`` TOML file would hold (``quick_config``), every other
@@ -32,20 +33,27 @@ BUILTIN_TRAFFIC = "sharegpt"
 
 
 @dataclass(frozen=True)
-class QuickPlan:
-    """The one-command plan's options (None: the default ``quick_config`` states)."""
+class Deployment:
+    """What runs where: the target on ``tp`` GPUs of kind ``gpu``, the drafter (None: none) on
+    its own; the acceptance rate assumed; the GPU cost preset and dtype that price the passes."""
     target: str
     gpu: str
     tp: int = 1
     drafter: str | None = None
     drafter_gpu: str | None = None
     drafter_tp: int = 1
-    traffic: str = BUILTIN_TRAFFIC
-    slo: str = DEFAULT_SLO
     alpha: float | None = None
     engine: str = DEFAULT_ENGINE
     dtype: str = "bf16"
-    rate: float | None = None        # the traffic to serve (req/s): replicas it needs
+
+
+@dataclass(frozen=True)
+class QuickPlan(Deployment):
+    """The one-command plan's options: a deployment, its traffic and SLO, the rate to serve
+    (None: the answer is for one replica)."""
+    traffic: str = BUILTIN_TRAFFIC
+    slo: str = DEFAULT_SLO
+    rate: float | None = None
 
 
 @dataclass(frozen=True)
@@ -92,9 +100,11 @@ def _cost(model: str, gpu: str, tp: int, engine: str, dtype: str) -> dict[str, A
             "engine": engine}
 
 
-def quick_config(q: QuickPlan) -> QuickConfig:
-    """The config of a one-command plan; every model, GPU and preset name checked here so that a
-    bad one is a one-line error before anything runs."""
+def deployment_config(q: Deployment, mode: str = "ar", k: int = DEFAULT_KS[-1],
+                      m: int = DEFAULT_MS[0]) -> tuple[dict[str, Any], list[str]]:
+    """The config tables of a deployment (seed, server, target, drafter, acceptance) and the
+    defaults they took, in words; every model, GPU and preset name checked here so that a bad
+    one is a one-line error before anything runs."""
     from psdlab.sim.costs.catalog import get_hardware, get_model
     from psdlab.sim.costs.gpu import engine_presets
 
@@ -105,20 +115,13 @@ def quick_config(q: QuickPlan) -> QuickConfig:
     if q.engine not in engine_presets():
         raise ValueError(f"--engine: unknown preset {q.engine!r}; known: "
                          f"{', '.join(sorted(engine_presets()))}")
-    slo = parse_slo_text(q.slo)
-    if q.rate is not None:
-        check_positive("--rate", q.rate)
     defaults: list[str] = []
-    if q.slo == DEFAULT_SLO:
-        defaults.append(f"SLO {DEFAULT_SLO} (--slo)")
     raw: dict[str, Any] = {
         "seed": 0,
-        "server": {"mode": "ar", "k": DEFAULT_KS[-1], "m": DEFAULT_MS[0],
-                   "engine_step": "preset"},
+        "server": {"mode": mode, "k": k, "m": m, "engine_step": "preset"},
         "target": {"name": _model_name(q.target),
                    "cost": _cost(q.target, q.gpu, tp, q.engine, q.dtype)},
     }
-    modes = ["ar"]
     if q.drafter is not None:
         get_model(q.drafter, "--drafter")
         d_gpu = q.drafter_gpu or q.gpu
@@ -134,16 +137,35 @@ def quick_config(q: QuickPlan) -> QuickConfig:
             defaults.append(f"acceptance geometric, alpha {DEFAULT_ALPHA} per token, assumed "
                             f"(--alpha; measure it with psdlab calibrate)")
         raw["acceptance"] = {"name": "geometric", "alpha": alpha}
-        modes += ["sd", "psd"]
-        raw["server"]["mode"] = "psd"
     elif q.drafter_gpu is not None or q.alpha is not None:
         raise ValueError("--drafter-gpu/--alpha: only with --drafter")
-    else:
+    defaults.append(f"passes priced by the {q.engine} preset in {q.dtype}, its engine's host "
+                    f"work per step (--engine, --dtype)")
+    return raw, defaults
+
+
+def builtin_workload(rate: float | None) -> dict[str, Any]:
+    """The built-in traffic: ShareGPT-like lengths, Poisson at ``rate`` (None: all at once)."""
+    prompt, output = _sharegpt_lengths()
+    if rate is None:
+        return {"name": "offline", "prompt": prompt, "output": output}
+    return {"name": "poisson", "rate": rate, "prompt": prompt, "output": output}
+
+
+def quick_config(q: QuickPlan) -> QuickConfig:
+    """The config of a one-command plan (``deployment_config`` and a ``[plan]`` table)."""
+    raw, defaults = deployment_config(q, "psd" if q.drafter is not None else "ar")
+    slo = parse_slo_text(q.slo)
+    if q.rate is not None:
+        check_positive("--rate", q.rate)
+    if q.slo == DEFAULT_SLO:
+        defaults.insert(0, f"SLO {DEFAULT_SLO} (--slo)")
+    modes = ["ar", "sd", "psd"] if q.drafter is not None else ["ar"]
+    if q.drafter is None:
         defaults.append("AR only: no --drafter given")
     traffic_file = None
     if q.traffic == BUILTIN_TRAFFIC:
-        prompt, output = _sharegpt_lengths()
-        raw["workload"] = {"name": "poisson", "rate": 1.0, "prompt": prompt, "output": output}
+        raw["workload"] = builtin_workload(1.0)
         defaults.append("traffic: Poisson arrivals, ShareGPT-like lengths (prompt mean 300, "
                         "output mean 250 tokens; --traffic FILE for yours)")
     else:
@@ -155,9 +177,7 @@ def quick_config(q: QuickPlan) -> QuickConfig:
     raw["plan"] = {"modes": modes, "k": list(DEFAULT_KS), "m": list(DEFAULT_MS), "slo": slo,
                    "requests": DEFAULT_REQUESTS, "iterations": DEFAULT_ITERATIONS}
     defaults.append(f"k {list(DEFAULT_KS)}, m {list(DEFAULT_MS)}, {DEFAULT_REQUESTS} requests a "
-                    f"trial, {DEFAULT_ITERATIONS} bisection steps, 3 seeds; passes priced by "
-                    f"the {q.engine} preset in {q.dtype}, its engine's host work per step "
-                    f"(--engine, --dtype)")
+                    f"trial, {DEFAULT_ITERATIONS} bisection steps, 3 seeds")
     if q.rate is None:
         defaults.append("replicas: for one replica (--rate R: how many R req/s needs)")
     return QuickConfig(raw=raw, traffic_file=traffic_file, defaults=tuple(defaults))

@@ -1,6 +1,8 @@
 """What `psdlab simulate CONFIG.toml` does once its arguments are parsed: the config with the
-command line's overrides, the simulation, the trace (and the Perfetto timeline and vLLM bench
-result it asks for) and the text it prints.  The command module only parses and prints."""
+command line's overrides (or, with no config, the deployment the command line names:
+``sim.quick_plan.deployment_config``), the simulation, the trace (and the Perfetto timeline
+and vLLM bench result it asks for) and the text it prints.  The command module only parses and
+prints."""
 from __future__ import annotations
 
 import os
@@ -9,14 +11,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from psdlab.analysis.json_out import finite_json
+from psdlab.sim.quick_plan import Deployment
 
 RESULT_FORMATS = ("psdlab", "vllm-bench")
 
 
 @dataclass(frozen=True)
 class SimulateOptions:
-    """The command's options (None: the config's value)."""
-    config: str
+    """The command's options (None: the config's value); ``config`` None: the deployment
+    ``quick`` names, on the requests of ``workload`` or the built-in traffic at ``rate``."""
+    config: str | None
     mode: str | None = None
     k: int | None = None
     m: int | None = None
@@ -34,6 +38,57 @@ class SimulateOptions:
     as_json: bool = False
     results_format: str = "psdlab"
     result_file: str | None = None
+    quick: Deployment | None = None
+    rate: float | None = None
+
+
+#: the one-command simulation's defaults: vLLM V1's max_num_seqs (its default for a GPU
+#: server), the built-in traffic's request count
+QUICK_M, QUICK_REQUESTS = 256, 200
+
+
+def quick_sim_config(opts: SimulateOptions) -> tuple[Any, list[str]]:
+    """The config of a one-command simulation and the defaults it took, in words."""
+    from psdlab.analysis.checks import check_positive
+    from psdlab.sim.quick_plan import builtin_workload, deployment_config, option_error
+    from psdlab.sim.sim_config import config_from_dict
+
+    assert opts.quick is not None
+    from psdlab.analysis.modes import mode_spec
+    mode = opts.mode or ("psd" if opts.quick.drafter is not None else "ar")
+    if opts.quick.drafter is None and mode_spec(mode).drafting:
+        raise ValueError(f"--mode {mode}: drafts, so it needs --drafter NAME|config.json")
+    raw, defaults = deployment_config(opts.quick, mode, opts.k or 4, opts.m or QUICK_M)
+    if opts.mode is None:
+        defaults.insert(0, f"mode {mode} (--mode)")
+    if opts.m is None:
+        defaults.append(f"m {QUICK_M} sequences a batch, vLLM V1's max_num_seqs (--m)")
+    if opts.k is None and mode != "ar":
+        defaults.append("k 4 (--k)")
+    if opts.rate is not None:
+        check_positive("--rate", opts.rate)
+        if opts.workload is not None:
+            raise ValueError("--rate: only without --workload (a file's arrivals are its own)")
+    raw["workload"] = builtin_workload(opts.rate)
+    if opts.workload is None:
+        raw["requests"] = QUICK_REQUESTS
+        n = QUICK_REQUESTS if opts.requests is None else opts.requests
+        defaults.append(
+            f"traffic: {n} requests (--requests), ShareGPT-like lengths, "
+            + ("all at once (--rate R: Poisson at R req/s)" if opts.rate is None
+               else f"Poisson at {opts.rate:g} req/s"))
+    try:
+        cfg = config_from_dict(raw, os.getcwd())
+    except ValueError as exc:
+        raise ValueError(option_error(str(exc))) from None
+    return cfg, defaults
+
+
+def _stem(opts: SimulateOptions, cfg) -> str:
+    """The default name of the files a run writes: the config's, else target-mode."""
+    if opts.config is not None:
+        return os.path.splitext(os.path.basename(opts.config))[0]
+    return f"{cfg.target.name}-{cfg.server.mode}"
 
 
 def file_workload(workload: str | None, format: str | None = None,
@@ -93,8 +148,7 @@ def _write_vllm_bench(opts: SimulateOptions, cfg, result) -> str:
     if rate is None and result.trace.requests:
         rate = mean_rate([r.arrival for r in result.trace.requests])
     doc = bench_result_from_trace(result.trace, request_rate=rate)
-    path = opts.result_file or (os.path.splitext(os.path.basename(opts.config))[0]
-                                + ".vllm-bench.json")
+    path = opts.result_file or _stem(opts, cfg) + ".vllm-bench.json"
     write_bench_result(path, doc)
     return path
 
@@ -105,7 +159,14 @@ def simulate_command(opts: SimulateOptions) -> str:
     from psdlab.sim.sim_config import load_config
     from psdlab.sim.simulation import simulate
 
-    cfg = apply_overrides(load_config(opts.config), opts)
+    defaults: list[str] = []
+    if opts.config is not None:
+        base = load_config(opts.config)
+    elif opts.quick is not None:
+        base, defaults = quick_sim_config(opts)
+    else:
+        raise ValueError("simulate: a config file, or --target and --gpu")
+    cfg = apply_overrides(base, opts)
     if opts.trace_level:
         cfg = cfg.replace(trace_level=opts.trace_level)
     if opts.perfetto and cfg.trace.level != "step":
@@ -117,7 +178,7 @@ def simulate_command(opts: SimulateOptions) -> str:
         raise ValueError("--result-file: only with --results-format vllm-bench")
     trace_path = opts.trace or cfg.trace.path
     if trace_path is None and cfg.trace.level != "none":
-        trace_path = os.path.splitext(os.path.basename(opts.config))[0] + ".trace.jsonl"
+        trace_path = _stem(opts, cfg) + ".trace.jsonl"
     progress = sys.stderr.isatty() and not opts.as_json
     result = simulate(cfg, path=opts.path, trace_path=trace_path, progress=progress)
     summary = dict(result.metrics)
@@ -128,9 +189,11 @@ def simulate_command(opts: SimulateOptions) -> str:
         write_chrome_trace(result.trace, opts.perfetto)
     if opts.results_format == "vllm-bench":
         summary["result_file"] = _write_vllm_bench(opts, cfg, result)
+    if defaults:
+        summary["defaults"] = defaults
     if opts.as_json:
         return finite_json(summary, sort_keys=True)
-    lines = [summary_text(summary),
+    lines = [*(f"default: {d}" for d in defaults), summary_text(summary),
              f"trace: {result.trace_path or '(not written)'}   simulated {result.events} events "
              f"in {result.wall_s:.2f} s"]
     if summary.get("result_file"):

@@ -202,6 +202,15 @@ CASES: list[Case] = [
     C("plan --target llama-3.3-70b --gpu h100 --rate 0", "--rate"),
     C("plan --target llama-3.3-70b --gpu h100 --engine bogus", "--engine"),
     C("plan --target {fx}/bad-config.json --gpu h100", "bad-config.json"),
+    # simulate in one command
+    C("simulate", "--target and --gpu"),
+    C("simulate " + CFG + " --gpu h100", "--gpu: only without a config"),
+    C("simulate --target llama-3.2-3b --gpu nope", "--gpu"),
+    C("simulate --target llama-3.2-3b --gpu l4 --tp 0", "--tp"),
+    C("simulate --target llama-3.2-3b --gpu l4 --rate -1", "--rate"),
+    C("simulate --target llama-3.2-3b --gpu l4 --mode psd", "drafter"),
+    C("simulate --target llama-3.2-3b --gpu l4 --rate 1 --workload {fx}/mooncake0.jsonl",
+      "--rate"),
     # figs
     C("figs {afile}/out", "Not a directory"),
     C("figs out --only bogus", "--only"),

@@ -127,3 +127,50 @@ def test_the_answer_is_the_best_of_its_own_tables(quick_run):
     assert tail.splitlines()[1].startswith(f"run {ans['mode'].upper()}")
     assert f"7 req/s needs {ans['replicas']} replica" in tail
     assert doc["defaults"] and all(d in text for d in doc["defaults"])
+
+
+def _simulate_json(argv, cwd, monkeypatch):
+    monkeypatch.chdir(cwd)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(["simulate", *argv, "--json"]) == 0
+    return json.loads(buf.getvalue())
+
+
+def test_simulate_in_one_command_is_the_config_it_stands_for(tmp_path, monkeypatch):
+    """The one-command simulation runs exactly the TOML a user would write for it: same
+    metrics, same trace bytes; what it assumed is listed."""
+    quick = _simulate_json(["--target", "llama-3.2-3b", "--gpu", "l4", "--drafter",
+                            "llama-3.2-1b", "--alpha", "0.7", "--k", "3", "--m", "8", "--rate",
+                            "2", "--requests", "24", "--trace", "q.jsonl"], tmp_path,
+                           monkeypatch)
+    (tmp_path / "same.toml").write_text('''seed = 0
+requests = 24
+[server]
+mode = "psd"
+k = 3
+m = 8
+engine_step = "preset"
+[target]
+name = "llama-3.2-3b"
+cost = { name = "gpu", model = "llama-3.2-3b", hardware = "l4", tp = 1, dtype = "bf16", engine = "vllm-cudagraph" }
+[drafter]
+name = "llama-3.2-1b"
+cost = { name = "gpu", model = "llama-3.2-1b", hardware = "l4", tp = 1, dtype = "bf16", engine = "vllm-cudagraph" }
+[acceptance]
+name = "geometric"
+alpha = 0.7
+[workload]
+name = "poisson"
+rate = 2.0
+prompt = { name = "lognormal", mean = 300, median = 200, max = 1024 }
+output = { name = "lognormal", mean = 250, median = 180, max = 1024 }
+''')
+    toml = _simulate_json(["same.toml", "--trace", "t.jsonl"], tmp_path, monkeypatch)
+    for key in ("throughput_tok_s", "ttft", "tpot", "e2e", "requests"):
+        assert quick[key] == toml[key], key
+    q_lines = (tmp_path / "q.jsonl").read_text().splitlines()
+    t_lines = (tmp_path / "t.jsonl").read_text().splitlines()
+    assert q_lines[1:] == t_lines[1:]           # the header names its config; steps and requests equal
+    said = " ".join(quick["defaults"])
+    assert "mode psd" in said and "ShareGPT-like" in said and "alpha" not in said

@@ -13,7 +13,8 @@ import argparse
 from typing import TypeVar
 
 from psdlab.cli import UsageError
-from psdlab.cli_options import add_file_workload_args
+from psdlab.cli_options import (DEPLOYMENT_OPTIONS, add_deployment_args, add_file_workload_args,
+                                 check_one_command, one_command_options)
 
 T = TypeVar("T")
 
@@ -33,24 +34,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "printed), ending in one answer.")
     p.add_argument("config", nargs="?",
                    help="simulator config (.toml) with a [plan] table (or the options below)")
-    q = p.add_argument_group("a plan in one command (no config)")
-    q.add_argument("--target", metavar="NAME|config.json",
-                   help="the target: a catalog name, Hugging Face id or config.json path")
-    q.add_argument("--gpu", metavar="NAME", help="the target's GPU (a hardware preset)")
-    q.add_argument("--tp", type=int, help="the target's tensor parallelism (1)")
-    q.add_argument("--drafter", metavar="NAME|config.json",
-                   help="the drafter (none: AR only)")
-    q.add_argument("--drafter-gpu", metavar="NAME",
-                   help="the drafter's GPU (default: one more --gpu)")
-    q.add_argument("--drafter-tp", type=int, help="the drafter's tensor parallelism")
+    q = add_deployment_args(p, "a plan")
     q.add_argument("--traffic", metavar="FILE|sharegpt",
                    help="sharegpt (Poisson arrivals, ShareGPT-like lengths; default) or a "
                         "bench result / trace file (as --workload)")
     q.add_argument("--slo", metavar="NAME=TIME,...", default=None,
                    help="e.g. tpot_p50=50ms,ttft_p99=3s (the default); units us, ms, s")
-    q.add_argument("--alpha", type=float, help="per-token acceptance rate, assumed (0.8)")
-    q.add_argument("--engine", default=None, help="GPU cost preset (vllm-cudagraph)")
-    q.add_argument("--dtype", help="weights' dtype (bf16)")
     q.add_argument("--rate", type=float, metavar="REQ_S",
                    help="the traffic to serve: the answer says how many replicas it needs")
     p.add_argument("--jobs", type=int, help="worker processes (default: plan.jobs or 1)")
@@ -93,19 +82,13 @@ def run(args: argparse.Namespace) -> int:
     from psdlab.sim.plan_command import PlanOptions, plan_command
     from psdlab.sim.quick_plan import BUILTIN_TRAFFIC, DEFAULT_ENGINE, DEFAULT_SLO, QuickPlan
     from psdlab.sim.sweep_backends import SweepTaskError
-    quick_given = [f"--{n.replace('_', '-')}" for n in ("target", "gpu", "tp", "drafter",
-                                                        "drafter_gpu", "drafter_tp",
-                                                        "traffic", "slo", "alpha",
-                                                        "engine", "dtype", "rate")
-                   if getattr(args, n) is not None]
+    given = one_command_options(args, (*DEPLOYMENT_OPTIONS, "traffic", "slo", "rate"))
+    try:
+        one = check_one_command(args, given, "plan")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     quick = None
-    if args.config is not None and quick_given:
-        raise UsageError(f"{quick_given[0]}: only without a config file (the one-command "
-                         f"plan); a config's [plan] table says it")
-    if args.config is None:
-        if args.target is None or args.gpu is None:
-            raise UsageError("plan: a config file, or --target and --gpu (the one-command "
-                             "plan; see psdlab plan --help)")
+    if one:
         quick = QuickPlan(target=args.target, gpu=args.gpu, tp=_or(args.tp, 1),
                           drafter=args.drafter, drafter_gpu=args.drafter_gpu,
                           drafter_tp=_or(args.drafter_tp, 1),

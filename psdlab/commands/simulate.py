@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from psdlab.cli_options import add_override_args
+from psdlab.cli_options import (DEPLOYMENT_OPTIONS, add_deployment_args, add_override_args,
+                                 check_one_command, one_command_options)
 from psdlab.sim.simulate_command import RESULT_FORMATS
 
 
@@ -13,9 +14,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "simulate", help="simulate AR / SD / PSD serving from a TOML config",
         description="Simulate a server (sim/configs/*.toml are examples), write the step-level "
-                    "trace and print its metrics.")
-    p.add_argument("config", help="simulator config (.toml)")
+                    "trace and print its metrics.  Or in one command, no config: psdlab simulate "
+                    "--target llama-3.1-8b --gpu h100 --workload bench.json (a vLLM bench "
+                    "result's requests; the rest defaulted and printed).")
+    p.add_argument("config", nargs="?", help="simulator config (.toml) (or --target, --gpu)")
     add_override_args(p)
+    q = add_deployment_args(p, "a simulation")
+    q.add_argument("--rate", type=float, metavar="REQ_S",
+                   help="the built-in traffic at R req/s, Poisson (default: all at once)")
     p.add_argument("--trace", metavar="PATH",
                    help="trace file (default: trace.path of the config, else "
                         "CONFIG-NAME.trace.jsonl in the current directory)")
@@ -37,12 +43,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from psdlab.sim.quick_plan import DEFAULT_ENGINE, Deployment
     from psdlab.sim.simulate_command import SimulateOptions, simulate_command
+    given = one_command_options(args, (*DEPLOYMENT_OPTIONS, "rate"))
+    quick = None
+    if check_one_command(args, given, "simulate"):
+        quick = Deployment(target=args.target, gpu=args.gpu, tp=1 if args.tp is None else args.tp,
+                           drafter=args.drafter, drafter_gpu=args.drafter_gpu,
+                           drafter_tp=(1 if args.drafter_tp is None
+                                       else args.drafter_tp), alpha=args.alpha,
+                           engine=args.engine or DEFAULT_ENGINE, dtype=args.dtype or "bf16")
     print(simulate_command(SimulateOptions(
         config=args.config, mode=args.mode, k=args.k, m=args.m, policy=args.policy,
         requests=args.requests, seed=args.seed, workload=args.workload, format=args.format,
         max_model_len=args.max_model_len, engine_step=args.engine_step, trace=args.trace,
         trace_level=args.trace_level, path=args.path, perfetto=args.perfetto,
         as_json=args.json, results_format=args.results_format,
-        result_file=args.result_file)))
+        result_file=args.result_file, quick=quick, rate=args.rate)))
     return 0
