@@ -153,10 +153,12 @@ m = 8
 engine_step = "preset"
 [target]
 name = "llama-3.2-3b"
-cost = { name = "gpu", model = "llama-3.2-3b", hardware = "l4", tp = 1, dtype = "bf16", engine = "vllm-cudagraph" }
+cost = { name = "gpu", model = "llama-3.2-3b", hardware = "l4", tp = 1, dtype = "bf16", \
+engine = "vllm-cudagraph" }
 [drafter]
 name = "llama-3.2-1b"
-cost = { name = "gpu", model = "llama-3.2-1b", hardware = "l4", tp = 1, dtype = "bf16", engine = "vllm-cudagraph" }
+cost = { name = "gpu", model = "llama-3.2-1b", hardware = "l4", tp = 1, dtype = "bf16", \
+engine = "vllm-cudagraph" }
 [acceptance]
 name = "geometric"
 alpha = 0.7
@@ -171,6 +173,6 @@ output = { name = "lognormal", mean = 250, median = 180, max = 1024 }
         assert quick[key] == toml[key], key
     q_lines = (tmp_path / "q.jsonl").read_text().splitlines()
     t_lines = (tmp_path / "t.jsonl").read_text().splitlines()
-    assert q_lines[1:] == t_lines[1:]           # the header names its config; steps and requests equal
+    assert q_lines[1:] == t_lines[1:]       # the header names its config; the rest is equal
     said = " ".join(quick["defaults"])
     assert "mode psd" in said and "ShareGPT-like" in said and "alpha" not in said
