@@ -139,10 +139,13 @@ def _core(config: SimConfig, inp: Inputs) -> tuple[Core, int, dict[str, Any]]:
                 jitter=inp.jitter, cap_proposals=srv.cap_proposals and srv.spec.drafting,
                 first_token_at_step_end=srv.first_token == "step",
                 step_host=inp.step_host(srv.mode, config.target.device),
+                token_budget=srv.max_num_batched_tokens if srv.scheduler == "v1" else 0,
                 **_decoupled(config, inp, traj))
     extra = {"policy": srv.policy, "cap_proposals": srv.cap_proposals,
              "k_choices": list(srv.k_choices), "kv_blocks": srv.kv_blocks,
              "block_size": srv.block_size}
+    if srv.scheduler == "v1":                # v0 runs keep the run record they always had
+        extra["scheduler"] = {"name": "v1", "max_num_batched_tokens": srv.max_num_batched_tokens}
     if srv.spec.step.has("predraft"):
         extra["dsd"] = {"hit_rate": srv.dsd_hit_rate, "fanout": srv.dsd_fanout,
                         "hits": srv.dsd_hits}

@@ -9,6 +9,10 @@ overflow at an inner boundary, and no admission could happen at an inner boundar
 ``commit(plan)`` applies them.  The SimPy path calls ``plan(1)``; the fast path calls
 ``plan(large)``; since an S-step plan is by construction the same as S one-step plans, both give
 identical traces for the same seed.
+
+``token_budget`` > 0 selects vLLM V1's scheduler (``server.scheduler = "v1"``,
+``sim.token_budget``): the boundary, the plan's prefill and the KV accounting are then its
+own; with 0 (the default, "v0") none of its code runs.
 """
 from __future__ import annotations
 
@@ -66,7 +70,7 @@ class Core(ArrivalClock):
                  arrival: np.ndarray, prompt: np.ndarray, output: np.ndarray,
                  traj: Trajectories, jitter: JitterStreams, cap_proposals: bool = False,
                  step_host=None, first_token_at_step_end: bool = False,
-                 hits: np.ndarray | None = None, fanout: int = 1):
+                 hits: np.ndarray | None = None, fanout: int = 1, token_budget: int = 0):
         self.mode, self.m = mode, m
         #: the mode's registry entry (``analysis.modes``): batches, drafter, step segments
         self.spec = mode_spec(mode)
@@ -124,6 +128,11 @@ class Core(ArrivalClock):
         self.hits = hits if hits is not None else np.zeros(traj.ctx.size, bool)
         self.fanout = int(fanout)
         self.planner = Planner(self)
+        #: ``server.scheduler = "v1"``: the token-budget scheduler (None: "v0")
+        self.v1 = None
+        if token_budget > 0:
+            from psdlab.sim.token_budget import TokenBudgetScheduler
+            self.v1 = TokenBudgetScheduler(self, token_budget)
 
     # ------------------------------------------------------------------ helpers
     def jitter_at(self, key: str, step: int, n: int) -> np.ndarray:
@@ -151,6 +160,8 @@ class Core(ArrivalClock):
     # ------------------------------------------------------------------ boundary
     def prepare(self) -> str:
         """Run one boundary at ``self.now``; returns 'run', 'idle' or 'done'."""
+        if self.v1 is not None:
+            return self.v1.prepare()
         while self.arr_ptr < self.N and self.arrival[self.arr_ptr] <= self.now:
             self.waiting.append(self.arr_ptr)
             self.arr_ptr += 1
@@ -218,10 +229,14 @@ class Core(ArrivalClock):
 
     def could_admit(self) -> bool:
         """Whether an admission could happen at a later boundary without any completion."""
+        if self.v1 is not None:
+            return self.v1.free_slots() > 0
         return self.bm.free_slots() > 0 and not self.kv_blocked
 
     # ------------------------------------------------------------------ planning
     def plan(self, max_steps: int) -> PhasePlan:
+        if self.v1 is not None:
+            return self.v1.plan(max_steps)
         if self.cap_proposals or any(self.traj.nsteps[r] == 0 for r in self.pending):
             max_steps = 1
         if max_steps > 1 and lanes.eligible(self):
@@ -329,6 +344,8 @@ class Core(ArrivalClock):
                 self.bm.remove(r, vs.batch or 0)
                 self.ready[r] = False
                 done.append(r)
+        if self.v1 is not None:
+            done.extend(self.v1.commit_chunks(p))
         self._update_ready(p)
         self.finished_steps = [(S - 1, sorted(done))] if done else []
         self.counters["completions"] += len(done)

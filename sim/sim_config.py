@@ -18,7 +18,9 @@ Layout of a config file (see ``sim/configs/*.toml``)::
                   still needs - 1) and the verification computes every row at the longest
                   row's width; plans advance one step at a time), engine_step (host work
                   around the passes: "none" (default), a preset of sim/costs/engine_steps.toml,
-                  "preset" (the target GPU cost preset's) or an inline table; sim.costs.engine_step)
+                  "preset" (the target GPU cost preset's) or an inline table;
+                  sim.costs.engine_step), scheduler ("v0" default, "v1": a token budget per
+                  step with chunked prefill, max_num_batched_tokens; docs/scheduler.md)
     [target]      name, device, cost = {name = "roofline", ...}
     [drafter]     name, device, cost = {...}          (not needed for mode = "ar")
     [acceptance]  name = "geometric", alpha = 0.8, ...
@@ -73,6 +75,9 @@ def drafter_device(mode: Mode, target_device: str, drafter_dev: str | None) -> s
     return drafter_dev
 
 
+#: the step schedulers (``ServerConfig.scheduler``; docs/scheduler.md)
+SCHEDULERS = ("v0", "v1")
+
 #: how decoupled drafting's hits are drawn (``ServerConfig.dsd_hits``; sim.build)
 DSD_HITS = ("rate", "accepted-length")
 
@@ -105,6 +110,14 @@ class ServerConfig:
     dsd_hit_rate: float = 0.6
     dsd_fanout: int = 3
     dsd_hits: str = "rate"
+    #: the step scheduler (docs/scheduler.md): "v0" (vLLM V0 without chunked prefill: every
+    #: prompt admitted at a boundary is prefilled whole in a segment before the decode step;
+    #: ``m`` is the only limit) or "v1" (vLLM V1 / SGLang: a token budget per step, decode
+    #: tokens first, then prefill chunks FCFS in the same target pass; sim.token_budget)
+    scheduler: str = "v0"
+    #: scheduler = "v1": the most tokens one step's target pass computes (decode / verify
+    #: tokens of the running requests plus prefill chunks); ignored by "v0"
+    max_num_batched_tokens: int = 8192
 
     def __post_init__(self) -> None:
         check_mode("server.mode", self.mode, SERVER_MODES)
@@ -131,6 +144,25 @@ class ServerConfig:
         check_choice("server.dsd_hits", self.dsd_hits, DSD_HITS)
         from psdlab.sim.costs.engine_step import check_spec
         check_spec(self.engine_step)
+        self._check_scheduler()
+
+    def _check_scheduler(self) -> None:
+        """``scheduler`` and ``max_num_batched_tokens``; under "v1" the budget must hold one
+        step's decode tokens, m * (k + 1) (the largest k of ``k_choices``; 1 a sequence for
+        a mode without a drafter), and a mode whose policy picks each step is refused."""
+        check_choice("server.scheduler", self.scheduler, SCHEDULERS)
+        object.__setattr__(self, "max_num_batched_tokens", check_int(
+            "server.max_num_batched_tokens", self.max_num_batched_tokens, 1, 1 << 24))
+        if self.scheduler != "v1":
+            return
+        if self.spec.policy:
+            raise ValueError(f"server.scheduler: \"v1\" is not supported with server.mode = "
+                             f"{self.mode!r} (use \"v0\")")
+        per_seq = max((self.k,) + self.k_choices) + 1 if self.spec.drafting else 1
+        if self.max_num_batched_tokens < self.m * per_seq:
+            raise ValueError(f"server.max_num_batched_tokens: must be >= server.m * (k + 1) = "
+                             f"{self.m * per_seq} (one step's decode tokens) with server."
+                             f"scheduler = \"v1\", got {self.max_num_batched_tokens!r}")
 
     @property
     def spec(self) -> ModeSpec:

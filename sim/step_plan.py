@@ -61,6 +61,10 @@ class PhaseArr:
     seqs: np.ndarray       # [S]
     tokens: np.ndarray     # [S]
     ctx: np.ndarray        # [S]
+    #: computed in the same target pass as the segment's verify phase (scheduler "v1": a
+    #: prefill chunk mixed into the decode step; ``sim.token_budget``): shown in the step's
+    #: records with that pass's times, but it holds no device of its own
+    rides: bool = False
 
 
 @dataclass
@@ -101,6 +105,7 @@ class PhasePlan:
     rows: Any = None       # optional j -> (ids, flat) of the verified rows (lanes plans)
     lanes: Any = None      # lanes plans: their layout (sim.lanes)
     detail: bool = True    # False: only what commit needs (no step records; sim.step_layout)
+    chunks: Any = None     # scheduler "v1": the step's prefill chunks (sim.token_budget)
 
     def step_end(self, j: int) -> float:
         assert self.ends is not None, "the plan is not timed yet"
@@ -114,7 +119,8 @@ class PhasePlan:
     def segment_phases(self) -> list[list[tuple[str, float]]]:
         """The first step's phases that do work, as (device, seconds), per segment."""
         return [[(ph.device, float(ph.dur[0])) for ph in self.phases
-                 if ph.seg == seg and ph.seqs[0] > 0] for seg in range(self.nseg)]
+                 if ph.seg == seg and ph.seqs[0] > 0 and not ph.rides]
+                for seg in range(self.nseg)]
 
 
 def proposal_caps(core, ids: np.ndarray, ctx: np.ndarray) -> np.ndarray:

@@ -24,6 +24,7 @@ def step_records(core, p) -> list[StepRecord]:
     karr = core.karr
     for j in range(p.S):
         phases = []
+        riding = []        # a prefill chunk in the verify pass (scheduler "v1") stays with it
         for ph in p.phases:
             if ph.seqs[j] <= 0:
                 continue
@@ -31,6 +32,7 @@ def step_records(core, p) -> list[StepRecord]:
             phases.append(Phase(kind=ph.kind, device=ph.device, start=start,
                                 end=start + float(ph.dur[j]), seqs=int(ph.seqs[j]),
                                 tokens=int(ph.tokens[j]), context=int(ph.ctx[j])))
+            riding.append(ph.rides)
         verified: tuple = ()
         rows = _verified_rows(p, j)
         if rows is not None:
@@ -48,8 +50,8 @@ def step_records(core, p) -> list[StepRecord]:
             vb = int(p.verify_batch[j]) if p.verify_batch[j] >= 0 else None
             db = int(p.draft_batch[j]) if p.draft_batch[j] >= 0 else None
         start = float(p.starts[j, 0])
-        pre = [ph for ph in phases if ph.kind == "prefill"]
-        rest = [ph for ph in phases if ph.kind != "prefill"]
+        pre = [ph for ph, rd in zip(phases, riding) if ph.kind == "prefill" and not rd]
+        rest = [ph for ph, rd in zip(phases, riding) if ph.kind != "prefill" or rd]
         preempted = tuple(core.preempted_now) if j == 0 else ()
         if pre and rest:
             # the prefill segment runs before the step's decode segments: written as a step
