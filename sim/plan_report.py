@@ -191,7 +191,7 @@ def inputs_section(ctx: PlanContext) -> Section:
 TRUST_ORDER = ("measured", "probed", "model", "preset", "assumed")
 
 
-def answer(ctx: PlanContext) -> dict[str, Any] | None:
+def plan_answer(ctx: PlanContext) -> dict[str, Any] | None:
     """The plan's one answer: over every load level's winner the highest sustainable rate per
     device (ties: the fewer devices, then the smaller m), the modes whose best at that m ties
     with it, replicas for ``ctx.rate``, and the inputs the winner's mode rests on by basis.
@@ -228,7 +228,7 @@ def answer(ctx: PlanContext) -> dict[str, Any] | None:
 
 
 def answer_section(ctx: PlanContext) -> Section | None:
-    a = answer(ctx)
+    a = plan_answer(ctx)
     if a is None:
         return None
     what = (a["mode"].upper() if a["mode"] == "ar"

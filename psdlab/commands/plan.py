@@ -10,13 +10,10 @@ Without a config, the one-command form (``--target --gpu --tp --drafter --traffi
 from __future__ import annotations
 
 import argparse
-from typing import TypeVar
 
 from psdlab.cli import UsageError
 from psdlab.cli_options import (DEPLOYMENT_OPTIONS, add_deployment_args, add_file_workload_args,
                                  check_one_command, one_command_options)
-
-T = TypeVar("T")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -74,10 +71,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _or(value: T | None, default: T) -> T:
-    return default if value is None else value
-
-
 def run(args: argparse.Namespace) -> int:
     from psdlab.sim.plan_command import PlanOptions, plan_command
     from psdlab.sim.quick_plan import BUILTIN_TRAFFIC, DEFAULT_ENGINE, DEFAULT_SLO, QuickPlan
@@ -89,13 +82,14 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     quick = None
     if one:
-        quick = QuickPlan(target=args.target, gpu=args.gpu, tp=_or(args.tp, 1),
-                          drafter=args.drafter, drafter_gpu=args.drafter_gpu,
-                          drafter_tp=_or(args.drafter_tp, 1),
-                          traffic=_or(args.traffic, BUILTIN_TRAFFIC),
-                          slo=_or(args.slo, DEFAULT_SLO), alpha=args.alpha,
-                          engine=_or(args.engine, DEFAULT_ENGINE), dtype=_or(args.dtype, "bf16"),
-                          rate=args.rate)
+        quick = QuickPlan(
+            target=args.target, gpu=args.gpu, tp=1 if args.tp is None else args.tp,
+            drafter=args.drafter, drafter_gpu=args.drafter_gpu,
+            drafter_tp=1 if args.drafter_tp is None else args.drafter_tp,
+            traffic=BUILTIN_TRAFFIC if args.traffic is None else args.traffic,
+            slo=DEFAULT_SLO if args.slo is None else args.slo, alpha=args.alpha,
+            engine=DEFAULT_ENGINE if args.engine is None else args.engine,
+            dtype="bf16" if args.dtype is None else args.dtype, rate=args.rate)
     try:
         text = plan_command(PlanOptions(
             config=args.config, jobs=args.jobs, csv=args.csv, requests=args.requests,
