@@ -153,6 +153,14 @@ class Core(ArrivalClock):
         ctx = self.traj.ctx[self.traj.off[ids] + self.v[ids]]
         return int(blocks(ctx, self.karr[ids] + 1, self.block_size).sum())
 
+    def mark_admitted(self, r: int) -> None:
+        """Record request ``r``'s admission: its first admission time (kept over preemptions)
+        and its place in the admission order."""
+        if np.isnan(self.admitted_t[r]):
+            self.admitted_t[r] = self.now
+        self.admit_seq[r] = self.admitted
+        self.admitted += 1
+
     def _req_blocks(self, r: int) -> int:
         return int(blocks(self.traj.ctx[self.traj.off[r] + self.v[r]], self.karr[r] + 1,
                           self.block_size))
@@ -204,10 +212,7 @@ class Core(ArrivalClock):
                 break
             used += need
             self.waiting.popleft()
-            if np.isnan(self.admitted_t[r]):
-                self.admitted_t[r] = self.now
-            self.admit_seq[r] = self.admitted
-            self.admitted += 1
+            self.mark_admitted(r)
             self.pending.append(r)
             if not prefill_only:
                 self.bm.add(r, b)

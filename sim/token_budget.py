@@ -228,10 +228,7 @@ class TokenBudgetScheduler:
                 break
             used += extra
             c.waiting.popleft()
-            if np.isnan(c.admitted_t[r]):
-                c.admitted_t[r] = c.now
-            c.admit_seq[r] = c.admitted
-            c.admitted += 1
+            c.mark_admitted(r)
             self.prefilling.append(r)
             out.append((r, tok, 0))
             left -= tok
